@@ -1,0 +1,150 @@
+//===- Driver.cpp - k3c's phases ------------------------------------------===//
+
+#include "k3/Driver/Driver.h"
+#include "k3/Dialect/K3/IR/K3.h"
+#include "k3/Frontend/HF/Config.h"
+#include "k3/Pipelines/Pipelines.h"
+#include "k3/Target/Manifest.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "mlir/Support/Timing.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Chrono.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+
+using namespace mlir;
+using namespace mlir::k3;
+
+llvm::Expected<std::vector<std::string>>
+mlir::k3::parseTargets(StringRef spec) {
+  std::vector<std::string> targets;
+  SmallVector<StringRef> parts;
+  spec.split(parts, ',');
+  for (StringRef p : parts) {
+    p = p.trim();
+    unsigned sm = 0;
+    bool isSM = p.consume_front("sm_") && !p.empty() && !p.getAsInteger(10, sm) &&
+                sm >= 50;
+    std::string t = isSM ? "sm_" + std::to_string(sm) : p.str();
+    if (t != "host" && !isSM)
+      return llvm::createStringError(
+          "unknown target '%s' in --target (expected 'host' or 'sm_<NN>', "
+          "e.g. sm_90, or a comma list of SM targets)",
+          t.c_str());
+    if (llvm::is_contained(targets, t))
+      return llvm::createStringError("target '%s' is listed twice in --target",
+                                     t.c_str());
+    targets.push_back(t);
+  }
+  if (targets.empty())
+    return llvm::createStringError("--target is empty");
+  if (targets.size() > 1 && llvm::is_contained(targets, "host"))
+    return llvm::createStringError(
+        "--target=host cannot be combined with GPU targets");
+  return targets;
+}
+
+namespace {
+/// Prints "k3c: <phase> <ms> ms" when progress lines are on.
+class Phase {
+public:
+  Phase(const CompileOptions &o, TimingScope &parent, StringRef name)
+      : on(o.progress), name(name), scope(parent.nest(name)),
+        start(std::chrono::steady_clock::now()) {}
+  ~Phase() {
+    if (!on)
+      return;
+    double ms = std::chrono::duration<double, std::milli>(
+                    std::chrono::steady_clock::now() - start)
+                    .count();
+    llvm::errs() << llvm::format("k3c: %-9s %8.1f ms\n", name.str().c_str(), ms);
+  }
+  TimingScope &timing() { return scope; }
+
+private:
+  bool on;
+  StringRef name;
+  TimingScope scope;
+  std::chrono::steady_clock::time_point start;
+};
+} // namespace
+
+LogicalResult mlir::k3::compile(MLIRContext &context,
+                                const CompileOptions &options,
+                                TimingScope &timing) {
+  context.loadDialect<K3Dialect, func::FuncDialect, tensor::TensorDialect,
+                      arith::ArithDialect>();
+  // Messages below name the file themselves.
+  Location inputLoc = UnknownLoc::get(&context);
+
+  // Phase 1: import (config.json) or parse (a .mlir k3 module).
+  OwningOpRef<ModuleOp> module;
+  {
+    Phase phase(options, timing, "import");
+    if (StringRef(options.inputPath).ends_with(".mlir")) {
+      module = parseSourceFile<ModuleOp>(options.inputPath, &context);
+      if (!module)
+        return failure();
+    } else {
+      llvm::Expected<hf::TextConfig> config = hf::loadConfig(options.inputPath);
+      if (!config)
+        return emitError(inputLoc) << llvm::toString(config.takeError());
+      if (!options.modelName.empty())
+        config->name = options.modelName;
+      module = hf::importModel(context, *config, options.import);
+    }
+    if (failed(verify(*module)))
+      return failure();
+  }
+
+  // Phase 2: k3 transforms.
+  {
+    Phase phase(options, timing, "transform");
+    PassManager pm(&context);
+    if (failed(applyPassManagerCLOptions(pm)))
+      return failure();
+    pm.enableTiming(phase.timing());
+    buildK3TransformPipeline(pm);
+    if (failed(pm.run(*module)))
+      return failure();
+  }
+
+  // Emit: the output file is kept only if writing it succeeded.
+  Phase phase(options, timing, "emit");
+  std::string error;
+  std::unique_ptr<llvm::ToolOutputFile> out =
+      openOutputFile(options.outputPath, &error);
+  if (!out)
+    return emitError(inputLoc) << "cannot open output '" << options.outputPath
+                               << "': " << error;
+  if (options.emit == EmitKind::K3) {
+    module->print(out->os());
+    out->os() << "\n";
+  } else {
+    FailureOr<ModelInfo> info = describeModel(*module);
+    if (failed(info))
+      return failure();
+    if (options.emit == EmitKind::Manifest)
+      out->os() << manifestJSON(*info, options.targets) << "\n";
+    else if (options.emit == EmitKind::Weights)
+      printWeightList(*info, out->os());
+    else
+      printSummary(*info, out->os());
+  }
+  out->os().flush();
+  if (out->os().has_error())
+    return emitError(inputLoc) << "cannot write output '" << options.outputPath
+                               << "'";
+  out->keep();
+  return success();
+}

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# setup.sh — install what k3c needs (only what is missing), then build and run.
+#
+#   ./setup.sh          install missing packages only
+#   ./setup.sh build    ... and configure + build (build/)
+#   ./setup.sh run      ... and compile the K3 configs, printing layer maps and parameter counts
+#   ./setup.sh test     ... and run every test (lit suite + unit tests)
+#
+# Idempotent and non-interactive; used by the README commands and by .ci/run.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PKGS=(cmake ninja-build ccache g++ llvm-22-dev libmlir-22-dev mlir-22-tools
+      llvm-22-tools nlohmann-json3-dev libgtest-dev python3-numpy)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+    missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+fi
+
+BUILD=${K3C_BUILD_DIR:-build}
+JOBS=${K3C_JOBS:-2}
+
+build() {
+  if [ ! -f "$BUILD/build.ninja" ]; then
+    cmake -G Ninja -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
+      -DMLIR_DIR=/usr/lib/llvm-22/lib/cmake/mlir >/dev/null
+  fi
+  ninja -C "$BUILD" -j"$JOBS" "$@"
+}
+
+case "${1:-}" in
+  "") ;;
+  build) build ;;
+  run)
+    build k3c
+    for cfg in models/kimi-k3/config.json models/k3-tiny/config.json; do
+      "$BUILD/bin/k3c" "$cfg" --emit=summary
+    done
+    ;;
+  test)
+    build
+    ninja -C "$BUILD" check-k3
+    ;;
+  *) echo "usage: $0 [build|run|test]" >&2; exit 2 ;;
+esac

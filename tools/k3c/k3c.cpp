@@ -1,0 +1,116 @@
+//===- k3c.cpp - the Kimi K3 ahead-of-time compiler -----------------------===//
+//
+// Parses flags into mlir::k3::CompileOptions and calls the driver library.
+// Standard MLIR options (--mlir-timing, --mlir-print-ir-after-all, ...) work.
+//
+//===----------------------------------------------------------------------===//
+
+#include "k3/Driver/Driver.h"
+
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/Timing.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MathExtras.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace llvm;
+using namespace mlir;
+
+static cl::OptionCategory k3cCategory("k3c options");
+
+static cl::opt<std::string> inputPath(cl::Positional, cl::Required,
+                                      cl::desc("<config.json | module.mlir>"),
+                                      cl::cat(k3cCategory));
+static cl::opt<std::string> outputPath("o", cl::desc("Output file ('-': stdout)"),
+                                       cl::value_desc("file"), cl::init("-"),
+                                       cl::cat(k3cCategory));
+static cl::opt<std::string>
+    targetSpec("target",
+               cl::desc("Code targets: host, or a comma list of sm_<NN>"),
+               cl::init("host"), cl::cat(k3cCategory));
+static cl::opt<k3::EmitKind> emitKind(
+    "emit", cl::desc("What to write"), cl::init(k3::EmitKind::K3),
+    cl::values(
+        clEnumValN(k3::EmitKind::K3, "k3", "the k3 module after k3 transforms"),
+        clEnumValN(k3::EmitKind::Manifest, "manifest", "the manifest JSON"),
+        clEnumValN(k3::EmitKind::Weights, "weights",
+                   "every checkpoint tensor, one per line"),
+        clEnumValN(k3::EmitKind::Summary, "summary",
+                   "layer map, parameter counts, state sizes")),
+    cl::cat(k3cCategory));
+static cl::opt<int64_t> kdaChunkSize(
+    "kda-chunk-size", cl::desc("KDA prefill chunk length (power of two)"),
+    cl::init(64), cl::cat(k3cCategory));
+static cl::opt<int64_t> mlaPageSize("mla-page-size",
+                                    cl::desc("Tokens per MLA cache page"),
+                                    cl::init(64), cl::cat(k3cCategory));
+static cl::opt<std::string> kdaStateLayout(
+    "kda-state-layout",
+    cl::desc("KDA state layout: value_first ([H,V,K], official) or key_first"),
+    cl::init("value_first"), cl::cat(k3cCategory));
+static cl::opt<std::string> modelName("model-name",
+                                      cl::desc("Model name (default: the "
+                                               "config's folder name)"),
+                                      cl::cat(k3cCategory));
+static cl::opt<bool> quiet("quiet", cl::desc("No progress lines on stderr"),
+                           cl::cat(k3cCategory));
+
+static int fail(const Twine &msg) {
+  errs() << "k3c: error: " << msg << "\n";
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  InitLLVM init(argc, argv);
+  registerAsmPrinterCLOptions();
+  registerMLIRContextCLOptions();
+  registerPassManagerCLOptions();
+  registerDefaultTimingManagerCLOptions();
+  cl::ParseCommandLineOptions(argc, argv, "k3c: the Kimi K3 compiler\n");
+
+  k3::CompileOptions options;
+  options.inputPath = inputPath;
+  options.outputPath = outputPath;
+  options.emit = emitKind;
+  options.modelName = modelName;
+  options.progress = !quiet;
+  Expected<std::vector<std::string>> targets = k3::parseTargets(targetSpec);
+  if (!targets)
+    return fail(toString(targets.takeError()));
+  options.targets = *targets;
+  if (kdaChunkSize < 1 || kdaChunkSize > 1024 || !isPowerOf2_64(kdaChunkSize))
+    return fail("--kda-chunk-size must be a power of two in [1, 1024], got " +
+                Twine(kdaChunkSize));
+  if (mlaPageSize < 1 || mlaPageSize > 65536)
+    return fail("--mla-page-size must be in [1, 65536], got " +
+                Twine(mlaPageSize));
+  if (kdaStateLayout != "value_first" && kdaStateLayout != "key_first")
+    return fail("--kda-state-layout must be 'value_first' or 'key_first', got '" +
+                kdaStateLayout + "'");
+  options.import.kdaChunkSize = kdaChunkSize;
+  options.import.mlaPageSize = mlaPageSize;
+  options.import.kdaStateValueFirst = kdaStateLayout == "value_first";
+
+  MLIRContext context;
+  SourceMgr sourceMgr;
+  SourceMgrDiagnosticHandler located(sourceMgr, &context);
+  // Messages without a location (config and flag errors) name their file.
+  ScopedDiagnosticHandler plain(&context, [](Diagnostic &diag) {
+    if (!isa<UnknownLoc>(diag.getLocation()))
+      return failure();
+    errs() << "k3c: "
+           << (diag.getSeverity() == DiagnosticSeverity::Error ? "error: " : "")
+           << diag << "\n";
+    return success();
+  });
+
+  DefaultTimingManager tm;
+  applyDefaultTimingManagerCLOptions(tm);
+  TimingScope timing = tm.getRootScope();
+  return failed(k3::compile(context, options, timing)) ? 1 : 0;
+}
