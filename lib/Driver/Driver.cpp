@@ -32,10 +32,11 @@ mlir::k3::parseTargets(StringRef spec) {
   spec.split(parts, ',');
   for (StringRef p : parts) {
     p = p.trim();
+    StringRef digits = p;
     unsigned sm = 0;
-    bool isSM = p.consume_front("sm_") && !p.empty() && !p.getAsInteger(10, sm) &&
-                sm >= 50;
-    std::string t = isSM ? "sm_" + std::to_string(sm) : p.str();
+    bool isSM = digits.consume_front("sm_") && !digits.empty() &&
+                !digits.getAsInteger(10, sm) && sm >= 50;
+    std::string t = p.str();
     if (t != "host" && !isSM)
       return llvm::createStringError(
           "unknown target '%s' in --target (expected 'host' or 'sm_<NN>', "

@@ -76,6 +76,13 @@ public:
     std::string what = ex.what();
     size_t colon = what.find(": ");
     error = colon == std::string::npos ? what : what.substr(colon + 2);
+    // Drop "; last read: '...'": the line and column say where.
+    size_t lastRead = error.find("; last read: '");
+    if (lastRead != std::string::npos) {
+      size_t close = error.find("'", lastRead + 14);
+      error.erase(lastRead, close == std::string::npos ? std::string::npos
+                                                       : close + 1 - lastRead);
+    }
     return false;
   }
 

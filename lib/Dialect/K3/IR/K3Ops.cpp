@@ -188,9 +188,10 @@ LogicalResult ShortConvOp::verify() {
   int64_t c = tail.getChannels();
   if (failed(expectShape(*this, "input", getInput(), {ShapedType::kDynamic, c})))
     return failure();
-  if (failed(expectShape(*this, "weight", getWeight(), {c, 1, tail.getWidth() + 1})))
-    return emitOpError() << "kernel width must be the tail width + 1 ("
-                         << tail.getWidth() + 1 << ")";
+  // Kernel width W = tail width + 1 (the tail holds the W-1 previous inputs).
+  if (failed(expectShape(*this, "weight", getWeight(),
+                         {c, 1, tail.getWidth() + 1})))
+    return failure();
   if (getNewTail().getType() != tail)
     return emitOpError("new tail type must equal the tail type");
   return expectShape(*this, "result", getResult(), shapeOf(getInput()));

@@ -1,0 +1,25 @@
+# -*- Python -*-
+# The k3c lit suite: dialect, importer, driver tests (and, later, lowering,
+# targets and end-to-end numerics). GPU tests are gated by REQUIRES: features.
+
+import os
+import sys
+
+import lit.formats
+from lit.llvm import llvm_config
+
+config.name = "K3C"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mlir", ".test"]
+config.excludes = ["Inputs", "Unit", "CMakeLists.txt", "lit.cfg.py"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.k3c_obj_root, "test")
+
+config.substitutions.append(("%models", os.path.join(config.k3c_src_root, "models")))
+config.substitutions.append(("%python", sys.executable))
+
+llvm_config.with_system_environment(["HOME", "TMP", "TEMP"])
+llvm_config.use_default_substitutions()
+llvm_config.add_tool_substitutions(
+    ["k3-opt", "k3c"], [config.k3c_tools_dir])
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
