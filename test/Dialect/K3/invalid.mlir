@@ -733,3 +733,11 @@ func.func @moe_beta(%x: tensor<?x16xbf16>, %wr: tensor<4x16xbf16>, %br: tensor<4
   %0 = k3.latent_moe %x router %wr, %br latent %down, %up experts %w1, %w3, %w2 norm %ln shared %sg, %su, %sd {num_experts = 4 : i64, top_k = 2 : i64, routed_scaling_factor = 1.0 : f64, renormalize = true, norm_eps = 1.0e-5 : f64, activation = #k3.glu_activation<situ>, beta = 4.0 : f64, linear_beta = 0.0 : f64} : (tensor<?x16xbf16>, tensor<4x16xbf16>, tensor<4xf32>, tensor<32x16xbf16>, tensor<16x32xbf16>, !k3.mxfp4<4x32x32>, !k3.mxfp4<4x32x32>, !k3.mxfp4<4x32x32>, tensor<32xbf16>, tensor<32x16xbf16>, tensor<32x16xbf16>, tensor<16x32xbf16>) -> tensor<?x16xbf16>
   return
 }
+
+// -----
+
+func.func @gated_norm_result(%o: tensor<?x2x8xbf16>, %z: tensor<?x2x8xbf16>, %g: tensor<8xf32>) {
+  // expected-error @+1 {{'k3.gated_rms_norm' op result must have shape [?, 2, 8], got [?, 2, 4]}}
+  %0 = k3.gated_rms_norm %o, %z, %g {eps = 1.0e-5 : f64} : (tensor<?x2x8xbf16>, tensor<?x2x8xbf16>, tensor<8xf32>) -> tensor<?x2x4xbf16>
+  return
+}
