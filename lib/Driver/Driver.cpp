@@ -62,7 +62,8 @@ public:
   Phase(const CompileOptions &o, TimingScope &parent, StringRef name)
       : on(o.progress), name(name), scope(parent.nest(name)),
         start(std::chrono::steady_clock::now()) {}
-  ~Phase() {
+  /// Prints the phase's line; a phase that failed prints none.
+  void done() {
     if (!on)
       return;
     double ms = std::chrono::duration<double, std::milli>(
@@ -106,6 +107,7 @@ LogicalResult mlir::k3::compile(MLIRContext &context,
     }
     if (failed(verify(*module)))
       return failure();
+    phase.done();
   }
 
   // Phase 2: k3 transforms.
@@ -118,6 +120,7 @@ LogicalResult mlir::k3::compile(MLIRContext &context,
     buildK3TransformPipeline(pm);
     if (failed(pm.run(*module)))
       return failure();
+    phase.done();
   }
 
   // Emit: the output file is kept only if writing it succeeded.
@@ -147,5 +150,6 @@ LogicalResult mlir::k3::compile(MLIRContext &context,
     return emitError(inputLoc) << "cannot write output '" << options.outputPath
                                << "'";
   out->keep();
+  phase.done();
   return success();
 }
