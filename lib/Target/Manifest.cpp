@@ -296,6 +296,48 @@ FailureOr<ModelInfo> mlir::k3::describeModel(ModuleOp module) {
 // Manifest JSON
 //===----------------------------------------------------------------------===//
 
+/// One line: {"a": 1, "b": [1, 2]}.
+static std::string inlineJSON(const ojson &j) {
+  if (j.is_object()) {
+    std::string s = "{";
+    for (auto it = j.begin(); it != j.end(); ++it)
+      s += (it == j.begin() ? "" : ", ") + ojson(it.key()).dump() + ": " +
+           inlineJSON(it.value());
+    return s + "}";
+  }
+  if (j.is_array()) {
+    std::string s = "[";
+    for (size_t i = 0; i < j.size(); ++i)
+      s += (i ? ", " : "") + inlineJSON(j[i]);
+    return s + "]";
+  }
+  return j.dump();
+}
+
+/// Indented JSON that keeps short objects and arrays on one line, so a
+/// manifest reads (and greps) one layer, tensor or state group per line.
+static void writeJSON(const ojson &j, std::string &out, int indent) {
+  std::string flat = inlineJSON(j);
+  bool scalars = j.is_array() && llvm::all_of(j, [](const ojson &e) {
+                   return e.is_primitive();
+                 });
+  if (!j.is_structured() || scalars || flat.size() + indent <= 200) {
+    out += flat;
+    return;
+  }
+  bool isObject = j.is_object();
+  out += isObject ? "{\n" : "[\n";
+  size_t i = 0;
+  for (auto it = j.begin(); it != j.end(); ++it, ++i) {
+    out += std::string(indent + 2, ' ');
+    if (isObject)
+      out += ojson(it.key()).dump() + ": ";
+    writeJSON(it.value(), out, indent + 2);
+    out += i + 1 < j.size() ? ",\n" : "\n";
+  }
+  out += std::string(indent, ' ') + (isObject ? "}" : "]");
+}
+
 std::string mlir::k3::manifestJSON(const ModelInfo &info,
                                    ArrayRef<std::string> targets) {
   ojson m;
@@ -316,7 +358,7 @@ std::string mlir::k3::manifestJSON(const ModelInfo &info,
                       {"mixer", l.mixer},
                       {"ffn", l.ffn},
                       {"block_boundary", l.blockBoundary},
-                      {"attn_res_candidates",
+                      {"attn_res",
                        {{"pre_mixer", l.preMixerCandidates},
                         {"pre_ffn", l.preFFNCandidates}}}});
   m["layers"] = layers;
@@ -350,31 +392,32 @@ std::string mlir::k3::manifestJSON(const ModelInfo &info,
                 {"bytes_per_sequence", perSequence},
                 {"bytes_per_token", perToken}};
 
-  ojson groups = ojson::array();
+  // One entry per checkpoint tensor; an expert stack is one entry whose
+  // name holds "{e}" for expert indices 0 .. experts-1.
+  ojson tensors = ojson::array();
   for (const WeightGroup &g : info.weights) {
-    ojson tensors = ojson::array();
-    for (const TensorInfo &t : g.tensors)
-      tensors.push_back({{"name", t.name},
-                         {"shape", t.shape},
-                         {"dtype", t.dtype},
-                         {"quantization", t.quantization},
-                         {"bytes", t.bytes}});
-    ojson entry = {{"name", g.name}};
-    if (g.experts)
-      entry["experts"] = g.experts;
-    if (!g.used)
-      entry["used"] = false;
-    entry["tensors"] = tensors;
-    groups.push_back(entry);
+    for (const TensorInfo &t : g.tensors) {
+      ojson entry = {{"name", t.name}, {"shape", t.shape}, {"dtype", t.dtype}};
+      if (t.quantization != "none")
+        entry["quantization"] = t.quantization;
+      if (g.experts)
+        entry["experts"] = g.experts;
+      if (!g.used)
+        entry["used"] = false;
+      entry["bytes"] = t.bytes;
+      tensors.push_back(entry);
+    }
   }
   m["weights"] = {{"tensor_count", info.tensorCount},
                   {"bytes", info.weightBytes},
                   {"expert_placeholder", "{e}"},
-                  {"groups", groups}};
+                  {"tensors", tensors}};
   m["parameters"] = {{"total", info.totalParameters},
                      {"active_per_token", info.activeParameters},
                      {"active_excludes", {"embedding"}}};
-  return m.dump(1);
+  std::string out;
+  writeJSON(m, out, 0);
+  return out;
 }
 
 //===----------------------------------------------------------------------===//
