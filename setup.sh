@@ -48,7 +48,14 @@ case "${1:-}" in
     ;;
   test)
     build
-    ninja -C "$BUILD" check-k3
+    log=$(mktemp)
+    status=0
+    ninja -C "$BUILD" check-k3 2>&1 | tee "$log" || status=$?
+    passed=$(sed -n 's/^ *Passed *: *\([0-9]*\).*/\1/p' "$log" | tail -1)
+    failed=$(sed -n 's/^ *Failed *: *\([0-9]*\).*/\1/p' "$log" | tail -1)
+    rm -f "$log"
+    echo "${passed:-0} passed, ${failed:-0} failed"
+    exit "$status"
     ;;
   *) echo "usage: $0 [build|run|test]" >&2; exit 2 ;;
 esac
