@@ -273,6 +273,24 @@ FailureOr<ModelInfo> mlir::k3::describeModel(ModuleOp module) {
     info.weights.push_back(std::move(g));
   });
 
+  // The library ABI (docs/ABI.md): tokens, the weights read, every state
+  // argument of @forward in order, the logits.
+  info.abi.push_back({"tokens", "", "", -1, {-1}, "i32"});
+  for (const WeightGroup &g : info.weights) {
+    if (!g.used)
+      continue;
+    for (const TensorInfo &t : g.tensors) {
+      AbiArg a{"weight", g.name, "", -1, t.shape, t.dtype};
+      if (t.quantization == "mxfp4.packed")
+        a.part = "packed";
+      else if (t.quantization == "mxfp4.scale")
+        a.part = "scale";
+      if (g.experts)
+        a.shape.insert(a.shape.begin(), g.experts);
+      info.abi.push_back(a);
+    }
+  }
+
   // State groups from the annotated arguments of @forward.
   std::map<std::string, size_t> groupIndex;
   for (BlockArgument arg : forward.getArguments()) {
@@ -288,7 +306,19 @@ FailureOr<ModelInfo> mlir::k3::describeModel(ModuleOp module) {
       info.states.back().kind = kind.str();
     }
     info.states[it->second].layers.push_back(layer.getInt());
+    const StateGroup &g = info.states[it->second];
+    if (auto mla = dyn_cast<MLACacheType>(arg.getType())) {
+      info.abi.push_back({"state", g.kind, "pool", layer.getInt(),
+                          {-1, mla.getPageSize(), mla.getTokenWidth()},
+                          g.dtype});
+      info.abi.push_back(
+          {"state", g.kind, "page_table", layer.getInt(), {-1}, "i32"});
+      info.abi.push_back({"state", g.kind, "length", layer.getInt(), {1}, "i64"});
+    } else {
+      info.abi.push_back({"state", g.kind, "", layer.getInt(), g.shape, g.dtype});
+    }
   }
+  info.abi.push_back({"logits", "", "", -1, {-1, info.vocabSize}, "f32"});
   return info;
 }
 
@@ -412,6 +442,22 @@ std::string mlir::k3::manifestJSON(const ModelInfo &info,
                   {"bytes", info.weightBytes},
                   {"expert_placeholder", "{e}"},
                   {"tensors", tensors}};
+  ojson args = ojson::array();
+  for (const AbiArg &a : info.abi) {
+    ojson e = {{"role", a.role}};
+    if (!a.name.empty())
+      e["name"] = a.name;
+    if (!a.part.empty())
+      e["part"] = a.part;
+    if (a.layer >= 0)
+      e["layer"] = a.layer;
+    e["shape"] = a.shape;
+    e["dtype"] = a.dtype;
+    args.push_back(e);
+  }
+  m["abi"] = {{"version", kLibraryAbiVersion},
+              {"entry", "k3_forward"},
+              {"args", args}};
   m["parameters"] = {{"total", info.totalParameters},
                      {"active_per_token", info.activeParameters},
                      {"active_excludes", {"embedding"}}};

@@ -68,6 +68,16 @@ struct StateGroup {
   int64_t bytesPerLayer = 0;    ///< per sequence, or per token if perToken
 };
 
+/// One argument of the library's k3_forward (docs/ABI.md), in call order.
+struct AbiArg {
+  std::string role;  ///< tokens, weight, state or logits
+  std::string name;  ///< weight: checkpoint name; state: group kind
+  std::string part;  ///< packed/scale (MXFP4), pool/page_table/length (MLA)
+  int64_t layer = -1; ///< state: its layer
+  std::vector<int64_t> shape; ///< -1: known at run time
+  std::string dtype;
+};
+
 struct ModelInfo {
   std::string name, modelType, configHash;
   int64_t vocabSize = 0, hiddenSize = 0, maxContext = 0, attnResBlockSize = 0;
@@ -79,7 +89,11 @@ struct ModelInfo {
   std::vector<StateGroup> states;
   int64_t tensorCount = 0, weightBytes = 0;
   int64_t totalParameters = 0, activeParameters = 0;
+  std::vector<AbiArg> abi;
 };
+
+/// Version of the library ABI the manifest's "abi" section describes.
+inline constexpr int kLibraryAbiVersion = 1;
 
 /// Reads the model description off an imported module. Emits a diagnostic
 /// on the module and fails if it is not an imported k3 model.
