@@ -4,18 +4,24 @@
 #include "k3/Dialect/K3/IR/K3.h"
 #include "k3/Frontend/HF/Config.h"
 #include "k3/Pipelines/Pipelines.h"
+#include "k3/Target/HostLibrary.h"
 #include "k3/Target/Manifest.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/InitAllDialects.h"
+#include "mlir/InitAllExtensions.h"
+#include "mlir/Target/LLVMIR/Dialect/All.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Support/Timing.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Chrono.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
@@ -84,6 +90,14 @@ private:
 LogicalResult mlir::k3::compile(MLIRContext &context,
                                 const CompileOptions &options,
                                 TimingScope &timing) {
+  // Every dialect, interface model (bufferization, LLVM translation) and
+  // extension the lowering pipelines rely on.
+  DialectRegistry registry;
+  registerAllDialects(registry);
+  registerAllExtensions(registry);
+  registerAllToLLVMIRTranslations(registry);
+  registry.insert<K3Dialect>();
+  context.appendDialectRegistry(registry);
   context.loadDialect<K3Dialect, func::FuncDialect, tensor::TensorDialect,
                       arith::ArithDialect>();
   // Messages below name the file themselves.
@@ -123,33 +137,99 @@ LogicalResult mlir::k3::compile(MLIRContext &context,
     phase.done();
   }
 
-  // Emit: the output file is kept only if writing it succeeded.
-  Phase phase(options, timing, "emit");
-  std::string error;
-  std::unique_ptr<llvm::ToolOutputFile> out =
-      openOutputFile(options.outputPath, &error);
-  if (!out)
-    return emitError(inputLoc) << "cannot open output '" << options.outputPath
-                               << "': " << error;
-  if (options.emit == EmitKind::K3) {
-    module->print(out->os());
-    out->os() << "\n";
-  } else {
+  // Outputs of the k3 level.
+  if (options.emit == EmitKind::K3 || options.emit == EmitKind::Manifest ||
+      options.emit == EmitKind::Weights || options.emit == EmitKind::Summary) {
+    Phase phase(options, timing, "emit");
+    std::string error;
+    std::unique_ptr<llvm::ToolOutputFile> out =
+        openOutputFile(options.outputPath, &error);
+    if (!out)
+      return emitError(inputLoc) << "cannot open output '" << options.outputPath
+                                 << "': " << error;
+    if (options.emit == EmitKind::K3) {
+      module->print(out->os());
+      out->os() << "\n";
+    } else {
+      FailureOr<ModelInfo> info = describeModel(*module);
+      if (failed(info))
+        return failure();
+      if (options.emit == EmitKind::Manifest)
+        out->os() << manifestJSON(*info, options.targets) << "\n";
+      else if (options.emit == EmitKind::Weights)
+        printWeightList(*info, out->os());
+      else
+        printSummary(*info, out->os());
+    }
+    out->os().flush();
+    if (out->os().has_error())
+      return emitError(inputLoc) << "cannot write output '"
+                                 << options.outputPath << "'";
+    out->keep();
+    phase.done();
+    return success();
+  }
+
+  if (options.targets != std::vector<std::string>{"host"})
+    return emitError(inputLoc)
+           << "--emit=library/linalg/llvm is implemented for --target=host "
+              "only; GPU code generation is not available in this build";
+
+  // Phase 3: lower. The manifest is taken from the k3 module first.
+  {
+    Phase phase(options, timing, "lower");
     FailureOr<ModelInfo> info = describeModel(*module);
     if (failed(info))
       return failure();
-    if (options.emit == EmitKind::Manifest)
-      out->os() << manifestJSON(*info, options.targets) << "\n";
-    else if (options.emit == EmitKind::Weights)
-      printWeightList(*info, out->os());
-    else
-      printSummary(*info, out->os());
+    (*module)->setAttr("k3.manifest",
+                       StringAttr::get(&context,
+                                       manifestJSON(*info, options.targets)));
+    PassManager pm(&context);
+    if (failed(applyPassManagerCLOptions(pm)))
+      return failure();
+    pm.enableTiming(phase.timing());
+    if (options.emit == EmitKind::Linalg)
+      buildK3ToLinalgPipeline(pm);
+    else if (failed(buildHostLoweringPipeline(pm)))
+      return emitError(inputLoc) << "internal error: bad lowering pipeline";
+    if (failed(pm.run(*module)))
+      return failure();
+    phase.done();
   }
-  out->os().flush();
-  if (out->os().has_error())
-    return emitError(inputLoc) << "cannot write output '" << options.outputPath
-                               << "'";
-  out->keep();
-  phase.done();
+
+  if (options.emit == EmitKind::Linalg || options.emit == EmitKind::LLVMIR) {
+    Phase phase(options, timing, "emit");
+    std::string error;
+    std::unique_ptr<llvm::ToolOutputFile> out =
+        openOutputFile(options.outputPath, &error);
+    if (!out)
+      return emitError(inputLoc) << "cannot open output '" << options.outputPath
+                                 << "': " << error;
+    if (options.emit == EmitKind::Linalg)
+      module->print(out->os());
+    else if (failed(printLLVMIR(*module, out->os())))
+      return failure();
+    out->keep();
+    phase.done();
+    return success();
+  }
+
+  // Phases 4 and 5: codegen (object file) and link (shared library).
+  SmallString<128> object;
+  if (llvm::sys::fs::createTemporaryFile("k3c", "o", object))
+    return emitError(inputLoc) << "cannot create a temporary object file";
+  auto removeObject = llvm::make_scope_exit([&] { llvm::sys::fs::remove(object); });
+  {
+    Phase phase(options, timing, "codegen");
+    if (failed(emitHostObject(*module, object)))
+      return failure();
+    phase.done();
+  }
+  {
+    Phase phase(options, timing, "link");
+    if (failed(linkHostLibrary(*module, object, options.outputPath)))
+      return failure();
+    phase.done();
+  }
   return success();
 }

@@ -1,7 +1,10 @@
 //===- Pipelines.cpp - the pass pipelines k3c runs ------------------------===//
 
 #include "k3/Pipelines/Pipelines.h"
+#include "k3/Conversion/Passes.h"
+#include "k3/Dialect/K3/Transforms/Passes.h"
 
+#include "mlir/InitAllPasses.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
@@ -13,9 +16,62 @@ void mlir::k3::buildK3TransformPipeline(OpPassManager &pm) {
   pm.addPass(createCSEPass());
 }
 
+void mlir::k3::buildK3ToLinalgPipeline(OpPassManager &pm) {
+  pm.addPass(createK3WeightsToArgumentsPass());
+  pm.addPass(createConvertK3ToLinalgPass());
+  pm.addPass(createK3ExposeABIPass());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createSymbolDCEPass());
+}
+
+// Upstream passes by their registered names, in the order they run.
+static const char *const kBufferize =
+    "one-shot-bufferize{bufferize-function-boundaries=1 "
+    "function-boundary-type-conversion=identity-layout-map},"
+    "buffer-deallocation-pipeline,convert-bufferization-to-memref";
+static const char *const kToLLVM =
+    "convert-linalg-to-loops,expand-strided-metadata,lower-affine,"
+    "convert-scf-to-cf,arith-expand{include-bf16=1},convert-math-to-llvm,"
+    "convert-math-to-libm,finalize-memref-to-llvm,convert-arith-to-llvm,"
+    "convert-index-to-llvm,convert-func-to-llvm,convert-cf-to-llvm,"
+    "reconcile-unrealized-casts";
+
+LogicalResult mlir::k3::buildHostLoweringPipeline(OpPassManager &pm) {
+  registerUpstreamPasses();
+  buildK3ToLinalgPipeline(pm);
+  if (failed(parsePassPipeline(kBufferize, pm)))
+    return failure();
+  pm.addPass(createK3MemRefCopyToLinalgPass());
+  if (failed(parsePassPipeline(kToLLVM, pm)))
+    return failure();
+  pm.addPass(createK3EmitLibraryEntriesPass());
+  return success();
+}
+
+void mlir::k3::registerUpstreamPasses() {
+  static bool once = [] {
+    registerAllPasses();
+    return true;
+  }();
+  (void)once;
+}
+
+void mlir::k3::registerK3Passes() {
+  registerK3TransformsPasses();
+  registerK3ConversionPasses();
+}
+
 void mlir::k3::registerK3Pipelines() {
   PassPipelineRegistration<>(
       "k3-transform-pipeline",
       "The k3 transform phase of k3c (canonicalize, CSE) on an imported module",
       [](OpPassManager &pm) { buildK3TransformPipeline(pm); });
+  PassPipelineRegistration<>(
+      "k3-to-linalg-pipeline",
+      "k3 -> linalg/scf/memref with the library ABI (before bufferization)",
+      [](OpPassManager &pm) { buildK3ToLinalgPipeline(pm); });
+  PassPipelineRegistration<>(
+      "k3-host-lowering-pipeline",
+      "k3 -> LLVM dialect with the library entry points (k3c --target=host)",
+      [](OpPassManager &pm) { (void)buildHostLoweringPipeline(pm); });
 }

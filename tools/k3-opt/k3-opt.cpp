@@ -16,6 +16,7 @@
 
 int main(int argc, char **argv) {
   mlir::registerAllPasses();
+  mlir::k3::registerK3Passes();
   mlir::k3::registerK3Pipelines();
   mlir::DialectRegistry registry;
   mlir::registerAllDialects(registry);

@@ -41,7 +41,12 @@ static cl::opt<k3::EmitKind> emitKind(
         clEnumValN(k3::EmitKind::Weights, "weights",
                    "every checkpoint tensor, one per line"),
         clEnumValN(k3::EmitKind::Summary, "summary",
-                   "layer map, parameter counts, state sizes")),
+                   "layer map, parameter counts, state sizes"),
+        clEnumValN(k3::EmitKind::Linalg, "linalg",
+                   "after lowering to linalg/scf/memref (library ABI)"),
+        clEnumValN(k3::EmitKind::LLVMIR, "llvm", "LLVM IR of the library"),
+        clEnumValN(k3::EmitKind::Library, "library",
+                   "the shared library (default when -o ends in .so)")),
     cl::cat(k3cCategory));
 static cl::opt<int64_t> kdaChunkSize(
     "kda-chunk-size", cl::desc("KDA prefill chunk length (power of two)"),
@@ -57,6 +62,10 @@ static cl::opt<std::string> modelName("model-name",
                                       cl::desc("Model name (default: the "
                                                "config's folder name)"),
                                       cl::cat(k3cCategory));
+static cl::opt<std::string> activationDtype(
+    "activation-dtype",
+    cl::desc("Activation dtype: bf16 (as K3) or f32 (docs/NUMERICS.md)"),
+    cl::init("bf16"), cl::cat(k3cCategory));
 static cl::opt<bool> quiet("quiet", cl::desc("No progress lines on stderr"),
                            cl::cat(k3cCategory));
 
@@ -77,6 +86,9 @@ int main(int argc, char **argv) {
   options.inputPath = inputPath;
   options.outputPath = outputPath;
   options.emit = emitKind;
+  if (emitKind.getNumOccurrences() == 0 &&
+      StringRef(outputPath).ends_with(".so"))
+    options.emit = k3::EmitKind::Library;
   options.modelName = modelName;
   options.progress = !quiet;
   Expected<std::vector<std::string>> targets = k3::parseTargets(targetSpec);
@@ -92,6 +104,10 @@ int main(int argc, char **argv) {
   if (kdaStateLayout != "value_first" && kdaStateLayout != "key_first")
     return fail("--kda-state-layout must be 'value_first' or 'key_first', got '" +
                 kdaStateLayout + "'");
+  if (activationDtype != "bf16" && activationDtype != "f32")
+    return fail("--activation-dtype must be 'bf16' or 'f32', got '" +
+                activationDtype + "'");
+  options.import.f32Activations = activationDtype == "f32";
   options.import.kdaChunkSize = kdaChunkSize;
   options.import.mlaPageSize = mlaPageSize;
   options.import.kdaStateValueFirst = kdaStateLayout == "value_first";

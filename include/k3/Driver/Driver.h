@@ -29,6 +29,9 @@ enum class EmitKind {
   Manifest, ///< the manifest JSON
   Weights,  ///< every checkpoint tensor, one per line
   Summary,  ///< layer map, parameter counts, state sizes
+  Linalg,   ///< after lowering to linalg/scf/memref with the library ABI
+  LLVMIR,   ///< LLVM IR of the host library
+  Library,  ///< the shared library (the default for -o *.so)
 };
 
 struct CompileOptions {

@@ -3,17 +3,31 @@
 #ifndef K3_PIPELINES_PIPELINES_H
 #define K3_PIPELINES_PIPELINES_H
 
+#include "mlir/Support/LLVM.h"
+
 namespace mlir {
 class OpPassManager;
 } // namespace mlir
 
 namespace mlir::k3 {
 
-/// Phase 2 (k3 transforms) on an imported module: canonicalization and CSE
-/// over the k3 ops and the forward skeleton.
+/// Phase 2 (k3 transforms) on an imported module: canonicalization and CSE.
 void buildK3TransformPipeline(OpPassManager &pm);
 
-/// Registers the pipelines with k3-opt (`--k3-transform-pipeline`).
+/// Phase 3a: weights to arguments, k3 -> kernels, the library ABI.
+void buildK3ToLinalgPipeline(OpPassManager &pm);
+
+/// Phase 3 for the host: everything down to the LLVM dialect, with the
+/// library's entry points; the module needs a `k3.manifest` attribute.
+LogicalResult buildHostLoweringPipeline(OpPassManager &pm);
+
+/// Registers the upstream passes the pipelines name (idempotent).
+void registerUpstreamPasses();
+
+/// Registers every k3 pass with the global registry (for k3-opt).
+void registerK3Passes();
+
+/// Registers the pipelines with k3-opt.
 void registerK3Pipelines();
 
 } // namespace mlir::k3

@@ -42,7 +42,7 @@ class ModelBuilder {
 public:
   ModelBuilder(MLIRContext &ctx, const TextConfig &c, const ImportOptions &o)
       : ctx(ctx), c(c), opts(o), bf16(BFloat16Type::get(&ctx)),
-        f32(Float32Type::get(&ctx)) {}
+        f32(Float32Type::get(&ctx)), actType(o.f32Activations ? f32 : bf16) {}
 
   OwningOpRef<ModuleOp> build();
 
@@ -51,16 +51,17 @@ private:
   const TextConfig &c;
   const ImportOptions &opts;
   Type bf16, f32;
+  Type actType; ///< activation dtype
   ModuleOp module;
 
   //===--- Types ----------------------------------------------------------===//
 
-  /// Activations [T, n] (T dynamic) in bf16.
+  /// Activations [T, n] (T dynamic).
   RankedTensorType act(int64_t n) {
-    return RankedTensorType::get({ShapedType::kDynamic, n}, bf16);
+    return RankedTensorType::get({ShapedType::kDynamic, n}, actType);
   }
   RankedTensorType act(int64_t h, int64_t d) {
-    return RankedTensorType::get({ShapedType::kDynamic, h, d}, bf16);
+    return RankedTensorType::get({ShapedType::kDynamic, h, d}, actType);
   }
   RankedTensorType tensor(ArrayRef<int64_t> shape, Type elem = {}) {
     return RankedTensorType::get(shape, elem ? elem : bf16);
@@ -72,10 +73,10 @@ private:
   }
   ConvStateType convStateType() {
     return ConvStateType::get(&ctx, c.kdaHeads * c.kdaHeadDim,
-                              c.convKernel - 1, bf16);
+                              c.convKernel - 1, actType);
   }
   MLACacheType mlaCacheType() {
-    return MLACacheType::get(&ctx, c.kvLoraRank, c.qkRopeHeadDim, bf16,
+    return MLACacheType::get(&ctx, c.kvLoraRank, c.qkRopeHeadDim, actType,
                              opts.mlaPageSize);
   }
 
@@ -415,7 +416,9 @@ void ModelBuilder::buildForward(func::FuncOp kda, func::FuncOp mla,
       addState(mlaCacheType(), l, "mla.latent");
     }
   }
-  SmallVector<Type> results = {tensor({ShapedType::kDynamic, c.vocabSize})};
+  // Logits are f32 holding values rounded to the activation dtype (§3.2).
+  SmallVector<Type> results = {
+      tensor({ShapedType::kDynamic, c.vocabSize}, f32)};
   results.append(inputs.begin() + 1, inputs.end());
 
   OpBuilder mb = OpBuilder::atBlockBegin(module.getBody());

@@ -28,6 +28,9 @@ struct ImportOptions {
   int64_t mlaPageSize = 64;
   /// KDA state as Sᵀ ([H, V, K], the official layout) or S ([H, K, V]).
   bool kdaStateValueFirst = true;
+  /// Activation dtype: bf16 as in K3, or f32 (docs/NUMERICS.md). The conv
+  /// tails and the MLA cache store activations, so they follow it.
+  bool f32Activations = false;
 };
 
 /// Names of the entry point and the shared bodies in an imported module.

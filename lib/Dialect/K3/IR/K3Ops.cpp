@@ -115,8 +115,9 @@ LogicalResult EmbeddingOp::verify() {
   if (failed(expectShape(*this, "result", getResult(),
                          {shapeOf(getTokens())[0], table[1]})))
     return failure();
-  if (elementTypeOf(getResult()) != elementTypeOf(getTable()))
-    return emitOpError("result element type must match the table's");
+  Type tableType = elementTypeOf(getTable()), result = elementTypeOf(getResult());
+  if (result != tableType && !result.isF32())
+    return emitOpError("result element type must be the table's or f32");
   return success();
 }
 

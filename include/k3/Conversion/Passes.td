@@ -1,0 +1,75 @@
+//===- Passes.td - k3 conversion passes --------------------*- tablegen -*-===//
+
+#ifndef K3_CONVERSION_PASSES_TD
+#define K3_CONVERSION_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def ConvertK3ToLinalgPass : Pass<"convert-k3-to-linalg", "::mlir::ModuleOp"> {
+  let summary = "Lower every k3 op to linalg/tensor/scf/memref/arith/math";
+  let description = [{
+    Replaces each k3 op by a call to a kernel function written in
+    linalg/tensor/scf/memref/arith/math (lib/Conversion/K3ToLinalg/Kernels):
+    one kernel per op, with dynamic shapes so that every layer of a kind
+    shares it. The kernels compute in f32 and round to the activation dtype
+    (bf16 or f32, taken from the module) where docs/NUMERICS.md says.
+
+    State types become buffers updated in place: `!k3.kda_state` a memref in
+    its recorded layout, `!k3.conv_state` a [channels, width] memref,
+    `!k3.mla_cache` three memrefs (page pool, page table, length).
+    `!k3.mxfp4` weights become two i8 tensors (packed nibbles, E8M0 scales).
+    Function signatures, calls and returns are converted 1:N accordingly.
+    KDA is lowered in both forms (token recurrence for T = 1, chunked WY/UT
+    form with the op's chunk size otherwise); MLA in the naive form for
+    T > 1 and the weight-absorbed form for T = 1.
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect",
+    "::mlir::bufferization::BufferizationDialect",
+    "::mlir::func::FuncDialect",
+    "::mlir::linalg::LinalgDialect",
+    "::mlir::math::MathDialect",
+    "::mlir::memref::MemRefDialect",
+    "::mlir::scf::SCFDialect",
+    "::mlir::tensor::TensorDialect"
+  ];
+}
+
+def K3ExposeABIPass : Pass<"k3-expose-abi", "::mlir::ModuleOp"> {
+  let summary = "Give @forward the library's calling convention (docs/ABI.md)";
+  let description = [{
+    After `convert-k3-to-linalg`: every tensor argument of @forward becomes a
+    memref of the same shape read through `bufferization.to_tensor`, the
+    state results (the argument buffers, updated in place) are dropped, and
+    the logits are written into a new trailing memref argument. The function
+    gets `llvm.emit_c_interface`, so `_mlir_ciface_forward` takes one
+    memref descriptor pointer per argument.
+  }];
+  let dependentDialects = [
+    "::mlir::bufferization::BufferizationDialect",
+    "::mlir::memref::MemRefDialect"
+  ];
+}
+
+def K3EmitLibraryEntriesPass : Pass<"k3-emit-library-entries", "::mlir::ModuleOp"> {
+  let summary = "Add the library's exported C entry points (LLVM dialect)";
+  let description = [{
+    On a module lowered to the LLVM dialect: adds `k3_abi_version()`,
+    `k3_manifest_json()` (the module's `k3.manifest` string) and
+    `k3_forward(void **args)`, which calls `_mlir_ciface_forward` with
+    args[0], args[1], ... (docs/ABI.md).
+  }];
+  let dependentDialects = ["::mlir::LLVM::LLVMDialect"];
+}
+
+def K3MemRefCopyToLinalgPass : Pass<"k3-memref-copy-to-linalg", "::mlir::ModuleOp"> {
+  let summary = "Rewrite memref.copy as linalg.copy";
+  let description = [{
+    After bufferization: copies between strided buffers would otherwise
+    lower to a call into MLIR's C runner library (`memrefCopy`); as
+    `linalg.copy` they become loops, so the library needs only libc and libm.
+  }];
+  let dependentDialects = ["::mlir::linalg::LinalgDialect"];
+}
+
+#endif // K3_CONVERSION_PASSES_TD

@@ -1,0 +1,488 @@
+//===- K3ToLinalg.cpp - k3 ops -> kernels in linalg/scf/memref ------------===//
+//
+// Each k3 op becomes a call to a kernel function of Kernels/*.mlir (written
+// in linalg, tensor, scf, memref, arith and math with dynamic shapes), after
+// casting its operands to the kernel's dynamic types. State types become
+// buffers updated in place; MXFP4 weights become (packed, scale) tensors.
+//
+//===----------------------------------------------------------------------===//
+
+#include "k3/Conversion/Passes.h"
+#include "k3/Dialect/K3/IR/K3.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Func/Transforms/FuncConversions.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Transforms/DialectConversion.h"
+
+namespace mlir::k3 {
+#define GEN_PASS_DEF_CONVERTK3TOLINALGPASS
+#include "k3/Conversion/Passes.h.inc"
+} // namespace mlir::k3
+
+using namespace mlir;
+using namespace mlir::k3;
+
+#include "Kernels.inc"
+
+//===----------------------------------------------------------------------===//
+// Kernel library
+//===----------------------------------------------------------------------===//
+
+/// Parses the kernels for activation dtype `act` and copies every kernel
+/// function the module does not define yet into it.
+static LogicalResult importKernels(ModuleOp module, Type act) {
+  std::string text = act.isF32() ? k3Kernel_Prelude_f32 : k3Kernel_Prelude_bf16;
+  for (const char *k :
+       {k3Kernel_Dense, k3Kernel_KDA, k3Kernel_MLA, k3Kernel_MoE})
+    text += k;
+  ParserConfig config(module.getContext());
+  OwningOpRef<ModuleOp> kernels = parseSourceString<ModuleOp>(text, config);
+  if (!kernels)
+    return module.emitError("internal error: the k3 kernel library does not parse");
+  OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
+  for (auto fn : kernels->getOps<func::FuncOp>())
+    if (!module.lookupSymbol(fn.getSymName()))
+      b.clone(*fn);
+  return success();
+}
+
+/// The activation dtype of a module: the embedding's result element type.
+static Type activationType(ModuleOp module) {
+  Type act = BFloat16Type::get(module.getContext());
+  module.walk([&](EmbeddingOp op) {
+    act = op.getResult().getType().getElementType();
+  });
+  return act;
+}
+
+//===----------------------------------------------------------------------===//
+// Type conversion
+//===----------------------------------------------------------------------===//
+
+namespace {
+class K3TypeConverter : public TypeConverter {
+public:
+  K3TypeConverter() {
+    addConversion([](Type t) { return t; });
+    addConversion([](KDAStateType t) -> Type {
+      bool vFirst = t.getLayout() == KDAStateLayout::ValueFirst;
+      return MemRefType::get({t.getHeads(),
+                              vFirst ? t.getValueDim() : t.getKeyDim(),
+                              vFirst ? t.getKeyDim() : t.getValueDim()},
+                             t.getElementType());
+    });
+    addConversion([](ConvStateType t) -> Type {
+      return MemRefType::get({t.getChannels(), t.getWidth()},
+                             t.getElementType());
+    });
+    addConversion([](MLACacheType t, SmallVectorImpl<Type> &out) {
+      MLIRContext *ctx = t.getContext();
+      out.push_back(MemRefType::get(
+          {ShapedType::kDynamic, t.getPageSize(), t.getTokenWidth()},
+          t.getElementType()));
+      out.push_back(MemRefType::get({ShapedType::kDynamic},
+                                    IntegerType::get(ctx, 32)));
+      out.push_back(MemRefType::get({1}, IntegerType::get(ctx, 64)));
+      return success();
+    });
+    addConversion([](MXFP4Type t, SmallVectorImpl<Type> &out) {
+      Type i8 = IntegerType::get(t.getContext(), 8);
+      SmallVector<int64_t> packed(t.getShape()), scale(t.getShape());
+      packed.back() /= 2;
+      scale.back() /= MXFP4Type::kGroupSize;
+      out.push_back(RankedTensorType::get(packed, i8));
+      out.push_back(RankedTensorType::get(scale, i8));
+      return success();
+    });
+  }
+};
+
+/// Casts a ranked tensor or memref to the fully dynamic type kernels take.
+Value toDynamic(OpBuilder &b, Location loc, Value v) {
+  if (auto t = dyn_cast<RankedTensorType>(v.getType())) {
+    SmallVector<int64_t> dyn(t.getRank(), ShapedType::kDynamic);
+    auto type = RankedTensorType::get(dyn, t.getElementType());
+    return type == t ? v : tensor::CastOp::create(b, loc, type, v).getResult();
+  }
+  if (auto t = dyn_cast<MemRefType>(v.getType())) {
+    SmallVector<int64_t> dyn(t.getRank(), ShapedType::kDynamic);
+    auto type = MemRefType::get(dyn, t.getElementType());
+    return type == t ? v : memref::CastOp::create(b, loc, type, v).getResult();
+  }
+  return v;
+}
+
+/// An empty stand-in for an absent optional operand of a kernel.
+Value absent(OpBuilder &b, Location loc, unsigned rank, Type elem) {
+  SmallVector<int64_t> zeros(rank, 0);
+  Value e = tensor::EmptyOp::create(b, loc, zeros, elem);
+  return toDynamic(b, loc, e);
+}
+
+Value f32Const(OpBuilder &b, Location loc, double v) {
+  return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
+}
+Value indexConst(OpBuilder &b, Location loc, int64_t v) {
+  return arith::ConstantIndexOp::create(b, loc, v);
+}
+Value boolConst(OpBuilder &b, Location loc, bool v) {
+  return arith::ConstantOp::create(b, loc, b.getBoolAttr(v));
+}
+
+/// Calls kernel `name` on `args` (cast to dynamic types) and casts its single
+/// result to `resultType`.
+Value callKernel(OpBuilder &b, Location loc, StringRef name,
+                 ArrayRef<Value> args, Type resultType) {
+  SmallVector<Value> operands;
+  for (Value a : args)
+    operands.push_back(toDynamic(b, loc, a));
+  auto shaped = cast<RankedTensorType>(resultType);
+  SmallVector<int64_t> dyn(shaped.getRank(), ShapedType::kDynamic);
+  Type kernelResult = RankedTensorType::get(dyn, shaped.getElementType());
+  auto call = func::CallOp::create(b, loc, name, TypeRange{kernelResult},
+                                   operands);
+  Value r = call.getResult(0);
+  return r.getType() == resultType
+             ? r
+             : tensor::CastOp::create(b, loc, resultType, r).getResult();
+}
+
+double f64(FloatAttr a) { return a.getValueAsDouble(); }
+
+//===----------------------------------------------------------------------===//
+// Patterns
+//===----------------------------------------------------------------------===//
+
+template <typename Op>
+struct KernelPattern : OpConversionPattern<Op> {
+  using OpConversionPattern<Op>::OpConversionPattern;
+  using OneToNOpAdaptor = typename OpConversionPattern<Op>::OneToNOpAdaptor;
+
+  /// The single converted value of an operand that converts 1:1.
+  static Value one(ValueRange r) { return r.front(); }
+};
+
+struct EmbeddingLowering : KernelPattern<EmbeddingOp> {
+  using KernelPattern::KernelPattern;
+  LogicalResult
+  matchAndRewrite(EmbeddingOp op, OpAdaptor a,
+                  ConversionPatternRewriter &rewriter) const override {
+    if (!op.getTokens().getType().getElementType().isInteger(32) ||
+        !op.getTable().getType().getElementType().isBF16())
+      return rewriter.notifyMatchFailure(op, "needs i32 tokens and a bf16 table");
+    rewriter.replaceOp(op, callKernel(rewriter, op.getLoc(), "k3k_embedding",
+                                      {a.getTokens(), a.getTable()},
+                                      op.getType()));
+    return success();
+  }
+};
+
+template <typename Op>
+struct ProjectionLowering : KernelPattern<Op> {
+  ProjectionLowering(const TypeConverter &tc, MLIRContext *ctx, StringRef kernel)
+      : KernelPattern<Op>(tc, ctx), kernel(kernel) {}
+  LogicalResult
+  matchAndRewrite(Op op, typename Op::Adaptor a,
+                  ConversionPatternRewriter &rewriter) const override {
+    if (!op.getWeight().getType().getElementType().isBF16())
+      return rewriter.notifyMatchFailure(op, "needs a bf16 weight");
+    Type result = op.getType();
+    if (kernel == "k3k_lm_head")
+      result = RankedTensorType::get(op.getType().getShape(),
+                                     rewriter.getF32Type());
+    Value v = callKernel(rewriter, op.getLoc(), kernel,
+                         {a.getInput(), a.getWeight()}, result);
+    if (result != op.getType())
+      return rewriter.notifyMatchFailure(op, "logits must be f32");
+    rewriter.replaceOp(op, v);
+    return success();
+  }
+  std::string kernel;
+};
+
+struct RMSNormLowering : KernelPattern<RMSNormOp> {
+  using KernelPattern::KernelPattern;
+  LogicalResult
+  matchAndRewrite(RMSNormOp op, OpAdaptor a,
+                  ConversionPatternRewriter &rewriter) const override {
+    if (op.getInput().getType().getRank() != 2 ||
+        !op.getWeight().getType().getElementType().isBF16())
+      return rewriter.notifyMatchFailure(op, "needs [T, D] input, bf16 weight");
+    Location loc = op.getLoc();
+    rewriter.replaceOp(
+        op, callKernel(rewriter, loc, "k3k_rms_norm",
+                       {a.getInput(), a.getWeight(),
+                        f32Const(rewriter, loc, f64(op.getEpsAttr()))},
+                       op.getType()));
+    return success();
+  }
+};
+
+struct GatedRMSNormLowering : KernelPattern<GatedRMSNormOp> {
+  using KernelPattern::KernelPattern;
+  LogicalResult
+  matchAndRewrite(GatedRMSNormOp op, OpAdaptor a,
+                  ConversionPatternRewriter &rewriter) const override {
+    if (!op.getWeight().getType().getElementType().isF32())
+      return rewriter.notifyMatchFailure(op, "needs an f32 weight");
+    Location loc = op.getLoc();
+    rewriter.replaceOp(
+        op, callKernel(rewriter, loc, "k3k_gated_rms_norm",
+                       {a.getInput(), a.getGate(), a.getWeight(),
+                        f32Const(rewriter, loc, f64(op.getEpsAttr()))},
+                       op.getType()));
+    return success();
+  }
+};
+
+// K3_SPEC §3.1: the candidates are stacked into [n, T, D] for the kernel.
+struct AttnResLowering : KernelPattern<AttnResOp> {
+  using KernelPattern::KernelPattern;
+  LogicalResult
+  matchAndRewrite(AttnResOp op, OpAdaptor a,
+                  ConversionPatternRewriter &rewriter) const override {
+    if (!op.getNormWeight().getType().getElementType().isBF16() ||
+        !op.getProjWeight().getType().getElementType().isBF16())
+      return rewriter.notifyMatchFailure(op, "needs bf16 weights");
+    Location loc = op.getLoc();
+    auto candType = cast<RankedTensorType>(op.getCandidates().front().getType());
+    int64_t n = op.getCandidates().size(), d = candType.getDimSize(1);
+    Value t = tensor::DimOp::create(rewriter, loc, a.getCandidates().front(), 0);
+    Value stack = tensor::EmptyOp::create(
+        rewriter, loc, ArrayRef<int64_t>{n, ShapedType::kDynamic, d},
+        candType.getElementType(), ValueRange{t});
+    for (auto [i, c] : llvm::enumerate(a.getCandidates())) {
+      SmallVector<OpFoldResult> offsets = {rewriter.getIndexAttr(i),
+                                           rewriter.getIndexAttr(0),
+                                           rewriter.getIndexAttr(0)};
+      SmallVector<OpFoldResult> sizes = {rewriter.getIndexAttr(1), t,
+                                         rewriter.getIndexAttr(d)};
+      SmallVector<OpFoldResult> strides(3, rewriter.getIndexAttr(1));
+      stack = tensor::InsertSliceOp::create(rewriter, loc, c, stack, offsets,
+                                            sizes, strides);
+    }
+    rewriter.replaceOp(
+        op, callKernel(rewriter, loc, "k3k_attn_res",
+                       {stack, a.getNormWeight(), a.getProjWeight(),
+                        f32Const(rewriter, loc, f64(op.getEpsAttr()))},
+                       op.getType()));
+    return success();
+  }
+};
+
+struct ShortConvLowering : KernelPattern<ShortConvOp> {
+  using KernelPattern::KernelPattern;
+  LogicalResult
+  matchAndRewrite(ShortConvOp op, OpAdaptor a,
+                  ConversionPatternRewriter &rewriter) const override {
+    if (op.getTail().getType().getElementType() !=
+        op.getInput().getType().getElementType())
+      return rewriter.notifyMatchFailure(op, "tail dtype must be the input's");
+    Value y = callKernel(rewriter, op.getLoc(), "k3k_short_conv",
+                         {a.getInput(), a.getWeight(), a.getTail()},
+                         op.getResult().getType());
+    // The tail buffer was updated in place.
+    rewriter.replaceOp(op, {y, a.getTail()});
+    return success();
+  }
+};
+
+struct KDALowering : KernelPattern<KDAOp> {
+  using KernelPattern::KernelPattern;
+  LogicalResult
+  matchAndRewrite(KDAOp op, OpAdaptor a,
+                  ConversionPatternRewriter &rewriter) const override {
+    KDAStateType st = op.getState().getType();
+    if (!st.getElementType().isF32())
+      return rewriter.notifyMatchFailure(op, "needs an f32 state");
+    Location loc = op.getLoc();
+    bool softplus = op.getGateForm() == KDAGateForm::Softplus;
+    double lb = op.getLowerBound() ? op.getLowerBound()->convertToDouble() : 0;
+    Value o = callKernel(
+        rewriter, loc, "k3k_kda",
+        {a.getQuery(), a.getKey(), a.getValue(), a.getGate(), a.getBeta(),
+         a.getALog(), a.getDtBias(), a.getState(),
+         boolConst(rewriter, loc, softplus), f32Const(rewriter, loc, lb),
+         f32Const(rewriter, loc, f64(op.getScaleAttr())),
+         f32Const(rewriter, loc, f64(op.getL2EpsAttr())),
+         indexConst(rewriter, loc, op.getChunkSize()),
+         boolConst(rewriter, loc,
+                   st.getLayout() == KDAStateLayout::ValueFirst)},
+        op.getResult().getType());
+    rewriter.replaceOp(op, {o, a.getState()});
+    return success();
+  }
+};
+
+struct GatedMLALowering : KernelPattern<GatedMLAOp> {
+  using KernelPattern::KernelPattern;
+  LogicalResult
+  matchAndRewrite(GatedMLAOp op, OneToNOpAdaptor a,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    ValueRange cache = a.getCache();
+    bool hasGate = !a.getOutputGate().empty();
+    Value gate = hasGate ? one(a.getOutputGate())
+                         : absent(rewriter, loc, 2, rewriter.getBF16Type());
+    Value y = callKernel(
+        rewriter, loc, "k3k_gated_mla",
+        {one(a.getInput()), one(a.getQAWeight()), one(a.getQANorm()),
+         one(a.getQBWeight()), one(a.getKvAWeight()), one(a.getKvANorm()),
+         one(a.getKvBWeight()), gate, boolConst(rewriter, loc, hasGate),
+         cache[0], cache[1], cache[2], indexConst(rewriter, loc, op.getHeads()),
+         indexConst(rewriter, loc, op.getNopeDim()),
+         indexConst(rewriter, loc, op.getRopeDim()),
+         indexConst(rewriter, loc, op.getVDim()),
+         f32Const(rewriter, loc, f64(op.getScaleAttr())),
+         f32Const(rewriter, loc, f64(op.getQNormEpsAttr())),
+         f32Const(rewriter, loc, f64(op.getKvNormEpsAttr()))},
+        op.getResult().getType());
+    // The cache pages were written in place.
+    SmallVector<SmallVector<Value>> results = {{y}, llvm::to_vector(cache)};
+    rewriter.replaceOpWithMultiple(op, results);
+    return success();
+  }
+};
+
+bool isSilu(GLUActivation a) { return a == GLUActivation::Silu; }
+
+struct GLUMLPLowering : KernelPattern<GLUMLPOp> {
+  using KernelPattern::KernelPattern;
+  LogicalResult
+  matchAndRewrite(GLUMLPOp op, OpAdaptor a,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    rewriter.replaceOp(
+        op, callKernel(rewriter, loc, "k3k_glu_mlp",
+                       {a.getInput(), a.getGateWeight(), a.getUpWeight(),
+                        a.getDownWeight(),
+                        boolConst(rewriter, loc, isSilu(op.getActivation())),
+                        f32Const(rewriter, loc, f64(op.getBetaAttr())),
+                        f32Const(rewriter, loc, f64(op.getLinearBetaAttr()))},
+                       op.getType()));
+    return success();
+  }
+};
+
+struct LatentMoELowering : KernelPattern<LatentMoEOp> {
+  using KernelPattern::KernelPattern;
+  LogicalResult
+  matchAndRewrite(LatentMoEOp op, OneToNOpAdaptor a,
+                  ConversionPatternRewriter &rewriter) const override {
+    Location loc = op.getLoc();
+    Type bf16 = rewriter.getBF16Type();
+    auto opt = [&](ValueRange r, unsigned rank) -> Value {
+      return r.empty() ? absent(rewriter, loc, rank, bf16) : one(r);
+    };
+    bool mxfp4 = isa<MXFP4Type>(op.getExpertGate().getType());
+    SmallVector<Value> args = {
+        one(a.getInput()), one(a.getRouterWeight()), one(a.getRouterBias()),
+        opt(a.getLatentDown(), 2), opt(a.getLatentUp(), 2),
+        boolConst(rewriter, loc, !a.getLatentDown().empty())};
+    for (ValueRange w : {a.getExpertGate(), a.getExpertUp(), a.getExpertDown()})
+      llvm::append_range(args, w);
+    llvm::append_range(
+        args, ArrayRef<Value>{
+                  opt(a.getLatentNorm(), 1),
+                  boolConst(rewriter, loc, !a.getLatentNorm().empty()),
+                  f32Const(rewriter, loc, f64(op.getNormEpsAttr())),
+                  opt(a.getSharedGate(), 2), opt(a.getSharedUp(), 2),
+                  opt(a.getSharedDown(), 2),
+                  boolConst(rewriter, loc, !a.getSharedGate().empty()),
+                  indexConst(rewriter, loc, op.getTopK()),
+                  boolConst(rewriter, loc, op.getRenormalize()),
+                  f32Const(rewriter, loc, f64(op.getRoutedScalingFactorAttr())),
+                  boolConst(rewriter, loc, isSilu(op.getActivation())),
+                  f32Const(rewriter, loc, f64(op.getBetaAttr())),
+                  f32Const(rewriter, loc, f64(op.getLinearBetaAttr()))});
+    if (!mxfp4 && !cast<RankedTensorType>(op.getExpertGate().getType())
+                       .getElementType()
+                       .isBF16())
+      return rewriter.notifyMatchFailure(op, "needs MXFP4 or bf16 experts");
+    Value y = callKernel(rewriter, loc,
+                         mxfp4 ? "k3k_latent_moe_mxfp4" : "k3k_latent_moe_bf16",
+                         args, op.getType());
+    rewriter.replaceOpWithMultiple(op, {{y}});
+    return success();
+  }
+};
+
+// §3.2 steps 4 and 7: the block partial sums, rounded to the activation dtype.
+struct ResidualAddLowering : OpConversionPattern<arith::AddFOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(arith::AddFOp op, OpAdaptor a,
+                  ConversionPatternRewriter &rewriter) const override {
+    auto type = dyn_cast<RankedTensorType>(op.getType());
+    if (!type || type.getRank() != 2)
+      return rewriter.notifyMatchFailure(op, "not a [T, D] activation add");
+    rewriter.replaceOp(op, callKernel(rewriter, op.getLoc(), "k3k_add",
+                                      {a.getLhs(), a.getRhs()}, type));
+    return success();
+  }
+};
+
+struct UnusedWeightLowering : OpConversionPattern<UnusedWeightOp> {
+  using OpConversionPattern::OpConversionPattern;
+  LogicalResult
+  matchAndRewrite(UnusedWeightOp op, OpAdaptor,
+                  ConversionPatternRewriter &rewriter) const override {
+    rewriter.eraseOp(op);
+    return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// The pass
+//===----------------------------------------------------------------------===//
+
+struct ConvertK3ToLinalgPass
+    : k3::impl::ConvertK3ToLinalgPassBase<ConvertK3ToLinalgPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    MLIRContext *ctx = &getContext();
+    if (failed(importKernels(module, activationType(module))))
+      return signalPassFailure();
+
+    K3TypeConverter converter;
+    ConversionTarget target(*ctx);
+    target.addLegalDialect<arith::ArithDialect, bufferization::BufferizationDialect,
+                           linalg::LinalgDialect, math::MathDialect,
+                           memref::MemRefDialect, scf::SCFDialect,
+                           tensor::TensorDialect>();
+    target.addIllegalDialect<K3Dialect>();
+    target.addDynamicallyLegalOp<arith::AddFOp>(
+        [](arith::AddFOp op) { return !isa<RankedTensorType>(op.getType()); });
+    target.addDynamicallyLegalOp<func::FuncOp>([&](func::FuncOp op) {
+      return converter.isSignatureLegal(op.getFunctionType()) &&
+             converter.isLegal(&op.getBody());
+    });
+    target.addDynamicallyLegalOp<func::CallOp, func::ReturnOp>(
+        [&](Operation *op) { return converter.isLegal(op); });
+
+    RewritePatternSet patterns(ctx);
+    patterns.add<EmbeddingLowering, RMSNormLowering, GatedRMSNormLowering,
+                 AttnResLowering, ShortConvLowering, KDALowering,
+                 GatedMLALowering, GLUMLPLowering, LatentMoELowering>(
+        converter, ctx);
+    patterns.add<ProjectionLowering<LinearOp>>(converter, ctx, "k3k_linear");
+    patterns.add<ProjectionLowering<LMHeadOp>>(converter, ctx, "k3k_lm_head");
+    patterns.add<ResidualAddLowering, UnusedWeightLowering>(converter, ctx);
+    populateFunctionOpInterfaceTypeConversionPattern<func::FuncOp>(patterns,
+                                                                   converter);
+    populateCallOpTypeConversionPattern(patterns, converter);
+    populateReturnOpTypeConversionPattern(patterns, converter);
+    if (failed(applyPartialConversion(module, target, std::move(patterns))))
+      signalPassFailure();
+  }
+};
+} // namespace

@@ -1,0 +1,347 @@
+// Dense kernels of the k3 ops (K3_SPEC §2, §3, §4.7, §6.4): linear layers,
+// norms, AttnRes, the embedding and the gated MLP. Activations are
+// tensor<..x!act>; arithmetic is f32; rounding points follow
+// docs/NUMERICS.md. Shapes are dynamic: one kernel serves every layer.
+
+#map_mk = affine_map<(i, j, k) -> (i, k)>
+#map_nk = affine_map<(i, j, k) -> (j, k)>
+#map_mn = affine_map<(i, j, k) -> (i, j)>
+#id2 = affine_map<(i, j) -> (i, j)>
+#row2 = affine_map<(i, j) -> (i)>
+#col2 = affine_map<(i, j) -> (j)>
+
+// y[T, N] = x[T, K] · W[N, K]ᵀ accumulated in f32 (no rounding).
+func.func private @k3k_matmul_f32(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>) -> tensor<?x?xf32> {
+  %c0 = arith.constant 0 : index
+  %t = tensor.dim %x, %c0 : tensor<?x?x!act>
+  %n = tensor.dim %w, %c0 : tensor<?x?xbf16>
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty(%t, %n) : tensor<?x?xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<?x?xf32>) -> tensor<?x?xf32>
+  %r = linalg.generic {indexing_maps = [#map_mk, #map_nk, #map_mn],
+                       iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%x, %w : tensor<?x?x!act>, tensor<?x?xbf16>) outs(%acc : tensor<?x?xf32>) {
+  ^bb0(%a: !act, %b: bf16, %s: f32):
+    %af = func.call @k3k_widen(%a) : (!act) -> f32
+    %bf = arith.extf %b : bf16 to f32
+    %p = arith.mulf %af, %bf : f32
+    %r = arith.addf %s, %p : f32
+    linalg.yield %r : f32
+  } -> tensor<?x?xf32>
+  return %r : tensor<?x?xf32>
+}
+
+// Narrows an f32 tensor to the activation dtype (one rounding).
+func.func private @k3k_narrow2(%x: tensor<?x?xf32>) -> tensor<?x?x!act> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %t = tensor.dim %x, %c0 : tensor<?x?xf32>
+  %n = tensor.dim %x, %c1 : tensor<?x?xf32>
+  %o = tensor.empty(%t, %n) : tensor<?x?x!act>
+  %y = linalg.generic {indexing_maps = [#id2, #id2], iterator_types = ["parallel", "parallel"]}
+      ins(%x : tensor<?x?xf32>) outs(%o : tensor<?x?x!act>) {
+  ^bb0(%a: f32, %b: !act):
+    %v = func.call @k3k_narrow(%a) : (f32) -> !act
+    linalg.yield %v : !act
+  } -> tensor<?x?x!act>
+  return %y : tensor<?x?x!act>
+}
+
+// k3.linear: round(x Wᵀ).
+func.func private @k3k_linear(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>) -> tensor<?x?x!act> {
+  %acc = func.call @k3k_matmul_f32(%x, %w) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?xf32>
+  %y = func.call @k3k_narrow2(%acc) : (tensor<?x?xf32>) -> tensor<?x?x!act>
+  return %y : tensor<?x?x!act>
+}
+
+// k3.lm_head: logits rounded to the activation dtype, returned as f32.
+func.func private @k3k_lm_head(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>) -> tensor<?x?xf32> {
+  %acc = func.call @k3k_matmul_f32(%x, %w) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?xf32>
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %t = tensor.dim %acc, %c0 : tensor<?x?xf32>
+  %n = tensor.dim %acc, %c1 : tensor<?x?xf32>
+  %o = tensor.empty(%t, %n) : tensor<?x?xf32>
+  %y = linalg.generic {indexing_maps = [#id2, #id2], iterator_types = ["parallel", "parallel"]}
+      ins(%acc : tensor<?x?xf32>) outs(%o : tensor<?x?xf32>) {
+  ^bb0(%a: f32, %b: f32):
+    %v = func.call @k3k_round(%a) : (f32) -> f32
+    linalg.yield %v : f32
+  } -> tensor<?x?xf32>
+  return %y : tensor<?x?xf32>
+}
+
+// k3.embedding: x0[t] = table[tokens[t]] (§3.2).
+func.func private @k3k_embedding(%tok: tensor<?xi32>, %table: tensor<?x?xbf16>) -> tensor<?x?x!act> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %t = tensor.dim %tok, %c0 : tensor<?xi32>
+  %d = tensor.dim %table, %c1 : tensor<?x?xbf16>
+  %o = tensor.empty(%t, %d) : tensor<?x?x!act>
+  %y = linalg.generic {indexing_maps = [#row2, #id2], iterator_types = ["parallel", "parallel"]}
+      ins(%tok : tensor<?xi32>) outs(%o : tensor<?x?x!act>) {
+  ^bb0(%id: i32, %b: !act):
+    %j = linalg.index 1 : index
+    %row = arith.index_cast %id : i32 to index
+    %v = tensor.extract %table[%row, %j] : tensor<?x?xbf16>
+    %vf = arith.extf %v : bf16 to f32
+    %va = func.call @k3k_narrow(%vf) : (f32) -> !act
+    linalg.yield %va : !act
+  } -> tensor<?x?x!act>
+  return %y : tensor<?x?x!act>
+}
+
+// Per-row 1 / sqrt(mean(x²) + eps) in f32.
+func.func private @k3k_rms_inv(%x: tensor<?x?x!act>, %eps: f32) -> tensor<?xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %t = tensor.dim %x, %c0 : tensor<?x?x!act>
+  %d = tensor.dim %x, %c1 : tensor<?x?x!act>
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty(%t) : tensor<?xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<?xf32>) -> tensor<?xf32>
+  %ss = linalg.generic {indexing_maps = [#id2, #row2], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<?x?x!act>) outs(%acc : tensor<?xf32>) {
+  ^bb0(%a: !act, %s: f32):
+    %af = func.call @k3k_widen(%a) : (!act) -> f32
+    %sq = arith.mulf %af, %af : f32
+    %r = arith.addf %s, %sq : f32
+    linalg.yield %r : f32
+  } -> tensor<?xf32>
+  %di = arith.index_cast %d : index to i64
+  %df = arith.sitofp %di : i64 to f32
+  %inv = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>], iterator_types = ["parallel"]}
+      ins(%ss : tensor<?xf32>) outs(%e : tensor<?xf32>) {
+  ^bb0(%s: f32, %o: f32):
+    %m = arith.divf %s, %df : f32
+    %me = arith.addf %m, %eps : f32
+    %r_sqrt = math.sqrt %me : f32
+    %r_one = arith.constant 1.0 : f32
+    %r = arith.divf %r_one, %r_sqrt : f32
+    linalg.yield %r : f32
+  } -> tensor<?xf32>
+  return %inv : tensor<?xf32>
+}
+
+// k3.rms_norm (§2): y = round(round(x · inv) · γ).
+func.func private @k3k_rms_norm(%x: tensor<?x?x!act>, %g: tensor<?xbf16>, %eps: f32) -> tensor<?x?x!act> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %t = tensor.dim %x, %c0 : tensor<?x?x!act>
+  %d = tensor.dim %x, %c1 : tensor<?x?x!act>
+  %inv = func.call @k3k_rms_inv(%x, %eps) : (tensor<?x?x!act>, f32) -> tensor<?xf32>
+  %o = tensor.empty(%t, %d) : tensor<?x?x!act>
+  %y = linalg.generic {indexing_maps = [#id2, #row2, #col2, #id2], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %inv, %g : tensor<?x?x!act>, tensor<?xf32>, tensor<?xbf16>) outs(%o : tensor<?x?x!act>) {
+  ^bb0(%a: !act, %s: f32, %w: bf16, %b: !act):
+    %af = func.call @k3k_widen(%a) : (!act) -> f32
+    %n = arith.mulf %af, %s : f32
+    %nr = func.call @k3k_round(%n) : (f32) -> f32
+    %wf = arith.extf %w : bf16 to f32
+    %p = arith.mulf %nr, %wf : f32
+    %r = func.call @k3k_narrow(%p) : (f32) -> !act
+    linalg.yield %r : !act
+  } -> tensor<?x?x!act>
+  return %y : tensor<?x?x!act>
+}
+
+// k3.gated_rms_norm (§4.7): per head, RMSNorm(o) · γ · σ(z), one rounding.
+func.func private @k3k_gated_rms_norm(%o: tensor<?x?x?x!act>, %z: tensor<?x?x?x!act>, %g: tensor<?xf32>, %eps: f32) -> tensor<?x?x?x!act> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %t = tensor.dim %o, %c0 : tensor<?x?x?x!act>
+  %h = tensor.dim %o, %c1 : tensor<?x?x?x!act>
+  %d = tensor.dim %o, %c2 : tensor<?x?x?x!act>
+  %zero = arith.constant 0.0 : f32
+  %one = arith.constant 1.0 : f32
+  %e2 = tensor.empty(%t, %h) : tensor<?x?xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%e2 : tensor<?x?xf32>) -> tensor<?x?xf32>
+  %ss = linalg.generic {indexing_maps = [affine_map<(i, j, k) -> (i, j, k)>, affine_map<(i, j, k) -> (i, j)>],
+                        iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%o : tensor<?x?x?x!act>) outs(%acc : tensor<?x?xf32>) {
+  ^bb0(%a: !act, %s: f32):
+    %af = func.call @k3k_widen(%a) : (!act) -> f32
+    %sq = arith.mulf %af, %af : f32
+    %r = arith.addf %s, %sq : f32
+    linalg.yield %r : f32
+  } -> tensor<?x?xf32>
+  %di = arith.index_cast %d : index to i64
+  %df = arith.sitofp %di : i64 to f32
+  %out = tensor.empty(%t, %h, %d) : tensor<?x?x?x!act>
+  %y = linalg.generic {indexing_maps = [affine_map<(i, j, k) -> (i, j, k)>, affine_map<(i, j, k) -> (i, j, k)>,
+                                        affine_map<(i, j, k) -> (i, j)>, affine_map<(i, j, k) -> (k)>,
+                                        affine_map<(i, j, k) -> (i, j, k)>],
+                       iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%o, %z, %ss, %g : tensor<?x?x?x!act>, tensor<?x?x?x!act>, tensor<?x?xf32>, tensor<?xf32>)
+      outs(%out : tensor<?x?x?x!act>) {
+  ^bb0(%a: !act, %zz: !act, %s: f32, %w: f32, %b: !act):
+    %af = func.call @k3k_widen(%a) : (!act) -> f32
+    %zf = func.call @k3k_widen(%zz) : (!act) -> f32
+    %m = arith.divf %s, %df : f32
+    %me = arith.addf %m, %eps : f32
+    %inv_sqrt = math.sqrt %me : f32
+    %inv_one = arith.constant 1.0 : f32
+    %inv = arith.divf %inv_one, %inv_sqrt : f32
+    %n = arith.mulf %af, %inv : f32
+    %nw = arith.mulf %n, %w : f32
+    %nz = arith.negf %zf : f32
+    %ex = math.exp %nz : f32
+    %den = arith.addf %one, %ex : f32
+    %sig = arith.divf %one, %den : f32
+    %r = arith.mulf %nw, %sig : f32
+    %ra = func.call @k3k_narrow(%r) : (f32) -> !act
+    linalg.yield %ra : !act
+  } -> tensor<?x?x?x!act>
+  return %y : tensor<?x?x?x!act>
+}
+
+// k3.attn_res (§3.1) over candidates v [n, T, D]:
+//   s_i = (Σ_j γ_j p_j v_i[j]) / sqrt(mean(v_i²) + eps), α = softmax(s),
+//   h = round(Σ_i α_i v_i).
+func.func private @k3k_attn_res(%v: tensor<?x?x?x!act>, %g: tensor<?xbf16>, %p: tensor<?x?xbf16>, %eps: f32) -> tensor<?x?x!act> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %n = tensor.dim %v, %c0 : tensor<?x?x?x!act>
+  %t = tensor.dim %v, %c1 : tensor<?x?x?x!act>
+  %d = tensor.dim %v, %c2 : tensor<?x?x?x!act>
+  %zero = arith.constant 0.0 : f32
+  %e2 = tensor.empty(%n, %t) : tensor<?x?xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%e2 : tensor<?x?xf32>) -> tensor<?x?xf32>
+  // Sum of squares and the projection onto γ ⊙ p, per candidate and token.
+  %ss, %dot = linalg.generic {indexing_maps = [affine_map<(i, t, j) -> (i, t, j)>, affine_map<(i, t, j) -> (j)>,
+                                               affine_map<(i, t, j) -> (0, j)>, affine_map<(i, t, j) -> (i, t)>,
+                                               affine_map<(i, t, j) -> (i, t)>],
+                              iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%v, %g, %p : tensor<?x?x?x!act>, tensor<?xbf16>, tensor<?x?xbf16>) outs(%acc, %acc : tensor<?x?xf32>, tensor<?x?xf32>) {
+  ^bb0(%a: !act, %gw: bf16, %pw: bf16, %s: f32, %q: f32):
+    %af = func.call @k3k_widen(%a) : (!act) -> f32
+    %gf = arith.extf %gw : bf16 to f32
+    %pf = arith.extf %pw : bf16 to f32
+    %sq = arith.mulf %af, %af : f32
+    %s2 = arith.addf %s, %sq : f32
+    %gp = arith.mulf %gf, %pf : f32
+    %pr = arith.mulf %gp, %af : f32
+    %q2 = arith.addf %q, %pr : f32
+    linalg.yield %s2, %q2 : f32, f32
+  } -> (tensor<?x?xf32>, tensor<?x?xf32>)
+  %di = arith.index_cast %d : index to i64
+  %df = arith.sitofp %di : i64 to f32
+  // Scores, then a softmax over candidates for every token.
+  %sc = linalg.generic {indexing_maps = [#id2, #id2, #id2], iterator_types = ["parallel", "parallel"]}
+      ins(%ss, %dot : tensor<?x?xf32>, tensor<?x?xf32>) outs(%e2 : tensor<?x?xf32>) {
+  ^bb0(%s: f32, %q: f32, %o: f32):
+    %m = arith.divf %s, %df : f32
+    %me = arith.addf %m, %eps : f32
+    %inv_sqrt = math.sqrt %me : f32
+    %inv_one = arith.constant 1.0 : f32
+    %inv = arith.divf %inv_one, %inv_sqrt : f32
+    %r = arith.mulf %q, %inv : f32
+    linalg.yield %r : f32
+  } -> tensor<?x?xf32>
+  %ninf = arith.constant 0xFF800000 : f32
+  %et = tensor.empty(%t) : tensor<?xf32>
+  %mx0 = linalg.fill ins(%ninf : f32) outs(%et : tensor<?xf32>) -> tensor<?xf32>
+  %mx = linalg.generic {indexing_maps = [affine_map<(t, i) -> (i, t)>, affine_map<(t, i) -> (t)>], iterator_types = ["parallel", "reduction"]}
+      ins(%sc : tensor<?x?xf32>) outs(%mx0 : tensor<?xf32>) {
+  ^bb0(%s: f32, %m: f32):
+    %r = arith.maximumf %s, %m : f32
+    linalg.yield %r : f32
+  } -> tensor<?xf32>
+  %z0 = linalg.fill ins(%zero : f32) outs(%et : tensor<?xf32>) -> tensor<?xf32>
+  %ex, %sum = linalg.generic {indexing_maps = [affine_map<(t, i) -> (i, t)>, affine_map<(t, i) -> (t)>,
+                                               affine_map<(t, i) -> (i, t)>, affine_map<(t, i) -> (t)>],
+                              iterator_types = ["parallel", "reduction"]}
+      ins(%sc, %mx : tensor<?x?xf32>, tensor<?xf32>) outs(%e2, %z0 : tensor<?x?xf32>, tensor<?xf32>) {
+  ^bb0(%s: f32, %m: f32, %o: f32, %acc2: f32):
+    %dd = arith.subf %s, %m : f32
+    %x = math.exp %dd : f32
+    %r = arith.addf %acc2, %x : f32
+    linalg.yield %x, %r : f32, f32
+  } -> (tensor<?x?xf32>, tensor<?xf32>)
+  // h = Σ_i α_i v_i, α_i = ex_i / sum.
+  %eo = tensor.empty(%t, %d) : tensor<?x?xf32>
+  %ho0 = linalg.fill ins(%zero : f32) outs(%eo : tensor<?x?xf32>) -> tensor<?x?xf32>
+  %ho = linalg.generic {indexing_maps = [affine_map<(t, j, i) -> (i, t, j)>, affine_map<(t, j, i) -> (i, t)>,
+                                         affine_map<(t, j, i) -> (t)>, affine_map<(t, j, i) -> (t, j)>],
+                        iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%v, %ex, %sum : tensor<?x?x?x!act>, tensor<?x?xf32>, tensor<?xf32>) outs(%ho0 : tensor<?x?xf32>) {
+  ^bb0(%a: !act, %x: f32, %s: f32, %acc2: f32):
+    %af = func.call @k3k_widen(%a) : (!act) -> f32
+    %al = arith.divf %x, %s : f32
+    %pr = arith.mulf %al, %af : f32
+    %r = arith.addf %acc2, %pr : f32
+    linalg.yield %r : f32
+  } -> tensor<?x?xf32>
+  %h = func.call @k3k_narrow2(%ho) : (tensor<?x?xf32>) -> tensor<?x?x!act>
+  return %h : tensor<?x?x!act>
+}
+
+// SiTU-GLU (§2) in f32: [β₁ tanh(a/β₁) σ(a)] · [β₂ tanh(b/β₂)]; `silu`
+// selects SwiGLU a σ(a) b instead.
+func.func private @k3k_glu_act(%a: f32, %b: f32, %silu: i1, %b1: f32, %b2: f32) -> f32 {
+  %one = arith.constant 1.0 : f32
+  %na = arith.negf %a : f32
+  %ea = math.exp %na : f32
+  %den = arith.addf %one, %ea : f32
+  %sig = arith.divf %one, %den : f32
+  %r = scf.if %silu -> f32 {
+    %g = arith.mulf %a, %sig : f32
+    %y = arith.mulf %g, %b : f32
+    scf.yield %y : f32
+  } else {
+    %a1 = arith.divf %a, %b1 : f32
+    %t1 = math.tanh %a1 : f32
+    %g0 = arith.mulf %b1, %t1 : f32
+    %g = arith.mulf %g0, %sig : f32
+    %bb = arith.divf %b, %b2 : f32
+    %t2 = math.tanh %bb : f32
+    %u = arith.mulf %b2, %t2 : f32
+    %y = arith.mulf %g, %u : f32
+    scf.yield %y : f32
+  }
+  return %r : f32
+}
+
+// k3.glu_mlp (§6.4): W_down · round(act(W_gate x, W_up x)).
+func.func private @k3k_glu_mlp(%x: tensor<?x?x!act>, %wg: tensor<?x?xbf16>, %wu: tensor<?x?xbf16>, %wd: tensor<?x?xbf16>,
+                               %silu: i1, %b1: f32, %b2: f32) -> tensor<?x?x!act> {
+  %a = func.call @k3k_linear(%x, %wg) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
+  %b = func.call @k3k_linear(%x, %wu) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %t = tensor.dim %a, %c0 : tensor<?x?x!act>
+  %i = tensor.dim %a, %c1 : tensor<?x?x!act>
+  %o = tensor.empty(%t, %i) : tensor<?x?x!act>
+  %h = linalg.generic {indexing_maps = [#id2, #id2, #id2], iterator_types = ["parallel", "parallel"]}
+      ins(%a, %b : tensor<?x?x!act>, tensor<?x?x!act>) outs(%o : tensor<?x?x!act>) {
+  ^bb0(%ga: !act, %ub: !act, %r: !act):
+    %gf = func.call @k3k_widen(%ga) : (!act) -> f32
+    %uf = func.call @k3k_widen(%ub) : (!act) -> f32
+    %y = func.call @k3k_glu_act(%gf, %uf, %silu, %b1, %b2) : (f32, f32, i1, f32, f32) -> f32
+    %ya = func.call @k3k_narrow(%y) : (f32) -> !act
+    linalg.yield %ya : !act
+  } -> tensor<?x?x!act>
+  %y = func.call @k3k_linear(%h, %wd) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
+  return %y : tensor<?x?x!act>
+}
+
+// Residual add (§3.2 steps 4, 7): round(a + b).
+func.func private @k3k_add(%a: tensor<?x?x!act>, %b: tensor<?x?x!act>) -> tensor<?x?x!act> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %t = tensor.dim %a, %c0 : tensor<?x?x!act>
+  %d = tensor.dim %a, %c1 : tensor<?x?x!act>
+  %o = tensor.empty(%t, %d) : tensor<?x?x!act>
+  %y = linalg.generic {indexing_maps = [#id2, #id2, #id2], iterator_types = ["parallel", "parallel"]}
+      ins(%a, %b : tensor<?x?x!act>, tensor<?x?x!act>) outs(%o : tensor<?x?x!act>) {
+  ^bb0(%x: !act, %y: !act, %r: !act):
+    %xf = func.call @k3k_widen(%x) : (!act) -> f32
+    %yf = func.call @k3k_widen(%y) : (!act) -> f32
+    %s = arith.addf %xf, %yf : f32
+    %sa = func.call @k3k_narrow(%s) : (f32) -> !act
+    linalg.yield %sa : !act
+  } -> tensor<?x?x!act>
+  return %y : tensor<?x?x!act>
+}

@@ -1,0 +1,445 @@
+// Kimi Delta Attention kernels (K3_SPEC §4.2–4.6): the short convolution and
+// the KDA core, in both forms: the token recurrence (§4.5, used for T = 1)
+// and the chunked WY/UT form (§4.6, chunks of `chunk` tokens, used for
+// T > 1). State lives in the caller's buffers and is updated in place.
+
+// sigmoid(x) in f32.
+func.func private @k3k_sigmoid(%x: f32) -> f32 {
+  %one = arith.constant 1.0 : f32
+  %n = arith.negf %x : f32
+  %e = math.exp %n : f32
+  %d = arith.addf %one, %e : f32
+  %r = arith.divf %one, %d : f32
+  return %r : f32
+}
+
+// k3.short_conv (§4.2): y_t[c] = round(SiLU(Σ_j w[c,0,j] · u_{t-W+1+j}[c]));
+// inputs before the segment come from `tail` [C, W-1] (oldest first), which
+// is replaced by the segment's last W-1 raw inputs.
+func.func private @k3k_short_conv(%x: tensor<?x?x!act>, %w: tensor<?x?x?xf32>, %tail: memref<?x?x!act>) -> tensor<?x?x!act> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %zero = arith.constant 0.0 : f32
+  %t = tensor.dim %x, %c0 : tensor<?x?x!act>
+  %ch = tensor.dim %x, %c1 : tensor<?x?x!act>
+  %kw = tensor.dim %w, %c2 : tensor<?x?x?xf32>
+  %wm1 = arith.subi %kw, %c1 : index
+  %out = memref.alloc(%t, %ch) : memref<?x?x!act>
+  scf.for %i = %c0 to %t step %c1 {
+    scf.for %c = %c0 to %ch step %c1 {
+      %acc = scf.for %j = %c0 to %kw step %c1 iter_args(%a = %zero) -> (f32) {
+        %ij = arith.addi %i, %j : index
+        %inseg = arith.cmpi uge, %ij, %wm1 : index
+        %u = scf.if %inseg -> (!act) {
+          %src = arith.subi %ij, %wm1 : index
+          %v = tensor.extract %x[%src, %c] : tensor<?x?x!act>
+          scf.yield %v : !act
+        } else {
+          %v = memref.load %tail[%c, %ij] : memref<?x?x!act>
+          scf.yield %v : !act
+        }
+        %uf = func.call @k3k_widen(%u) : (!act) -> f32
+        %wv = tensor.extract %w[%c, %c0, %j] : tensor<?x?x?xf32>
+        %p = arith.mulf %wv, %uf : f32
+        %s = arith.addf %a, %p : f32
+        scf.yield %s : f32
+      }
+      %sg = func.call @k3k_sigmoid(%acc) : (f32) -> f32
+      %y = arith.mulf %acc, %sg : f32
+      %ya = func.call @k3k_narrow(%y) : (f32) -> !act
+      memref.store %ya, %out[%i, %c] : memref<?x?x!act>
+    }
+  }
+  // New tail: raw inputs at segment positions T-W+1 .. T-1 (older ones from
+  // the old tail), built aside so the old tail is read before it is written.
+  %nt = memref.alloc(%ch, %wm1) : memref<?x?x!act>
+  scf.for %c = %c0 to %ch step %c1 {
+    scf.for %k = %c0 to %wm1 step %c1 {
+      %tk = arith.addi %t, %k : index
+      %inseg = arith.cmpi uge, %tk, %wm1 : index
+      %u = scf.if %inseg -> (!act) {
+        %src = arith.subi %tk, %wm1 : index
+        %v = tensor.extract %x[%src, %c] : tensor<?x?x!act>
+        scf.yield %v : !act
+      } else {
+        %v = memref.load %tail[%c, %tk] : memref<?x?x!act>
+        scf.yield %v : !act
+      }
+      memref.store %u, %nt[%c, %k] : memref<?x?x!act>
+    }
+  }
+  scf.for %c = %c0 to %ch step %c1 {
+    scf.for %k = %c0 to %wm1 step %c1 {
+      %u = memref.load %nt[%c, %k] : memref<?x?x!act>
+      memref.store %u, %tail[%c, %k] : memref<?x?x!act>
+    }
+  }
+  %res = bufferization.to_tensor %out restrict : memref<?x?x!act> to tensor<?x?x!act>
+  return %res : tensor<?x?x!act>
+}
+
+// Index of S[h][k][v] in a state stored value-first ([H, V, K]) or
+// key-first ([H, K, V]).
+func.func private @k3k_state_index(%k: index, %v: index, %vfirst: i1) -> (index, index) {
+  %a = arith.select %vfirst, %v, %k : index
+  %b = arith.select %vfirst, %k, %v : index
+  return %a, %b : index, index
+}
+
+// k3.kda (§4.3–4.6). q, k, v, f: [T, H, D]; beta: [T, H]; a_log: [>= H];
+// dt: [H*D]; state: [H, V, K] (vfirst) or [H, K, V]. Returns o [T, H, V].
+func.func private @k3k_kda(%q: tensor<?x?x?x!act>, %k: tensor<?x?x?x!act>, %v: tensor<?x?x?x!act>,
+                           %f: tensor<?x?x?x!act>, %beta: tensor<?x?x!act>, %alog: tensor<?xf32>,
+                           %dt: tensor<?xf32>, %state: memref<?x?x?xf32>,
+                           %softplus: i1, %lb: f32, %scale: f32, %l2eps: f32, %chunk: index,
+                           %vfirst: i1) -> tensor<?x?x?x!act> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %zero = arith.constant 0.0 : f32
+  %one = arith.constant 1.0 : f32
+  %twenty = arith.constant 20.0 : f32
+  %t = tensor.dim %q, %c0 : tensor<?x?x?x!act>
+  %nh = tensor.dim %q, %c1 : tensor<?x?x?x!act>
+  %dk = tensor.dim %q, %c2 : tensor<?x?x?x!act>
+  %dv = tensor.dim %v, %c2 : tensor<?x?x?x!act>
+
+  // §4.3–4.4 per token and head, in f32: normalised scaled q, normalised k,
+  // v, the log-decay g and β.
+  %qn = memref.alloc(%t, %nh, %dk) : memref<?x?x?xf32>
+  %kn = memref.alloc(%t, %nh, %dk) : memref<?x?x?xf32>
+  %vf = memref.alloc(%t, %nh, %dv) : memref<?x?x?xf32>
+  %gg = memref.alloc(%t, %nh, %dk) : memref<?x?x?xf32>
+  %bb = memref.alloc(%t, %nh) : memref<?x?xf32>
+  scf.for %i = %c0 to %t step %c1 {
+    scf.for %h = %c0 to %nh step %c1 {
+      %qs, %ks = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero, %b = %zero) -> (f32, f32) {
+        %qa = tensor.extract %q[%i, %h, %j] : tensor<?x?x?x!act>
+        %ka = tensor.extract %k[%i, %h, %j] : tensor<?x?x?x!act>
+        %qv = func.call @k3k_widen(%qa) : (!act) -> f32
+        %kv = func.call @k3k_widen(%ka) : (!act) -> f32
+        %q2 = arith.mulf %qv, %qv : f32
+        %k2 = arith.mulf %kv, %kv : f32
+        %a2 = arith.addf %a, %q2 : f32
+        %b2 = arith.addf %b, %k2 : f32
+        scf.yield %a2, %b2 : f32, f32
+      }
+      %qse = arith.addf %qs, %l2eps : f32
+      %kse = arith.addf %ks, %l2eps : f32
+      %qinv0_sqrt = math.sqrt %qse : f32
+      %qinv0_one = arith.constant 1.0 : f32
+      %qinv0 = arith.divf %qinv0_one, %qinv0_sqrt : f32
+      %qinv = arith.mulf %qinv0, %scale : f32
+      %kinv_sqrt = math.sqrt %kse : f32
+      %kinv_one = arith.constant 1.0 : f32
+      %kinv = arith.divf %kinv_one, %kinv_sqrt : f32
+      %al = tensor.extract %alog[%h] : tensor<?xf32>
+      %ea = math.exp %al : f32
+      scf.for %j = %c0 to %dk step %c1 {
+        %qa = tensor.extract %q[%i, %h, %j] : tensor<?x?x?x!act>
+        %ka = tensor.extract %k[%i, %h, %j] : tensor<?x?x?x!act>
+        %fa = tensor.extract %f[%i, %h, %j] : tensor<?x?x?x!act>
+        %qv = func.call @k3k_widen(%qa) : (!act) -> f32
+        %kv = func.call @k3k_widen(%ka) : (!act) -> f32
+        %fv = func.call @k3k_widen(%fa) : (!act) -> f32
+        %qq = arith.mulf %qv, %qinv : f32
+        %kk = arith.mulf %kv, %kinv : f32
+        memref.store %qq, %qn[%i, %h, %j] : memref<?x?x?xf32>
+        memref.store %kk, %kn[%i, %h, %j] : memref<?x?x?xf32>
+        %hd = arith.muli %h, %dk : index
+        %di = arith.addi %hd, %j : index
+        %db = tensor.extract %dt[%di] : tensor<?xf32>
+        %x = arith.addf %fv, %db : f32
+        %g = scf.if %softplus -> (f32) {
+          // Kimi Linear: g = −exp(A)·softplus(f + δ).
+          %big = arith.cmpf ogt, %x, %twenty : f32
+          %ex = math.exp %x : f32
+          %l1 = math.log1p %ex : f32
+          %sp = arith.select %big, %x, %l1 : f32
+          %m = arith.mulf %ea, %sp : f32
+          %r = arith.negf %m : f32
+          scf.yield %r : f32
+        } else {
+          // K3: g = λ·σ(exp(A)·(f + δ)).
+          %m = arith.mulf %ea, %x : f32
+          %s = func.call @k3k_sigmoid(%m) : (f32) -> f32
+          %r = arith.mulf %lb, %s : f32
+          scf.yield %r : f32
+        }
+        memref.store %g, %gg[%i, %h, %j] : memref<?x?x?xf32>
+      }
+      scf.for %j = %c0 to %dv step %c1 {
+        %va = tensor.extract %v[%i, %h, %j] : tensor<?x?x?x!act>
+        %vv = func.call @k3k_widen(%va) : (!act) -> f32
+        memref.store %vv, %vf[%i, %h, %j] : memref<?x?x?xf32>
+      }
+      %ba = tensor.extract %beta[%i, %h] : tensor<?x?x!act>
+      %bv = func.call @k3k_widen(%ba) : (!act) -> f32
+      %bs = func.call @k3k_sigmoid(%bv) : (f32) -> f32
+      memref.store %bs, %bb[%i, %h] : memref<?x?xf32>
+    }
+  }
+
+  %o = memref.alloc(%t, %nh, %dv) : memref<?x?x?xf32>
+  %decode = arith.cmpi eq, %t, %c1 : index
+  scf.if %decode {
+    func.call @k3k_kda_recurrent(%qn, %kn, %vf, %gg, %bb, %state, %o, %vfirst)
+        : (memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?xf32>,
+           memref<?x?x?xf32>, memref<?x?x?xf32>, i1) -> ()
+  } else {
+    func.call @k3k_kda_chunked(%qn, %kn, %vf, %gg, %bb, %state, %o, %chunk, %vfirst)
+        : (memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?xf32>,
+           memref<?x?x?xf32>, memref<?x?x?xf32>, index, i1) -> ()
+  }
+
+  %out = memref.alloc(%t, %nh, %dv) : memref<?x?x?x!act>
+  scf.for %i = %c0 to %t step %c1 {
+    scf.for %h = %c0 to %nh step %c1 {
+      scf.for %j = %c0 to %dv step %c1 {
+        %x = memref.load %o[%i, %h, %j] : memref<?x?x?xf32>
+        %xa = func.call @k3k_narrow(%x) : (f32) -> !act
+        memref.store %xa, %out[%i, %h, %j] : memref<?x?x?x!act>
+      }
+    }
+  }
+  %res = bufferization.to_tensor %out restrict : memref<?x?x?x!act> to tensor<?x?x?x!act>
+  return %res : tensor<?x?x?x!act>
+}
+
+// §4.5, one token at a time: S ← (I − β k kᵀ) Diag(α) S + β k vᵀ, o = Sᵀ q.
+// Column v of S only depends on column v, so each (head, v) is one pass to
+// predict k·(αS)[:, v] and one pass to update and read out.
+func.func private @k3k_kda_recurrent(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf32>, %vf: memref<?x?x?xf32>,
+                                     %gg: memref<?x?x?xf32>, %bb: memref<?x?xf32>, %state: memref<?x?x?xf32>,
+                                     %o: memref<?x?x?xf32>, %vfirst: i1) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %zero = arith.constant 0.0 : f32
+  %t = memref.dim %qn, %c0 : memref<?x?x?xf32>
+  %nh = memref.dim %qn, %c1 : memref<?x?x?xf32>
+  %dk = memref.dim %qn, %c2 : memref<?x?x?xf32>
+  %dv = memref.dim %vf, %c2 : memref<?x?x?xf32>
+  scf.for %i = %c0 to %t step %c1 {
+    scf.for %h = %c0 to %nh step %c1 {
+      %b = memref.load %bb[%i, %h] : memref<?x?xf32>
+      scf.for %c = %c0 to %dv step %c1 {
+        %pred = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero) -> (f32) {
+          %x, %y = func.call @k3k_state_index(%j, %c, %vfirst) : (index, index, i1) -> (index, index)
+          %s = memref.load %state[%h, %x, %y] : memref<?x?x?xf32>
+          %g = memref.load %gg[%i, %h, %j] : memref<?x?x?xf32>
+          %al = math.exp %g : f32
+          %kj = memref.load %kn[%i, %h, %j] : memref<?x?x?xf32>
+          %as = arith.mulf %al, %s : f32
+          %p = arith.mulf %kj, %as : f32
+          %r = arith.addf %a, %p : f32
+          scf.yield %r : f32
+        }
+        %vv = memref.load %vf[%i, %h, %c] : memref<?x?x?xf32>
+        %u = arith.subf %vv, %pred : f32
+        %bu = arith.mulf %b, %u : f32
+        %out = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero) -> (f32) {
+          %x, %y = func.call @k3k_state_index(%j, %c, %vfirst) : (index, index, i1) -> (index, index)
+          %s = memref.load %state[%h, %x, %y] : memref<?x?x?xf32>
+          %g = memref.load %gg[%i, %h, %j] : memref<?x?x?xf32>
+          %al = math.exp %g : f32
+          %kj = memref.load %kn[%i, %h, %j] : memref<?x?x?xf32>
+          %as = arith.mulf %al, %s : f32
+          %kb = arith.mulf %kj, %bu : f32
+          %ns = arith.addf %as, %kb : f32
+          memref.store %ns, %state[%h, %x, %y] : memref<?x?x?xf32>
+          %qj = memref.load %qn[%i, %h, %j] : memref<?x?x?xf32>
+          %p = arith.mulf %qj, %ns : f32
+          %r = arith.addf %a, %p : f32
+          scf.yield %r : f32
+        }
+        memref.store %out, %o[%i, %h, %c] : memref<?x?x?xf32>
+      }
+    }
+  }
+  return
+}
+
+// §4.6, chunks of up to `chunk` tokens, per head, from the entering state S0:
+//   Γ = cumulative g; L[r,s] = β_r Σ_j k_r k_s e^{Γ_r−Γ_s} (s < r);
+//   A[r,s] = Σ_j q_r k_s e^{Γ_r−Γ_s} (s ≤ r); X = (I + L)⁻¹ Diag(β);
+//   W = X (e^Γ ⊙ K); U = X V; V' = U − W S0; O = (Q ⊙ e^Γ) S0 + A V';
+//   S = Diag(e^{Γ_n}) S0 + Σ_s (e^{Γ_n−Γ_s} ⊙ k_s) V'[s]ᵀ.
+// Only exponentials of non-positive numbers are formed (g ≤ 0).
+func.func private @k3k_kda_chunked(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf32>, %vf: memref<?x?x?xf32>,
+                                   %gg: memref<?x?x?xf32>, %bb: memref<?x?xf32>, %state: memref<?x?x?xf32>,
+                                   %o: memref<?x?x?xf32>, %chunk: index, %vfirst: i1) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %zero = arith.constant 0.0 : f32
+  %one = arith.constant 1.0 : f32
+  %t = memref.dim %qn, %c0 : memref<?x?x?xf32>
+  %nh = memref.dim %qn, %c1 : memref<?x?x?xf32>
+  %dk = memref.dim %qn, %c2 : memref<?x?x?xf32>
+  %dv = memref.dim %vf, %c2 : memref<?x?x?xf32>
+  %gam = memref.alloc(%chunk, %dk) : memref<?x?xf32>
+  %lm = memref.alloc(%chunk, %chunk) : memref<?x?xf32>
+  %am = memref.alloc(%chunk, %chunk) : memref<?x?xf32>
+  %xm = memref.alloc(%chunk, %chunk) : memref<?x?xf32>
+  %wm = memref.alloc(%chunk, %dk) : memref<?x?xf32>
+  %um = memref.alloc(%chunk, %dv) : memref<?x?xf32>
+  scf.for %start = %c0 to %t step %chunk {
+    %rest = arith.subi %t, %start : index
+    %n = arith.minui %rest, %chunk : index
+    scf.for %h = %c0 to %nh step %c1 {
+      // Γ: cumulative log-decay within the chunk.
+      scf.for %j = %c0 to %dk step %c1 {
+        %acc = scf.for %r = %c0 to %n step %c1 iter_args(%a = %zero) -> (f32) {
+          %tr = arith.addi %start, %r : index
+          %g = memref.load %gg[%tr, %h, %j] : memref<?x?x?xf32>
+          %s = arith.addf %a, %g : f32
+          memref.store %s, %gam[%r, %j] : memref<?x?xf32>
+          scf.yield %s : f32
+        }
+      }
+      // L (strictly lower, scaled by β_r) and A (lower with diagonal).
+      scf.for %r = %c0 to %n step %c1 {
+        %tr = arith.addi %start, %r : index
+        %br = memref.load %bb[%tr, %h] : memref<?x?xf32>
+        %r1 = arith.addi %r, %c1 : index
+        scf.for %s = %c0 to %r1 step %c1 {
+          %ts = arith.addi %start, %s : index
+          %lsum, %asum = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero, %b = %zero) -> (f32, f32) {
+            %gr = memref.load %gam[%r, %j] : memref<?x?xf32>
+            %gs = memref.load %gam[%s, %j] : memref<?x?xf32>
+            %dg = arith.subf %gr, %gs : f32
+            %e = math.exp %dg : f32
+            %kr = memref.load %kn[%tr, %h, %j] : memref<?x?x?xf32>
+            %ks = memref.load %kn[%ts, %h, %j] : memref<?x?x?xf32>
+            %qr = memref.load %qn[%tr, %h, %j] : memref<?x?x?xf32>
+            %ke = arith.mulf %ks, %e : f32
+            %lk = arith.mulf %kr, %ke : f32
+            %aq = arith.mulf %qr, %ke : f32
+            %a2 = arith.addf %a, %lk : f32
+            %b2 = arith.addf %b, %aq : f32
+            scf.yield %a2, %b2 : f32, f32
+          }
+          %lv = arith.mulf %br, %lsum : f32
+          memref.store %lv, %lm[%r, %s] : memref<?x?xf32>
+          memref.store %asum, %am[%r, %s] : memref<?x?xf32>
+        }
+      }
+      // X = (I + L)⁻¹ Diag(β) by forward substitution, row by row:
+      // X[r, c] = β_r [r = c] − Σ_{s<r} L[r, s] X[s, c]  (X lower triangular).
+      scf.for %r = %c0 to %n step %c1 {
+        %tr = arith.addi %start, %r : index
+        %br = memref.load %bb[%tr, %h] : memref<?x?xf32>
+        %r1 = arith.addi %r, %c1 : index
+        scf.for %c = %c0 to %r1 step %c1 {
+          %diag = arith.cmpi eq, %r, %c : index
+          %init = arith.select %diag, %br, %zero : f32
+          %x = scf.for %s = %c to %r step %c1 iter_args(%a = %init) -> (f32) {
+            %l = memref.load %lm[%r, %s] : memref<?x?xf32>
+            %xs = memref.load %xm[%s, %c] : memref<?x?xf32>
+            %p = arith.mulf %l, %xs : f32
+            %d = arith.subf %a, %p : f32
+            scf.yield %d : f32
+          }
+          memref.store %x, %xm[%r, %c] : memref<?x?xf32>
+        }
+      }
+      // W = X (e^Γ ⊙ K), U = X V.
+      scf.for %r = %c0 to %n step %c1 {
+        %r1 = arith.addi %r, %c1 : index
+        scf.for %j = %c0 to %dk step %c1 {
+          %w = scf.for %s = %c0 to %r1 step %c1 iter_args(%a = %zero) -> (f32) {
+            %ts = arith.addi %start, %s : index
+            %x = memref.load %xm[%r, %s] : memref<?x?xf32>
+            %gs = memref.load %gam[%s, %j] : memref<?x?xf32>
+            %e = math.exp %gs : f32
+            %ks = memref.load %kn[%ts, %h, %j] : memref<?x?x?xf32>
+            %ke = arith.mulf %e, %ks : f32
+            %p = arith.mulf %x, %ke : f32
+            %d = arith.addf %a, %p : f32
+            scf.yield %d : f32
+          }
+          memref.store %w, %wm[%r, %j] : memref<?x?xf32>
+        }
+        scf.for %c = %c0 to %dv step %c1 {
+          %u = scf.for %s = %c0 to %r1 step %c1 iter_args(%a = %zero) -> (f32) {
+            %ts = arith.addi %start, %s : index
+            %x = memref.load %xm[%r, %s] : memref<?x?xf32>
+            %vs = memref.load %vf[%ts, %h, %c] : memref<?x?x?xf32>
+            %p = arith.mulf %x, %vs : f32
+            %d = arith.addf %a, %p : f32
+            scf.yield %d : f32
+          }
+          memref.store %u, %um[%r, %c] : memref<?x?xf32>
+        }
+      }
+      // V' = U − W S0 (stored over U), then O = (Q ⊙ e^Γ) S0 + A V'.
+      scf.for %r = %c0 to %n step %c1 {
+        scf.for %c = %c0 to %dv step %c1 {
+          %ws = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero) -> (f32) {
+            %x, %y = func.call @k3k_state_index(%j, %c, %vfirst) : (index, index, i1) -> (index, index)
+            %s0 = memref.load %state[%h, %x, %y] : memref<?x?x?xf32>
+            %w = memref.load %wm[%r, %j] : memref<?x?xf32>
+            %p = arith.mulf %w, %s0 : f32
+            %d = arith.addf %a, %p : f32
+            scf.yield %d : f32
+          }
+          %u = memref.load %um[%r, %c] : memref<?x?xf32>
+          %vn = arith.subf %u, %ws : f32
+          memref.store %vn, %um[%r, %c] : memref<?x?xf32>
+        }
+      }
+      scf.for %r = %c0 to %n step %c1 {
+        %tr = arith.addi %start, %r : index
+        %r1 = arith.addi %r, %c1 : index
+        scf.for %c = %c0 to %dv step %c1 {
+          %inter = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero) -> (f32) {
+            %x, %y = func.call @k3k_state_index(%j, %c, %vfirst) : (index, index, i1) -> (index, index)
+            %s0 = memref.load %state[%h, %x, %y] : memref<?x?x?xf32>
+            %qr = memref.load %qn[%tr, %h, %j] : memref<?x?x?xf32>
+            %gr = memref.load %gam[%r, %j] : memref<?x?xf32>
+            %e = math.exp %gr : f32
+            %qe = arith.mulf %qr, %e : f32
+            %p = arith.mulf %qe, %s0 : f32
+            %d = arith.addf %a, %p : f32
+            scf.yield %d : f32
+          }
+          %tot = scf.for %s = %c0 to %r1 step %c1 iter_args(%a = %inter) -> (f32) {
+            %av = memref.load %am[%r, %s] : memref<?x?xf32>
+            %vn = memref.load %um[%s, %c] : memref<?x?xf32>
+            %p = arith.mulf %av, %vn : f32
+            %d = arith.addf %a, %p : f32
+            scf.yield %d : f32
+          }
+          memref.store %tot, %o[%tr, %h, %c] : memref<?x?x?xf32>
+        }
+      }
+      // S = Diag(e^{Γ_n}) S0 + Σ_s (e^{Γ_n − Γ_s} ⊙ k_s) V'[s]ᵀ, in place.
+      %last = arith.subi %n, %c1 : index
+      scf.for %j = %c0 to %dk step %c1 {
+        %gn = memref.load %gam[%last, %j] : memref<?x?xf32>
+        %en = math.exp %gn : f32
+        scf.for %c = %c0 to %dv step %c1 {
+          %x, %y = func.call @k3k_state_index(%j, %c, %vfirst) : (index, index, i1) -> (index, index)
+          %s0 = memref.load %state[%h, %x, %y] : memref<?x?x?xf32>
+          %init = arith.mulf %en, %s0 : f32
+          %sn = scf.for %s = %c0 to %n step %c1 iter_args(%a = %init) -> (f32) {
+            %ts = arith.addi %start, %s : index
+            %gs = memref.load %gam[%s, %j] : memref<?x?xf32>
+            %dg = arith.subf %gn, %gs : f32
+            %e = math.exp %dg : f32
+            %ks = memref.load %kn[%ts, %h, %j] : memref<?x?x?xf32>
+            %vn = memref.load %um[%s, %c] : memref<?x?xf32>
+            %ke = arith.mulf %e, %ks : f32
+            %p = arith.mulf %ke, %vn : f32
+            %d = arith.addf %a, %p : f32
+            scf.yield %d : f32
+          }
+          memref.store %sn, %state[%h, %x, %y] : memref<?x?x?xf32>
+        }
+      }
+    }
+  }
+  return
+}

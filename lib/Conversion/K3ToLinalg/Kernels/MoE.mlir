@@ -1,0 +1,314 @@
+// Stable LatentMoE kernel (K3_SPEC §6, §7): sigmoid router with selection
+// bias, top-k, renormalisation and scaling, the latent down projection,
+// routed experts with MXFP4 weights dequantised on the fly (§7.2), the
+// weighted sum, the latent RMSNorm, the up projection and shared experts.
+
+// E2M1 code (4 bits: sign, 2 exponent, 1 mantissa) to its value (§7.2).
+func.func private @k3k_e2m1(%code: i32) -> f32 {
+  %table = arith.constant dense<[0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+                                 -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]> : tensor<16xf32>
+  %i = arith.index_cast %code : i32 to index
+  %v = tensor.extract %table[%i] : tensor<16xf32>
+  return %v : f32
+}
+
+// E8M0 biased exponent to 2^(s − 127); 255 is NaN (OCP MX v1.0).
+func.func private @k3k_e8m0(%s: i8) -> f32 {
+  %e = arith.extui %s : i8 to i32
+  %c23 = arith.constant 23 : i32
+  %zero = arith.constant 0 : i32
+  %c255 = arith.constant 255 : i32
+  %sub = arith.constant 4194304 : i32       // 0x00400000: 2^-127
+  %nan = arith.constant 2143289344 : i32    // 0x7FC00000
+  %bits0 = arith.shli %e, %c23 : i32
+  %isz = arith.cmpi eq, %e, %zero : i32
+  %isnan = arith.cmpi eq, %e, %c255 : i32
+  %b1 = arith.select %isz, %sub, %bits0 : i32
+  %b2 = arith.select %isnan, %nan, %b1 : i32
+  %f = arith.bitcast %b2 : i32 to f32
+  return %f : f32
+}
+
+// Element [e, n, k] of an MXFP4 stack: the even k in the low nibble.
+func.func private @k3k_mxfp4_at(%packed: tensor<?x?x?xi8>, %scale: tensor<?x?x?xi8>, %e: index, %n: index, %k: index) -> f32 {
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %c32 = arith.constant 32 : index
+  %c4 = arith.constant 4 : i32
+  %c15 = arith.constant 15 : i32
+  %byteidx = arith.divui %k, %c2 : index
+  %odd = arith.remui %k, %c2 : index
+  %b = tensor.extract %packed[%e, %n, %byteidx] : tensor<?x?x?xi8>
+  %bi = arith.extui %b : i8 to i32
+  %oddi = arith.index_cast %odd : index to i32
+  %sh = arith.muli %oddi, %c4 : i32
+  %bs = arith.shrui %bi, %sh : i32
+  %code = arith.andi %bs, %c15 : i32
+  %v = func.call @k3k_e2m1(%code) : (i32) -> f32
+  %g = arith.divui %k, %c32 : index
+  %s = tensor.extract %scale[%e, %n, %g] : tensor<?x?x?xi8>
+  %sf = func.call @k3k_e8m0(%s) : (i8) -> f32
+  %r = arith.mulf %v, %sf : f32
+  return %r : f32
+}
+
+// Selection of the top-k experts of every token by s + b (the bias only
+// selects); weights ω = s / (Σ_sel s + 1e-20) · scaling when `renorm`.
+// Returns (indices [T, k], weights [T, k]).
+func.func private @k3k_route(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf16>, %bias: tensor<?xf32>, %topk: index,
+                             %renorm: i1, %scaling: f32) -> (memref<?x?xi64>, memref<?x?xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %zero = arith.constant 0.0 : f32
+  %tiny = arith.constant 1.0e-20 : f32
+  %ninf = arith.constant 0xFF800000 : f32
+  %false = arith.constant false
+  %true = arith.constant true
+  %t = tensor.dim %x, %c0 : tensor<?x?x!act>
+  %ne = tensor.dim %wr, %c0 : tensor<?x?xbf16>
+  %logits = func.call @k3k_matmul_f32(%x, %wr) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?xf32>
+  %idx = memref.alloc(%t, %topk) : memref<?x?xi64>
+  %wts = memref.alloc(%t, %topk) : memref<?x?xf32>
+  %taken = memref.alloc(%ne) : memref<?xi1>
+  scf.for %i = %c0 to %t step %c1 {
+    scf.for %e = %c0 to %ne step %c1 {
+      memref.store %false, %taken[%e] : memref<?xi1>
+    }
+    %total = scf.for %s = %c0 to %topk step %c1 iter_args(%tot = %zero) -> (f32) {
+      %best, %bv = scf.for %e = %c0 to %ne step %c1 iter_args(%bi = %c0, %bm = %ninf) -> (index, f32) {
+        %tk = memref.load %taken[%e] : memref<?xi1>
+        %l = tensor.extract %logits[%i, %e] : tensor<?x?xf32>
+        %sg = func.call @k3k_sigmoid(%l) : (f32) -> f32
+        %b = tensor.extract %bias[%e] : tensor<?xf32>
+        %key = arith.addf %sg, %b : f32
+        %better = arith.cmpf ogt, %key, %bm : f32
+        %nt = arith.xori %tk, %true : i1
+        %take = arith.andi %better, %nt : i1
+        %ni = arith.select %take, %e, %bi : index
+        %nm = arith.select %take, %key, %bm : f32
+        scf.yield %ni, %nm : index, f32
+      }
+      memref.store %true, %taken[%best] : memref<?xi1>
+      %l = tensor.extract %logits[%i, %best] : tensor<?x?xf32>
+      %sg = func.call @k3k_sigmoid(%l) : (f32) -> f32
+      %best64 = arith.index_cast %best : index to i64
+      memref.store %best64, %idx[%i, %s] : memref<?x?xi64>
+      memref.store %sg, %wts[%i, %s] : memref<?x?xf32>
+      %tot2 = arith.addf %tot, %sg : f32
+      scf.yield %tot2 : f32
+    }
+    %den = arith.addf %total, %tiny : f32
+    scf.for %s = %c0 to %topk step %c1 {
+      %w = memref.load %wts[%i, %s] : memref<?x?xf32>
+      %wn = scf.if %renorm -> (f32) {
+        %q = arith.divf %w, %den : f32
+        scf.yield %q : f32
+      } else {
+        scf.yield %w : f32
+      }
+      %ws = arith.mulf %wn, %scaling : f32
+      memref.store %ws, %wts[%i, %s] : memref<?x?xf32>
+    }
+  }
+  return %idx, %wts : memref<?x?xi64>, memref<?x?xf32>
+}
+
+// Weighted sum of the selected experts in latent space, r = round(Σ ω y_e)
+// (§6.2), with MXFP4 experts: w1, w3 [E, I, L], w2 [E, L, I].
+func.func private @k3k_experts_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>,
+                                     %w1p: tensor<?x?x?xi8>, %w1s: tensor<?x?x?xi8>,
+                                     %w3p: tensor<?x?x?xi8>, %w3s: tensor<?x?x?xi8>,
+                                     %w2p: tensor<?x?x?xi8>, %w2s: tensor<?x?x?xi8>,
+                                     %silu: i1, %b1: f32, %b2: f32) -> tensor<?x?x!act> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %zero = arith.constant 0.0 : f32
+  %t = tensor.dim %xi, %c0 : tensor<?x?x!act>
+  %l = tensor.dim %xi, %c1 : tensor<?x?x!act>
+  %ni = tensor.dim %w1p, %c1 : tensor<?x?x?xi8>
+  %topk = memref.dim %idx, %c1 : memref<?x?xi64>
+  %acc = memref.alloc(%t, %l) : memref<?x?xf32>
+  %hid = memref.alloc(%ni) : memref<?xf32>
+  scf.for %i = %c0 to %t step %c1 {
+    scf.for %j = %c0 to %l step %c1 {
+      memref.store %zero, %acc[%i, %j] : memref<?x?xf32>
+    }
+    scf.for %s = %c0 to %topk step %c1 {
+      %e64 = memref.load %idx[%i, %s] : memref<?x?xi64>
+      %e = arith.index_cast %e64 : i64 to index
+      %w = memref.load %wts[%i, %s] : memref<?x?xf32>
+      // h = round(act(round(W1 ξ), round(W3 ξ))).
+      scf.for %n = %c0 to %ni step %c1 {
+        %g, %u = scf.for %k = %c0 to %l step %c1 iter_args(%ga = %zero, %ua = %zero) -> (f32, f32) {
+          %xv = tensor.extract %xi[%i, %k] : tensor<?x?x!act>
+          %xf = func.call @k3k_widen(%xv) : (!act) -> f32
+          %a = func.call @k3k_mxfp4_at(%w1p, %w1s, %e, %n, %k) : (tensor<?x?x?xi8>, tensor<?x?x?xi8>, index, index, index) -> f32
+          %b = func.call @k3k_mxfp4_at(%w3p, %w3s, %e, %n, %k) : (tensor<?x?x?xi8>, tensor<?x?x?xi8>, index, index, index) -> f32
+          %pa = arith.mulf %a, %xf : f32
+          %pb = arith.mulf %b, %xf : f32
+          %ga2 = arith.addf %ga, %pa : f32
+          %ua2 = arith.addf %ua, %pb : f32
+          scf.yield %ga2, %ua2 : f32, f32
+        }
+        %gr = func.call @k3k_round(%g) : (f32) -> f32
+        %ur = func.call @k3k_round(%u) : (f32) -> f32
+        %h = func.call @k3k_glu_act(%gr, %ur, %silu, %b1, %b2) : (f32, f32, i1, f32, f32) -> f32
+        %hr = func.call @k3k_round(%h) : (f32) -> f32
+        memref.store %hr, %hid[%n] : memref<?xf32>
+      }
+      // y = round(W2 h); r += ω y.
+      scf.for %j = %c0 to %l step %c1 {
+        %y = scf.for %n = %c0 to %ni step %c1 iter_args(%a = %zero) -> (f32) {
+          %hv = memref.load %hid[%n] : memref<?xf32>
+          %wv = func.call @k3k_mxfp4_at(%w2p, %w2s, %e, %j, %n) : (tensor<?x?x?xi8>, tensor<?x?x?xi8>, index, index, index) -> f32
+          %p = arith.mulf %wv, %hv : f32
+          %a2 = arith.addf %a, %p : f32
+          scf.yield %a2 : f32
+        }
+        %yr = func.call @k3k_round(%y) : (f32) -> f32
+        %old = memref.load %acc[%i, %j] : memref<?x?xf32>
+        %p = arith.mulf %w, %yr : f32
+        %new = arith.addf %old, %p : f32
+        memref.store %new, %acc[%i, %j] : memref<?x?xf32>
+      }
+    }
+  }
+  %acct = bufferization.to_tensor %acc restrict : memref<?x?xf32> to tensor<?x?xf32>
+  %r = func.call @k3k_narrow2(%acct) : (tensor<?x?xf32>) -> tensor<?x?x!act>
+  return %r : tensor<?x?x!act>
+}
+
+// The same with bf16 expert weights.
+func.func private @k3k_experts_bf16(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>,
+                                    %w1: tensor<?x?x?xbf16>, %w3: tensor<?x?x?xbf16>, %w2: tensor<?x?x?xbf16>,
+                                    %silu: i1, %b1: f32, %b2: f32) -> tensor<?x?x!act> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %zero = arith.constant 0.0 : f32
+  %t = tensor.dim %xi, %c0 : tensor<?x?x!act>
+  %l = tensor.dim %xi, %c1 : tensor<?x?x!act>
+  %ni = tensor.dim %w1, %c1 : tensor<?x?x?xbf16>
+  %topk = memref.dim %idx, %c1 : memref<?x?xi64>
+  %acc = memref.alloc(%t, %l) : memref<?x?xf32>
+  %hid = memref.alloc(%ni) : memref<?xf32>
+  scf.for %i = %c0 to %t step %c1 {
+    scf.for %j = %c0 to %l step %c1 {
+      memref.store %zero, %acc[%i, %j] : memref<?x?xf32>
+    }
+    scf.for %s = %c0 to %topk step %c1 {
+      %e64 = memref.load %idx[%i, %s] : memref<?x?xi64>
+      %e = arith.index_cast %e64 : i64 to index
+      %w = memref.load %wts[%i, %s] : memref<?x?xf32>
+      scf.for %n = %c0 to %ni step %c1 {
+        %g, %u = scf.for %k = %c0 to %l step %c1 iter_args(%ga = %zero, %ua = %zero) -> (f32, f32) {
+          %xv = tensor.extract %xi[%i, %k] : tensor<?x?x!act>
+          %xf = func.call @k3k_widen(%xv) : (!act) -> f32
+          %av = tensor.extract %w1[%e, %n, %k] : tensor<?x?x?xbf16>
+          %bv = tensor.extract %w3[%e, %n, %k] : tensor<?x?x?xbf16>
+          %a = arith.extf %av : bf16 to f32
+          %b = arith.extf %bv : bf16 to f32
+          %pa = arith.mulf %a, %xf : f32
+          %pb = arith.mulf %b, %xf : f32
+          %ga2 = arith.addf %ga, %pa : f32
+          %ua2 = arith.addf %ua, %pb : f32
+          scf.yield %ga2, %ua2 : f32, f32
+        }
+        %gr = func.call @k3k_round(%g) : (f32) -> f32
+        %ur = func.call @k3k_round(%u) : (f32) -> f32
+        %h = func.call @k3k_glu_act(%gr, %ur, %silu, %b1, %b2) : (f32, f32, i1, f32, f32) -> f32
+        %hr = func.call @k3k_round(%h) : (f32) -> f32
+        memref.store %hr, %hid[%n] : memref<?xf32>
+      }
+      scf.for %j = %c0 to %l step %c1 {
+        %y = scf.for %n = %c0 to %ni step %c1 iter_args(%a = %zero) -> (f32) {
+          %hv = memref.load %hid[%n] : memref<?xf32>
+          %wv = tensor.extract %w2[%e, %j, %n] : tensor<?x?x?xbf16>
+          %wf = arith.extf %wv : bf16 to f32
+          %p = arith.mulf %wf, %hv : f32
+          %a2 = arith.addf %a, %p : f32
+          scf.yield %a2 : f32
+        }
+        %yr = func.call @k3k_round(%y) : (f32) -> f32
+        %old = memref.load %acc[%i, %j] : memref<?x?xf32>
+        %p = arith.mulf %w, %yr : f32
+        %new = arith.addf %old, %p : f32
+        memref.store %new, %acc[%i, %j] : memref<?x?xf32>
+      }
+    }
+  }
+  %acct = bufferization.to_tensor %acc restrict : memref<?x?xf32> to tensor<?x?xf32>
+  %r = func.call @k3k_narrow2(%acct) : (tensor<?x?xf32>) -> tensor<?x?x!act>
+  return %r : tensor<?x?x!act>
+}
+
+// The latent part around the experts (§6.2): ξ = W_down x, then
+// R = W_up RMSNorm(r; γ_lat); without a latent space ξ = x and R = r.
+func.func private @k3k_latent_down(%x: tensor<?x?x!act>, %down: tensor<?x?xbf16>, %haslatent: i1) -> tensor<?x?x!act> {
+  %r = scf.if %haslatent -> (tensor<?x?x!act>) {
+    %y = func.call @k3k_linear(%x, %down) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
+    scf.yield %y : tensor<?x?x!act>
+  } else {
+    scf.yield %x : tensor<?x?x!act>
+  }
+  return %r : tensor<?x?x!act>
+}
+
+func.func private @k3k_latent_up(%r: tensor<?x?x!act>, %norm: tensor<?xbf16>, %hasnorm: i1, %eps: f32,
+                                 %up: tensor<?x?xbf16>, %haslatent: i1) -> tensor<?x?x!act> {
+  %n = scf.if %hasnorm -> (tensor<?x?x!act>) {
+    %y = func.call @k3k_rms_norm(%r, %norm, %eps) : (tensor<?x?x!act>, tensor<?xbf16>, f32) -> tensor<?x?x!act>
+    scf.yield %y : tensor<?x?x!act>
+  } else {
+    scf.yield %r : tensor<?x?x!act>
+  }
+  %u = scf.if %haslatent -> (tensor<?x?x!act>) {
+    %y = func.call @k3k_linear(%n, %up) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
+    scf.yield %y : tensor<?x?x!act>
+  } else {
+    scf.yield %n : tensor<?x?x!act>
+  }
+  return %u : tensor<?x?x!act>
+}
+
+// k3.latent_moe with mxfp4 experts (§6.1–6.3): out = round(R + Sh).
+func.func private @k3k_latent_moe_mxfp4(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf16>, %bias: tensor<?xf32>,
+    %down: tensor<?x?xbf16>, %up: tensor<?x?xbf16>, %haslatent: i1,
+    %w1p: tensor<?x?x?xi8>, %w1s: tensor<?x?x?xi8>, %w3p: tensor<?x?x?xi8>, %w3s: tensor<?x?x?xi8>, %w2p: tensor<?x?x?xi8>, %w2s: tensor<?x?x?xi8>,
+    %norm: tensor<?xbf16>, %hasnorm: i1, %eps: f32,
+    %sg: tensor<?x?xbf16>, %su: tensor<?x?xbf16>, %sd: tensor<?x?xbf16>, %hasshared: i1,
+    %topk: index, %renorm: i1, %scaling: f32, %silu: i1, %b1: f32, %b2: f32) -> tensor<?x?x!act> {
+  %idx, %wts = func.call @k3k_route(%x, %wr, %bias, %topk, %renorm, %scaling) : (tensor<?x?x!act>, tensor<?x?xbf16>, tensor<?xf32>, index, i1, f32) -> (memref<?x?xi64>, memref<?x?xf32>)
+  %xi = func.call @k3k_latent_down(%x, %down, %haslatent) : (tensor<?x?x!act>, tensor<?x?xbf16>, i1) -> tensor<?x?x!act>
+  %r = func.call @k3k_experts_mxfp4(%xi, %idx, %wts, %w1p, %w1s, %w3p, %w3s, %w2p, %w2s, %silu, %b1, %b2) : (tensor<?x?x!act>, memref<?x?xi64>, memref<?x?xf32>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, i1, f32, f32) -> tensor<?x?x!act>
+  %big = func.call @k3k_latent_up(%r, %norm, %hasnorm, %eps, %up, %haslatent) : (tensor<?x?x!act>, tensor<?xbf16>, i1, f32, tensor<?x?xbf16>, i1) -> tensor<?x?x!act>
+  %y = scf.if %hasshared -> (tensor<?x?x!act>) {
+    %sh = func.call @k3k_glu_mlp(%x, %sg, %su, %sd, %silu, %b1, %b2) : (tensor<?x?x!act>, tensor<?x?xbf16>, tensor<?x?xbf16>, tensor<?x?xbf16>, i1, f32, f32) -> tensor<?x?x!act>
+    %s = func.call @k3k_add(%big, %sh) : (tensor<?x?x!act>, tensor<?x?x!act>) -> tensor<?x?x!act>
+    scf.yield %s : tensor<?x?x!act>
+  } else {
+    scf.yield %big : tensor<?x?x!act>
+  }
+  return %y : tensor<?x?x!act>
+}
+
+// k3.latent_moe with bf16 experts (§6.1–6.3): out = round(R + Sh).
+func.func private @k3k_latent_moe_bf16(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf16>, %bias: tensor<?xf32>,
+    %down: tensor<?x?xbf16>, %up: tensor<?x?xbf16>, %haslatent: i1,
+    %w1: tensor<?x?x?xbf16>, %w3: tensor<?x?x?xbf16>, %w2: tensor<?x?x?xbf16>,
+    %norm: tensor<?xbf16>, %hasnorm: i1, %eps: f32,
+    %sg: tensor<?x?xbf16>, %su: tensor<?x?xbf16>, %sd: tensor<?x?xbf16>, %hasshared: i1,
+    %topk: index, %renorm: i1, %scaling: f32, %silu: i1, %b1: f32, %b2: f32) -> tensor<?x?x!act> {
+  %idx, %wts = func.call @k3k_route(%x, %wr, %bias, %topk, %renorm, %scaling) : (tensor<?x?x!act>, tensor<?x?xbf16>, tensor<?xf32>, index, i1, f32) -> (memref<?x?xi64>, memref<?x?xf32>)
+  %xi = func.call @k3k_latent_down(%x, %down, %haslatent) : (tensor<?x?x!act>, tensor<?x?xbf16>, i1) -> tensor<?x?x!act>
+  %r = func.call @k3k_experts_bf16(%xi, %idx, %wts, %w1, %w3, %w2, %silu, %b1, %b2) : (tensor<?x?x!act>, memref<?x?xi64>, memref<?x?xf32>, tensor<?x?x?xbf16>, tensor<?x?x?xbf16>, tensor<?x?x?xbf16>, i1, f32, f32) -> tensor<?x?x!act>
+  %big = func.call @k3k_latent_up(%r, %norm, %hasnorm, %eps, %up, %haslatent) : (tensor<?x?x!act>, tensor<?xbf16>, i1, f32, tensor<?x?xbf16>, i1) -> tensor<?x?x!act>
+  %y = scf.if %hasshared -> (tensor<?x?x!act>) {
+    %sh = func.call @k3k_glu_mlp(%x, %sg, %su, %sd, %silu, %b1, %b2) : (tensor<?x?x!act>, tensor<?x?xbf16>, tensor<?x?xbf16>, tensor<?x?xbf16>, i1, f32, f32) -> tensor<?x?x!act>
+    %s = func.call @k3k_add(%big, %sh) : (tensor<?x?x!act>, tensor<?x?x!act>) -> tensor<?x?x!act>
+    scf.yield %s : tensor<?x?x!act>
+  } else {
+    scf.yield %big : tensor<?x?x!act>
+  }
+  return %y : tensor<?x?x!act>
+}

@@ -1,0 +1,15 @@
+// Activation dtype bf16: widen, narrow and round (K3_SPEC §2, docs/NUMERICS.md).
+!act = bf16
+func.func private @k3k_widen(%a: !act) -> f32 {
+  %r = arith.extf %a : bf16 to f32
+  return %r : f32
+}
+func.func private @k3k_narrow(%a: f32) -> !act {
+  %r = arith.truncf %a : f32 to bf16
+  return %r : !act
+}
+func.func private @k3k_round(%a: f32) -> f32 {
+  %n = arith.truncf %a : f32 to bf16
+  %r = arith.extf %n : bf16 to f32
+  return %r : f32
+}

@@ -1,0 +1,11 @@
+// Activation dtype f32: widening, narrowing and rounding are the identity.
+!act = f32
+func.func private @k3k_widen(%a: !act) -> f32 {
+  return %a : f32
+}
+func.func private @k3k_narrow(%a: f32) -> !act {
+  return %a : !act
+}
+func.func private @k3k_round(%a: f32) -> f32 {
+  return %a : f32
+}
