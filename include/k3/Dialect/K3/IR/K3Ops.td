@@ -178,7 +178,7 @@ def K3_GatedRMSNormOp : K3_Op<"gated_rms_norm", [Pure]> {
 // Block Attention Residuals
 //===----------------------------------------------------------------------===//
 
-def K3_AttnResOp : K3_Op<"attn_res", [Pure, SameOperandsElementType]> {
+def K3_AttnResOp : K3_Op<"attn_res", [Pure]> {
   let summary = "softmax attention over depth candidates (K3_SPEC §3.1)";
   let description = [{
     For every token, over the candidates v_1..v_n (stored block vectors and
