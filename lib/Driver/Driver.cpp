@@ -214,20 +214,27 @@ LogicalResult mlir::k3::compile(MLIRContext &context,
     return success();
   }
 
-  // Phases 4 and 5: codegen (object file) and link (shared library).
-  SmallString<128> object;
-  if (llvm::sys::fs::createTemporaryFile("k3c", "o", object))
-    return emitError(inputLoc) << "cannot create a temporary object file";
-  auto removeObject = llvm::make_scope_exit([&] { llvm::sys::fs::remove(object); });
+  // Phases 4 and 5: codegen (object files) and link (shared library).
+  std::vector<std::string> objects;
+  auto removeObjects = llvm::make_scope_exit([&] {
+    for (const std::string &o : objects)
+      llvm::sys::fs::remove(o);
+  });
+  for (int i = 0; i < 2; ++i) {
+    SmallString<128> object;
+    if (llvm::sys::fs::createTemporaryFile("k3c", "o", object))
+      return emitError(inputLoc) << "cannot create a temporary object file";
+    objects.push_back(object.str().str());
+  }
   {
     Phase phase(options, timing, "codegen");
-    if (failed(emitHostObject(*module, object)))
+    if (failed(emitHostObjects(*module, objects)))
       return failure();
     phase.done();
   }
   {
     Phase phase(options, timing, "link");
-    if (failed(linkHostLibrary(*module, object, options.outputPath)))
+    if (failed(linkHostLibrary(*module, objects, options.outputPath)))
       return failure();
     phase.done();
   }

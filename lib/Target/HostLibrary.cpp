@@ -16,6 +16,7 @@
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Target/TargetMachine.h"
+#include "llvm/Transforms/Utils/Cloning.h"
 #include "llvm/TargetParser/Triple.h"
 
 using namespace mlir;
@@ -38,7 +39,32 @@ LogicalResult mlir::k3::printLLVMIR(ModuleOp module, raw_ostream &os) {
   return success();
 }
 
-LogicalResult mlir::k3::emitHostObject(ModuleOp module, StringRef objectPath) {
+/// The glue that calls layer bodies and kernels once per layer: huge for a
+/// deep model (K3: ~130k LLVM instructions) and not worth optimizing.
+static bool isGlue(const llvm::GlobalValue &gv) {
+  StringRef n = gv.getName();
+  return n == "forward" || n == "_mlir_ciface_forward" || n == "k3_forward" ||
+         n == "k3_abi_version" || n == "k3_manifest_json" ||
+         n == "k3_manifest_text";
+}
+
+static LogicalResult emitObject(ModuleOp module, llvm::Module &m,
+                                 llvm::TargetMachine &tm, StringRef path) {
+  std::error_code ec;
+  llvm::ToolOutputFile out(path, ec, llvm::sys::fs::OF_None);
+  if (ec)
+    return module.emitError("cannot write '") << path << "': " << ec.message();
+  llvm::legacy::PassManager pm;
+  if (tm.addPassesToEmitFile(pm, out.os(), nullptr,
+                             llvm::CodeGenFileType::ObjectFile))
+    return module.emitError("the x86-64 target cannot emit object files");
+  pm.run(m);
+  out.keep();
+  return success();
+}
+
+LogicalResult mlir::k3::emitHostObjects(ModuleOp module,
+                                        ArrayRef<std::string> objectPaths) {
   llvm::InitializeNativeTarget();
   llvm::InitializeNativeTargetAsmPrinter();
   llvm::LLVMContext ctx;
@@ -52,33 +78,43 @@ LogicalResult mlir::k3::emitHostObject(ModuleOp module, StringRef objectPath) {
   const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple, error);
   if (!target)
     return module.emitError("no x86-64 target in LLVM: ") << error;
-  llvm::TargetOptions options;
-  std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
-      triple, "x86-64-v2", "", options, llvm::Reloc::PIC_, std::nullopt,
-      llvm::CodeGenOptLevel::Aggressive));
+  auto makeTM = [&](llvm::CodeGenOptLevel level) {
+    return std::unique_ptr<llvm::TargetMachine>(target->createTargetMachine(
+        triple, "x86-64-v2", "", llvm::TargetOptions(), llvm::Reloc::PIC_,
+        std::nullopt, level));
+  };
+  std::unique_ptr<llvm::TargetMachine> fast =
+      makeTM(llvm::CodeGenOptLevel::Aggressive);
+  std::unique_ptr<llvm::TargetMachine> plain =
+      makeTM(llvm::CodeGenOptLevel::None);
   m->setTargetTriple(triple);
-  m->setDataLayout(tm->createDataLayout());
+  m->setDataLayout(fast->createDataLayout());
+  // Both halves call across the split: give every definition external
+  // linkage (the link step exports only the k3_* entry points).
+  for (llvm::Function &f : *m)
+    if (!f.isDeclaration())
+      f.setLinkage(llvm::GlobalValue::ExternalLinkage);
 
+  // Kernels and layer bodies: optimized at -O3.
+  llvm::ValueToValueMapTy kernelMap, glueMap;
+  std::unique_ptr<llvm::Module> kernels = llvm::CloneModule(
+      *m, kernelMap, [](const llvm::GlobalValue *gv) { return !isGlue(*gv); });
   auto optimize = makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0,
-                                            tm.get());
-  if (llvm::Error err = optimize(m.get()))
+                                            fast.get());
+  if (llvm::Error err = optimize(kernels.get()))
     return module.emitError("LLVM optimization failed: ")
            << llvm::toString(std::move(err));
+  if (failed(emitObject(module, *kernels, *fast, objectPaths[0])))
+    return failure();
 
-  std::error_code ec;
-  llvm::ToolOutputFile out(objectPath, ec, llvm::sys::fs::OF_None);
-  if (ec)
-    return module.emitError("cannot write '") << objectPath << "': " << ec.message();
-  llvm::legacy::PassManager pm;
-  if (tm->addPassesToEmitFile(pm, out.os(), nullptr,
-                              llvm::CodeGenFileType::ObjectFile))
-    return module.emitError("the x86-64 target cannot emit object files");
-  pm.run(*m);
-  out.keep();
-  return success();
+  // The glue: compiled as is.
+  std::unique_ptr<llvm::Module> glue = llvm::CloneModule(
+      *m, glueMap, [](const llvm::GlobalValue *gv) { return isGlue(*gv); });
+  return emitObject(module, *glue, *plain, objectPaths[1]);
 }
 
-LogicalResult mlir::k3::linkHostLibrary(ModuleOp module, StringRef objectPath,
+LogicalResult mlir::k3::linkHostLibrary(ModuleOp module,
+                                        ArrayRef<std::string> objectPaths,
                                         StringRef outputPath) {
   llvm::ErrorOr<std::string> cc = llvm::sys::findProgramByName("cc");
   if (!cc)
@@ -96,8 +132,11 @@ LogicalResult mlir::k3::linkHostLibrary(ModuleOp module, StringRef objectPath,
     os << "{ global: k3_abi_version; k3_manifest_json; k3_forward; local: *; };\n";
   }
   std::string versionScript = ("-Wl,--version-script=" + script).str();
-  SmallVector<StringRef> args = {*cc,   "-shared", "-o",          outputPath,
-                                 objectPath, versionScript, "-lm"};
+  SmallVector<StringRef> args = {*cc, "-shared", "-o", outputPath};
+  for (const std::string &o : objectPaths)
+    args.push_back(o);
+  args.push_back(versionScript);
+  args.push_back("-lm");
   std::string error;
   int rc = llvm::sys::ExecuteAndWait(*cc, args, std::nullopt, {}, 0, 0, &error);
   llvm::sys::fs::remove(script);

@@ -16,14 +16,17 @@ namespace mlir::k3 {
 /// Translates a module in the LLVM dialect to LLVM IR and prints it.
 LogicalResult printLLVMIR(ModuleOp module, raw_ostream &os);
 
-/// Translates, optimizes (-O3) and compiles a module in the LLVM dialect to
-/// an x86-64 (x86-64-v2) position-independent object file.
-LogicalResult emitHostObject(ModuleOp module, StringRef objectPath);
+/// Translates a module in the LLVM dialect and compiles it to two x86-64
+/// (x86-64-v2) position-independent object files: the kernels and layer
+/// bodies optimized at -O3 (objectPaths[0]), and the per-layer glue of
+/// @forward and the entry points unoptimized (objectPaths[1]), which keeps
+/// the compile time of deep models linear in depth.
+LogicalResult emitHostObjects(ModuleOp module, ArrayRef<std::string> objectPaths);
 
-/// Links `objectPath` into the shared library `outputPath` with the system C
+/// Links the objects into the shared library `outputPath` with the system C
 /// compiler driver (`cc`), exporting only the k3_* entry points. The library
 /// depends on libc and libm only.
-LogicalResult linkHostLibrary(ModuleOp module, StringRef objectPath,
+LogicalResult linkHostLibrary(ModuleOp module, ArrayRef<std::string> objectPaths,
                               StringRef outputPath);
 
 } // namespace mlir::k3

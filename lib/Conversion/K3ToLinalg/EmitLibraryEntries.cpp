@@ -32,6 +32,17 @@ struct K3EmitLibraryEntriesPass
                        "and the k3.manifest attribute");
       return signalPassFailure();
     }
+    // @forward is glue: one call per layer body and kernel, with thousands of
+    // descriptor arguments for a deep model. Optimizing it buys nothing and
+    // dominates compile time (K3: minutes), so LLVM leaves it as is.
+    for (StringRef name : {"forward", "_mlir_ciface_forward"}) {
+      if (auto fn = module.lookupSymbol<LLVM::LLVMFuncOp>(name)) {
+        Builder attrs(ctx);
+        fn.setPassthroughAttr(attrs.getArrayAttr(
+            {attrs.getStringAttr("noinline"), attrs.getStringAttr("optnone")}));
+      }
+    }
+
     Location loc = module.getLoc();
     OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
     Type i32 = IntegerType::get(ctx, 32), i64 = IntegerType::get(ctx, 64);
