@@ -41,10 +41,19 @@ case "${1:-}" in
   "") ;;
   build) build ;;
   run)
-    build k3c
-    for cfg in models/kimi-k3/config.json models/k3-tiny/config.json; do
-      "$BUILD/bin/k3c" "$cfg" --emit=summary
-    done
+    build k3c k3-run k3-weights
+    out="$BUILD/models"
+    mkdir -p "$out"
+    # The published K3: its layer map and sizes, then a host library.
+    "$BUILD/bin/k3c" models/kimi-k3/config.json --emit=summary
+    "$BUILD/bin/k3c" models/kimi-k3/config.json -o "$out/libkimi_k3.so"
+    # k3-tiny end to end: compile, make a seeded random checkpoint in the
+    # real format, prefill a prompt and greedily decode 32 tokens.
+    "$BUILD/bin/k3c" models/k3-tiny/config.json --emit=summary
+    "$BUILD/bin/k3c" models/k3-tiny/config.json -o "$out/libk3_tiny.so"
+    "$BUILD/bin/k3-weights" models/k3-tiny/config.json --seed 7 -o "$out/k3-tiny-random"
+    "$BUILD/bin/k3-run" "$out/libk3_tiny.so" --weights "$out/k3-tiny-random" \
+      --prompt-ids 1,17,42,99,256,311,7,64 --max-new-tokens 32
     ;;
   test)
     build

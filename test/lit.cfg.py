@@ -11,7 +11,7 @@ from lit.llvm import llvm_config
 config.name = "K3C"
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir", ".test"]
-config.excludes = ["Inputs", "Unit", "CMakeLists.txt", "lit.cfg.py"]
+config.excludes = ["Inputs", "Unit", "Runtime", "CMakeLists.txt", "lit.cfg.py"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.k3c_obj_root, "test")
 
@@ -21,5 +21,10 @@ config.substitutions.append(("%python", sys.executable))
 llvm_config.with_system_environment(["HOME", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
 llvm_config.add_tool_substitutions(
-    ["k3-opt", "k3c"], [config.k3c_tools_dir])
+    ["k3-opt", "k3c", "k3-run", "k3-weights", "k3-serving-check"],
+    [config.k3c_tools_dir])
+# The NumPy reference and the comparison script need numpy; lit runs with
+# the system python3 (Debian's python3-numpy).
+config.substitutions.append(("%compare", sys.executable + " " + os.path.join(
+    config.test_source_root, "e2e", "compare.py")))
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)

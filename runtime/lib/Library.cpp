@@ -1,0 +1,77 @@
+//===- Library.cpp - an opened k3c library --------------------------------===//
+
+#include "Library.h"
+
+#include <cerrno>
+#include <cstring>
+#include <dlfcn.h>
+#include <new>
+#include <sys/stat.h>
+
+using namespace k3rt;
+
+using AbiVersionFn = uint32_t (*)();
+using ManifestFn = const char *(*)();
+
+k3rt_status *k3rt::openLibrary(const char *path, k3rt_library **out) {
+  if (!path || !out)
+    return makeStatus(K3RT_INVALID_ARGUMENT,
+                      "k3rt_library_open: path and out must not be NULL");
+  *out = nullptr;
+  struct stat st;
+  if (::stat(path, &st) != 0)
+    return makeStatus(K3RT_NOT_FOUND, "%s: cannot open library: %s", path,
+                      std::strerror(errno));
+  // RTLD_LOCAL: two libraries export the same three symbols.
+  void *handle = ::dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    const char *err = ::dlerror();
+    return makeStatus(K3RT_INVALID_ARGUMENT, "%s: cannot load library: %s",
+                      path, err ? err : "unknown dlopen error");
+  }
+  auto fail = [&](k3rt_status *status) {
+    ::dlclose(handle);
+    return status;
+  };
+  auto version =
+      reinterpret_cast<AbiVersionFn>(::dlsym(handle, "k3_abi_version"));
+  auto manifest =
+      reinterpret_cast<ManifestFn>(::dlsym(handle, "k3_manifest_json"));
+  auto forward = reinterpret_cast<K3ForwardFn>(::dlsym(handle, "k3_forward"));
+  if (!version || !manifest || !forward)
+    return fail(makeStatus(K3RT_INVALID_ARGUMENT,
+                           "%s: not a k3c library: it does not export %s%s%s",
+                           path, !version ? "k3_abi_version " : "",
+                           !manifest ? "k3_manifest_json " : "",
+                           !forward ? "k3_forward" : ""));
+  uint32_t abi = version();
+  if (abi != K3RT_LIBRARY_ABI_VERSION)
+    return fail(makeStatus(K3RT_FAILED_PRECONDITION,
+                           "%s: library ABI version %u, this runtime "
+                           "implements version %d (rebuild the library with "
+                           "a matching k3c)",
+                           path, abi, K3RT_LIBRARY_ABI_VERSION));
+  k3rt_library *lib = new (std::nothrow) k3rt_library;
+  if (!lib)
+    return fail(makeStatus(K3RT_RESOURCE_EXHAUSTED, "out of host memory"));
+  if (k3rt_status *s = parseManifest(manifest(), lib->manifest)) {
+    delete lib;
+    return fail(annotate(s, path));
+  }
+  lib->handle = handle;
+  lib->path = path;
+  lib->forward = forward;
+  *out = lib;
+  return nullptr;
+}
+
+void k3rt::retain(k3rt_library *library) {
+  library->refs.fetch_add(1, std::memory_order_relaxed);
+}
+
+void k3rt::release(k3rt_library *library) {
+  if (!library || library->refs.fetch_sub(1, std::memory_order_acq_rel) != 1)
+    return;
+  ::dlclose(library->handle);
+  delete library;
+}
