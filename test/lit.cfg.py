@@ -21,7 +21,8 @@ config.substitutions.append(("%python", sys.executable))
 llvm_config.with_system_environment(["HOME", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
 llvm_config.add_tool_substitutions(
-    ["k3-opt", "k3c", "k3-run", "k3-weights", "k3-serving-check"],
+    ["k3-opt", "k3c", "k3-run", "k3-weights", "k3-serving-check",
+     "k3-linked-check"],
     [config.k3c_tools_dir])
 # The NumPy reference and the comparison script need numpy; lit runs with
 # the system python3 (Debian's python3-numpy).

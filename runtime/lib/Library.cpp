@@ -14,12 +14,15 @@ using AbiVersionFn = uint32_t (*)();
 using ManifestFn = const char *(*)();
 
 k3rt_status *k3rt::openLibrary(const char *path, k3rt_library **out) {
-  if (!path || !out)
+  if (!out)
     return makeStatus(K3RT_INVALID_ARGUMENT,
-                      "k3rt_library_open: path and out must not be NULL");
+                      "k3rt_library_open: out must not be NULL");
   *out = nullptr;
+  // NULL: the library linked into the program (its k3_* symbols are found
+  // in the program's global scope).
+  const char *shown = path ? path : "(linked library)";
   struct stat st;
-  if (::stat(path, &st) != 0)
+  if (path && ::stat(path, &st) != 0)
     return makeStatus(K3RT_NOT_FOUND, "%s: cannot open library: %s", path,
                       std::strerror(errno));
   // RTLD_LOCAL: two libraries export the same three symbols.
@@ -27,7 +30,7 @@ k3rt_status *k3rt::openLibrary(const char *path, k3rt_library **out) {
   if (!handle) {
     const char *err = ::dlerror();
     return makeStatus(K3RT_INVALID_ARGUMENT, "%s: cannot load library: %s",
-                      path, err ? err : "unknown dlopen error");
+                      shown, err ? err : "unknown dlopen error");
   }
   auto fail = [&](k3rt_status *status) {
     ::dlclose(handle);
@@ -41,7 +44,7 @@ k3rt_status *k3rt::openLibrary(const char *path, k3rt_library **out) {
   if (!version || !manifest || !forward)
     return fail(makeStatus(K3RT_INVALID_ARGUMENT,
                            "%s: not a k3c library: it does not export %s%s%s",
-                           path, !version ? "k3_abi_version " : "",
+                           shown, !version ? "k3_abi_version " : "",
                            !manifest ? "k3_manifest_json " : "",
                            !forward ? "k3_forward" : ""));
   uint32_t abi = version();
@@ -50,16 +53,16 @@ k3rt_status *k3rt::openLibrary(const char *path, k3rt_library **out) {
                            "%s: library ABI version %u, this runtime "
                            "implements version %d (rebuild the library with "
                            "a matching k3c)",
-                           path, abi, K3RT_LIBRARY_ABI_VERSION));
+                           shown, abi, K3RT_LIBRARY_ABI_VERSION));
   k3rt_library *lib = new (std::nothrow) k3rt_library;
   if (!lib)
     return fail(makeStatus(K3RT_RESOURCE_EXHAUSTED, "out of host memory"));
   if (k3rt_status *s = parseManifest(manifest(), lib->manifest)) {
     delete lib;
-    return fail(annotate(s, path));
+    return fail(annotate(s, shown));
   }
   lib->handle = handle;
-  lib->path = path;
+  lib->path = shown;
   lib->forward = forward;
   *out = lib;
   return nullptr;

@@ -59,6 +59,14 @@ TEST(LibraryTest, MissingFile) {
                "/nonexistent/lib.so");
 }
 
+TEST(LibraryTest, NoLinkedLibrary) {
+  // The test program links no compiled model.
+  k3rt_library *lib = nullptr;
+  EXPECT_ERROR(k3rt_library_open(nullptr, &lib), K3RT_INVALID_ARGUMENT,
+               "(linked library)", "not a k3c library");
+  EXPECT_EQ(lib, nullptr);
+}
+
 TEST(LibraryTest, NotASharedLibrary) {
   TempDir dir;
   writeFile(dir.file("libtext.so"), "not an ELF file\n");

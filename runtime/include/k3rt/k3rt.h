@@ -99,7 +99,9 @@ k3rt_check_api_version(uint32_t header_version);
 typedef struct k3rt_library k3rt_library;
 
 /** Opens the compiled library at `path` (dlopen), checks k3_abi_version()
- * and parses and validates k3_manifest_json(). Nothing else is allocated. */
+ * and parses and validates k3_manifest_json(). Nothing else is allocated.
+ * With `path` NULL, uses the library linked into the program (its k3_*
+ * entry points in the program's global symbol scope). */
 K3RT_API K3RT_MUST_USE_RESULT k3rt_status *
 k3rt_library_open(const char *path, k3rt_library **out);
 
