@@ -26,54 +26,48 @@ func.func private @k3k_short_conv(%x: tensor<?x?x!act>, %w: tensor<?x?x?xf32>, %
   %kw = tensor.dim %w, %c2 : tensor<?x?x?xf32>
   %wm1 = arith.subi %kw, %c1 : index
   %out = memref.alloc(%t, %ch) : memref<?x?x!act>
-  scf.for %i = %c0 to %t step %c1 {
-    scf.for %c = %c0 to %ch step %c1 {
-      %acc = scf.for %j = %c0 to %kw step %c1 iter_args(%a = %zero) -> (f32) {
-        %ij = arith.addi %i, %j : index
-        %inseg = arith.cmpi uge, %ij, %wm1 : index
-        %u = scf.if %inseg -> (!act) {
-          %src = arith.subi %ij, %wm1 : index
-          %v = tensor.extract %x[%src, %c] : tensor<?x?x!act>
-          scf.yield %v : !act
-        } else {
-          %v = memref.load %tail[%c, %ij] : memref<?x?x!act>
-          scf.yield %v : !act
-        }
-        %uf = func.call @k3k_widen(%u) : (!act) -> f32
-        %wv = tensor.extract %w[%c, %c0, %j] : tensor<?x?x?xf32>
-        %p = arith.mulf %wv, %uf : f32
-        %s = arith.addf %a, %p : f32
-        scf.yield %s : f32
+  scf.parallel (%i, %c) = (%c0, %c0) to (%t, %ch) step (%c1, %c1) {
+    %acc = scf.for %j = %c0 to %kw step %c1 iter_args(%a = %zero) -> (f32) {
+      %ij = arith.addi %i, %j : index
+      %inseg = arith.cmpi uge, %ij, %wm1 : index
+      %u = scf.if %inseg -> (!act) {
+        %src = arith.subi %ij, %wm1 : index
+        %v = tensor.extract %x[%src, %c] : tensor<?x?x!act>
+        scf.yield %v : !act
+      } else {
+        %v = memref.load %tail[%c, %ij] : memref<?x?x!act>
+        scf.yield %v : !act
       }
-      %sg = func.call @k3k_sigmoid(%acc) : (f32) -> f32
-      %y = arith.mulf %acc, %sg : f32
-      %ya = func.call @k3k_narrow(%y) : (f32) -> !act
-      memref.store %ya, %out[%i, %c] : memref<?x?x!act>
+      %uf = func.call @k3k_widen(%u) : (!act) -> f32
+      %wv = tensor.extract %w[%c, %c0, %j] : tensor<?x?x?xf32>
+      %p = arith.mulf %wv, %uf : f32
+      %s = arith.addf %a, %p : f32
+      scf.yield %s : f32
     }
+    %sg = func.call @k3k_sigmoid(%acc) : (f32) -> f32
+    %y = arith.mulf %acc, %sg : f32
+    %ya = func.call @k3k_narrow(%y) : (f32) -> !act
+    memref.store %ya, %out[%i, %c] : memref<?x?x!act>
   }
   // New tail: raw inputs at segment positions T-W+1 .. T-1 (older ones from
   // the old tail), built aside so the old tail is read before it is written.
   %nt = memref.alloc(%ch, %wm1) : memref<?x?x!act>
-  scf.for %c = %c0 to %ch step %c1 {
-    scf.for %k = %c0 to %wm1 step %c1 {
-      %tk = arith.addi %t, %k : index
-      %inseg = arith.cmpi uge, %tk, %wm1 : index
-      %u = scf.if %inseg -> (!act) {
-        %src = arith.subi %tk, %wm1 : index
-        %v = tensor.extract %x[%src, %c] : tensor<?x?x!act>
-        scf.yield %v : !act
-      } else {
-        %v = memref.load %tail[%c, %tk] : memref<?x?x!act>
-        scf.yield %v : !act
-      }
-      memref.store %u, %nt[%c, %k] : memref<?x?x!act>
+  scf.parallel (%c, %k) = (%c0, %c0) to (%ch, %wm1) step (%c1, %c1) {
+    %tk = arith.addi %t, %k : index
+    %inseg = arith.cmpi uge, %tk, %wm1 : index
+    %u = scf.if %inseg -> (!act) {
+      %src = arith.subi %tk, %wm1 : index
+      %v = tensor.extract %x[%src, %c] : tensor<?x?x!act>
+      scf.yield %v : !act
+    } else {
+      %v = memref.load %tail[%c, %tk] : memref<?x?x!act>
+      scf.yield %v : !act
     }
+    memref.store %u, %nt[%c, %k] : memref<?x?x!act>
   }
-  scf.for %c = %c0 to %ch step %c1 {
-    scf.for %k = %c0 to %wm1 step %c1 {
-      %u = memref.load %nt[%c, %k] : memref<?x?x!act>
-      memref.store %u, %tail[%c, %k] : memref<?x?x!act>
-    }
+  scf.parallel (%c, %k) = (%c0, %c0) to (%ch, %wm1) step (%c1, %c1) {
+    %u = memref.load %nt[%c, %k] : memref<?x?x!act>
+    memref.store %u, %tail[%c, %k] : memref<?x?x!act>
   }
   %res = bufferization.to_tensor %out restrict : memref<?x?x!act> to tensor<?x?x!act>
   return %res : tensor<?x?x!act>
@@ -112,73 +106,71 @@ func.func private @k3k_kda(%q: tensor<?x?x?x!act>, %k: tensor<?x?x?x!act>, %v: t
   %vf = memref.alloc(%t, %nh, %dv) : memref<?x?x?xf32>
   %gg = memref.alloc(%t, %nh, %dk) : memref<?x?x?xf32>
   %bb = memref.alloc(%t, %nh) : memref<?x?xf32>
-  scf.for %i = %c0 to %t step %c1 {
-    scf.for %h = %c0 to %nh step %c1 {
-      %qs, %ks = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero, %b = %zero) -> (f32, f32) {
-        %qa = tensor.extract %q[%i, %h, %j] : tensor<?x?x?x!act>
-        %ka = tensor.extract %k[%i, %h, %j] : tensor<?x?x?x!act>
-        %qv = func.call @k3k_widen(%qa) : (!act) -> f32
-        %kv = func.call @k3k_widen(%ka) : (!act) -> f32
-        %q2 = arith.mulf %qv, %qv : f32
-        %k2 = arith.mulf %kv, %kv : f32
-        %a2 = arith.addf %a, %q2 : f32
-        %b2 = arith.addf %b, %k2 : f32
-        scf.yield %a2, %b2 : f32, f32
-      }
-      %qse = arith.addf %qs, %l2eps : f32
-      %kse = arith.addf %ks, %l2eps : f32
-      %qinv0_sqrt = math.sqrt %qse : f32
-      %qinv0_one = arith.constant 1.0 : f32
-      %qinv0 = arith.divf %qinv0_one, %qinv0_sqrt : f32
-      %qinv = arith.mulf %qinv0, %scale : f32
-      %kinv_sqrt = math.sqrt %kse : f32
-      %kinv_one = arith.constant 1.0 : f32
-      %kinv = arith.divf %kinv_one, %kinv_sqrt : f32
-      %al = tensor.extract %alog[%h] : tensor<?xf32>
-      %ea = math.exp %al : f32
-      scf.for %j = %c0 to %dk step %c1 {
-        %qa = tensor.extract %q[%i, %h, %j] : tensor<?x?x?x!act>
-        %ka = tensor.extract %k[%i, %h, %j] : tensor<?x?x?x!act>
-        %fa = tensor.extract %f[%i, %h, %j] : tensor<?x?x?x!act>
-        %qv = func.call @k3k_widen(%qa) : (!act) -> f32
-        %kv = func.call @k3k_widen(%ka) : (!act) -> f32
-        %fv = func.call @k3k_widen(%fa) : (!act) -> f32
-        %qq = arith.mulf %qv, %qinv : f32
-        %kk = arith.mulf %kv, %kinv : f32
-        memref.store %qq, %qn[%i, %h, %j] : memref<?x?x?xf32>
-        memref.store %kk, %kn[%i, %h, %j] : memref<?x?x?xf32>
-        %hd = arith.muli %h, %dk : index
-        %di = arith.addi %hd, %j : index
-        %db = tensor.extract %dt[%di] : tensor<?xf32>
-        %x = arith.addf %fv, %db : f32
-        %g = scf.if %softplus -> (f32) {
-          // Kimi Linear: g = −exp(A)·softplus(f + δ).
-          %big = arith.cmpf ogt, %x, %twenty : f32
-          %ex = math.exp %x : f32
-          %l1 = math.log1p %ex : f32
-          %sp = arith.select %big, %x, %l1 : f32
-          %m = arith.mulf %ea, %sp : f32
-          %r = arith.negf %m : f32
-          scf.yield %r : f32
-        } else {
-          // K3: g = λ·σ(exp(A)·(f + δ)).
-          %m = arith.mulf %ea, %x : f32
-          %s = func.call @k3k_sigmoid(%m) : (f32) -> f32
-          %r = arith.mulf %lb, %s : f32
-          scf.yield %r : f32
-        }
-        memref.store %g, %gg[%i, %h, %j] : memref<?x?x?xf32>
-      }
-      scf.for %j = %c0 to %dv step %c1 {
-        %va = tensor.extract %v[%i, %h, %j] : tensor<?x?x?x!act>
-        %vv = func.call @k3k_widen(%va) : (!act) -> f32
-        memref.store %vv, %vf[%i, %h, %j] : memref<?x?x?xf32>
-      }
-      %ba = tensor.extract %beta[%i, %h] : tensor<?x?x!act>
-      %bv = func.call @k3k_widen(%ba) : (!act) -> f32
-      %bs = func.call @k3k_sigmoid(%bv) : (f32) -> f32
-      memref.store %bs, %bb[%i, %h] : memref<?x?xf32>
+  scf.parallel (%i, %h) = (%c0, %c0) to (%t, %nh) step (%c1, %c1) {
+    %qs, %ks = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero, %b = %zero) -> (f32, f32) {
+      %qa = tensor.extract %q[%i, %h, %j] : tensor<?x?x?x!act>
+      %ka = tensor.extract %k[%i, %h, %j] : tensor<?x?x?x!act>
+      %qv = func.call @k3k_widen(%qa) : (!act) -> f32
+      %kv = func.call @k3k_widen(%ka) : (!act) -> f32
+      %q2 = arith.mulf %qv, %qv : f32
+      %k2 = arith.mulf %kv, %kv : f32
+      %a2 = arith.addf %a, %q2 : f32
+      %b2 = arith.addf %b, %k2 : f32
+      scf.yield %a2, %b2 : f32, f32
     }
+    %qse = arith.addf %qs, %l2eps : f32
+    %kse = arith.addf %ks, %l2eps : f32
+    %qinv0_sqrt = math.sqrt %qse : f32
+    %qinv0_one = arith.constant 1.0 : f32
+    %qinv0 = arith.divf %qinv0_one, %qinv0_sqrt : f32
+    %qinv = arith.mulf %qinv0, %scale : f32
+    %kinv_sqrt = math.sqrt %kse : f32
+    %kinv_one = arith.constant 1.0 : f32
+    %kinv = arith.divf %kinv_one, %kinv_sqrt : f32
+    %al = tensor.extract %alog[%h] : tensor<?xf32>
+    %ea = math.exp %al : f32
+    scf.for %j = %c0 to %dk step %c1 {
+      %qa = tensor.extract %q[%i, %h, %j] : tensor<?x?x?x!act>
+      %ka = tensor.extract %k[%i, %h, %j] : tensor<?x?x?x!act>
+      %fa = tensor.extract %f[%i, %h, %j] : tensor<?x?x?x!act>
+      %qv = func.call @k3k_widen(%qa) : (!act) -> f32
+      %kv = func.call @k3k_widen(%ka) : (!act) -> f32
+      %fv = func.call @k3k_widen(%fa) : (!act) -> f32
+      %qq = arith.mulf %qv, %qinv : f32
+      %kk = arith.mulf %kv, %kinv : f32
+      memref.store %qq, %qn[%i, %h, %j] : memref<?x?x?xf32>
+      memref.store %kk, %kn[%i, %h, %j] : memref<?x?x?xf32>
+      %hd = arith.muli %h, %dk : index
+      %di = arith.addi %hd, %j : index
+      %db = tensor.extract %dt[%di] : tensor<?xf32>
+      %x = arith.addf %fv, %db : f32
+      %g = scf.if %softplus -> (f32) {
+        // Kimi Linear: g = −exp(A)·softplus(f + δ).
+        %big = arith.cmpf ogt, %x, %twenty : f32
+        %ex = math.exp %x : f32
+        %l1 = math.log1p %ex : f32
+        %sp = arith.select %big, %x, %l1 : f32
+        %m = arith.mulf %ea, %sp : f32
+        %r = arith.negf %m : f32
+        scf.yield %r : f32
+      } else {
+        // K3: g = λ·σ(exp(A)·(f + δ)).
+        %m = arith.mulf %ea, %x : f32
+        %s = func.call @k3k_sigmoid(%m) : (f32) -> f32
+        %r = arith.mulf %lb, %s : f32
+        scf.yield %r : f32
+      }
+      memref.store %g, %gg[%i, %h, %j] : memref<?x?x?xf32>
+    }
+    scf.for %j = %c0 to %dv step %c1 {
+      %va = tensor.extract %v[%i, %h, %j] : tensor<?x?x?x!act>
+      %vv = func.call @k3k_widen(%va) : (!act) -> f32
+      memref.store %vv, %vf[%i, %h, %j] : memref<?x?x?xf32>
+    }
+    %ba = tensor.extract %beta[%i, %h] : tensor<?x?x!act>
+    %bv = func.call @k3k_widen(%ba) : (!act) -> f32
+    %bs = func.call @k3k_sigmoid(%bv) : (f32) -> f32
+    memref.store %bs, %bb[%i, %h] : memref<?x?xf32>
   }
 
   %o = memref.alloc(%t, %nh, %dv) : memref<?x?x?xf32>
@@ -194,13 +186,11 @@ func.func private @k3k_kda(%q: tensor<?x?x?x!act>, %k: tensor<?x?x?x!act>, %v: t
   }
 
   %out = memref.alloc(%t, %nh, %dv) : memref<?x?x?x!act>
-  scf.for %i = %c0 to %t step %c1 {
-    scf.for %h = %c0 to %nh step %c1 {
-      scf.for %j = %c0 to %dv step %c1 {
-        %x = memref.load %o[%i, %h, %j] : memref<?x?x?xf32>
-        %xa = func.call @k3k_narrow(%x) : (f32) -> !act
-        memref.store %xa, %out[%i, %h, %j] : memref<?x?x?x!act>
-      }
+  scf.parallel (%i, %h) = (%c0, %c0) to (%t, %nh) step (%c1, %c1) {
+    scf.for %j = %c0 to %dv step %c1 {
+      %x = memref.load %o[%i, %h, %j] : memref<?x?x?xf32>
+      %xa = func.call @k3k_narrow(%x) : (f32) -> !act
+      memref.store %xa, %out[%i, %h, %j] : memref<?x?x?x!act>
     }
   }
   %res = bufferization.to_tensor %out restrict : memref<?x?x?x!act> to tensor<?x?x?x!act>
@@ -222,9 +212,9 @@ func.func private @k3k_kda_recurrent(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf
   %dk = memref.dim %qn, %c2 : memref<?x?x?xf32>
   %dv = memref.dim %vf, %c2 : memref<?x?x?xf32>
   scf.for %i = %c0 to %t step %c1 {
-    scf.for %h = %c0 to %nh step %c1 {
+    scf.parallel (%h) = (%c0) to (%nh) step (%c1) {
       %b = memref.load %bb[%i, %h] : memref<?x?xf32>
-      scf.for %c = %c0 to %dv step %c1 {
+      scf.parallel (%c) = (%c0) to (%dv) step (%c1) {
         %pred = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero) -> (f32) {
           %x, %y = func.call @k3k_state_index(%j, %c, %vfirst) : (index, index, i1) -> (index, index)
           %s = memref.load %state[%h, %x, %y] : memref<?x?x?xf32>
@@ -279,23 +269,23 @@ func.func private @k3k_kda_chunked(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf32
   %nh = memref.dim %qn, %c1 : memref<?x?x?xf32>
   %dk = memref.dim %qn, %c2 : memref<?x?x?xf32>
   %dv = memref.dim %vf, %c2 : memref<?x?x?xf32>
-  %gam = memref.alloc(%chunk, %dk) : memref<?x?xf32>
-  %lm = memref.alloc(%chunk, %chunk) : memref<?x?xf32>
-  %am = memref.alloc(%chunk, %chunk) : memref<?x?xf32>
-  %xm = memref.alloc(%chunk, %chunk) : memref<?x?xf32>
-  %wm = memref.alloc(%chunk, %dk) : memref<?x?xf32>
-  %um = memref.alloc(%chunk, %dv) : memref<?x?xf32>
+  %gam = memref.alloc(%nh, %chunk, %dk) : memref<?x?x?xf32>
+  %lm = memref.alloc(%nh, %chunk, %chunk) : memref<?x?x?xf32>
+  %am = memref.alloc(%nh, %chunk, %chunk) : memref<?x?x?xf32>
+  %xm = memref.alloc(%nh, %chunk, %chunk) : memref<?x?x?xf32>
+  %wm = memref.alloc(%nh, %chunk, %dk) : memref<?x?x?xf32>
+  %um = memref.alloc(%nh, %chunk, %dv) : memref<?x?x?xf32>
   scf.for %start = %c0 to %t step %chunk {
     %rest = arith.subi %t, %start : index
     %n = arith.minui %rest, %chunk : index
-    scf.for %h = %c0 to %nh step %c1 {
+    scf.parallel (%h) = (%c0) to (%nh) step (%c1) {
       // Γ: cumulative log-decay within the chunk.
       scf.for %j = %c0 to %dk step %c1 {
         %acc = scf.for %r = %c0 to %n step %c1 iter_args(%a = %zero) -> (f32) {
           %tr = arith.addi %start, %r : index
           %g = memref.load %gg[%tr, %h, %j] : memref<?x?x?xf32>
           %s = arith.addf %a, %g : f32
-          memref.store %s, %gam[%r, %j] : memref<?x?xf32>
+          memref.store %s, %gam[%h, %r, %j] : memref<?x?x?xf32>
           scf.yield %s : f32
         }
       }
@@ -307,8 +297,8 @@ func.func private @k3k_kda_chunked(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf32
         scf.for %s = %c0 to %r1 step %c1 {
           %ts = arith.addi %start, %s : index
           %lsum, %asum = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero, %b = %zero) -> (f32, f32) {
-            %gr = memref.load %gam[%r, %j] : memref<?x?xf32>
-            %gs = memref.load %gam[%s, %j] : memref<?x?xf32>
+            %gr = memref.load %gam[%h, %r, %j] : memref<?x?x?xf32>
+            %gs = memref.load %gam[%h, %s, %j] : memref<?x?x?xf32>
             %dg = arith.subf %gr, %gs : f32
             %e = math.exp %dg : f32
             %kr = memref.load %kn[%tr, %h, %j] : memref<?x?x?xf32>
@@ -322,8 +312,8 @@ func.func private @k3k_kda_chunked(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf32
             scf.yield %a2, %b2 : f32, f32
           }
           %lv = arith.mulf %br, %lsum : f32
-          memref.store %lv, %lm[%r, %s] : memref<?x?xf32>
-          memref.store %asum, %am[%r, %s] : memref<?x?xf32>
+          memref.store %lv, %lm[%h, %r, %s] : memref<?x?x?xf32>
+          memref.store %asum, %am[%h, %r, %s] : memref<?x?x?xf32>
         }
       }
       // X = (I + L)⁻¹ Diag(β) by forward substitution, row by row:
@@ -336,13 +326,13 @@ func.func private @k3k_kda_chunked(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf32
           %diag = arith.cmpi eq, %r, %c : index
           %init = arith.select %diag, %br, %zero : f32
           %x = scf.for %s = %c to %r step %c1 iter_args(%a = %init) -> (f32) {
-            %l = memref.load %lm[%r, %s] : memref<?x?xf32>
-            %xs = memref.load %xm[%s, %c] : memref<?x?xf32>
+            %l = memref.load %lm[%h, %r, %s] : memref<?x?x?xf32>
+            %xs = memref.load %xm[%h, %s, %c] : memref<?x?x?xf32>
             %p = arith.mulf %l, %xs : f32
             %d = arith.subf %a, %p : f32
             scf.yield %d : f32
           }
-          memref.store %x, %xm[%r, %c] : memref<?x?xf32>
+          memref.store %x, %xm[%h, %r, %c] : memref<?x?x?xf32>
         }
       }
       // W = X (e^Γ ⊙ K), U = X V.
@@ -351,8 +341,8 @@ func.func private @k3k_kda_chunked(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf32
         scf.for %j = %c0 to %dk step %c1 {
           %w = scf.for %s = %c0 to %r1 step %c1 iter_args(%a = %zero) -> (f32) {
             %ts = arith.addi %start, %s : index
-            %x = memref.load %xm[%r, %s] : memref<?x?xf32>
-            %gs = memref.load %gam[%s, %j] : memref<?x?xf32>
+            %x = memref.load %xm[%h, %r, %s] : memref<?x?x?xf32>
+            %gs = memref.load %gam[%h, %s, %j] : memref<?x?x?xf32>
             %e = math.exp %gs : f32
             %ks = memref.load %kn[%ts, %h, %j] : memref<?x?x?xf32>
             %ke = arith.mulf %e, %ks : f32
@@ -360,18 +350,18 @@ func.func private @k3k_kda_chunked(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf32
             %d = arith.addf %a, %p : f32
             scf.yield %d : f32
           }
-          memref.store %w, %wm[%r, %j] : memref<?x?xf32>
+          memref.store %w, %wm[%h, %r, %j] : memref<?x?x?xf32>
         }
         scf.for %c = %c0 to %dv step %c1 {
           %u = scf.for %s = %c0 to %r1 step %c1 iter_args(%a = %zero) -> (f32) {
             %ts = arith.addi %start, %s : index
-            %x = memref.load %xm[%r, %s] : memref<?x?xf32>
+            %x = memref.load %xm[%h, %r, %s] : memref<?x?x?xf32>
             %vs = memref.load %vf[%ts, %h, %c] : memref<?x?x?xf32>
             %p = arith.mulf %x, %vs : f32
             %d = arith.addf %a, %p : f32
             scf.yield %d : f32
           }
-          memref.store %u, %um[%r, %c] : memref<?x?xf32>
+          memref.store %u, %um[%h, %r, %c] : memref<?x?x?xf32>
         }
       }
       // V' = U − W S0 (stored over U), then O = (Q ⊙ e^Γ) S0 + A V'.
@@ -380,14 +370,14 @@ func.func private @k3k_kda_chunked(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf32
           %ws = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero) -> (f32) {
             %x, %y = func.call @k3k_state_index(%j, %c, %vfirst) : (index, index, i1) -> (index, index)
             %s0 = memref.load %state[%h, %x, %y] : memref<?x?x?xf32>
-            %w = memref.load %wm[%r, %j] : memref<?x?xf32>
+            %w = memref.load %wm[%h, %r, %j] : memref<?x?x?xf32>
             %p = arith.mulf %w, %s0 : f32
             %d = arith.addf %a, %p : f32
             scf.yield %d : f32
           }
-          %u = memref.load %um[%r, %c] : memref<?x?xf32>
+          %u = memref.load %um[%h, %r, %c] : memref<?x?x?xf32>
           %vn = arith.subf %u, %ws : f32
-          memref.store %vn, %um[%r, %c] : memref<?x?xf32>
+          memref.store %vn, %um[%h, %r, %c] : memref<?x?x?xf32>
         }
       }
       scf.for %r = %c0 to %n step %c1 {
@@ -398,7 +388,7 @@ func.func private @k3k_kda_chunked(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf32
             %x, %y = func.call @k3k_state_index(%j, %c, %vfirst) : (index, index, i1) -> (index, index)
             %s0 = memref.load %state[%h, %x, %y] : memref<?x?x?xf32>
             %qr = memref.load %qn[%tr, %h, %j] : memref<?x?x?xf32>
-            %gr = memref.load %gam[%r, %j] : memref<?x?xf32>
+            %gr = memref.load %gam[%h, %r, %j] : memref<?x?x?xf32>
             %e = math.exp %gr : f32
             %qe = arith.mulf %qr, %e : f32
             %p = arith.mulf %qe, %s0 : f32
@@ -406,8 +396,8 @@ func.func private @k3k_kda_chunked(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf32
             scf.yield %d : f32
           }
           %tot = scf.for %s = %c0 to %r1 step %c1 iter_args(%a = %inter) -> (f32) {
-            %av = memref.load %am[%r, %s] : memref<?x?xf32>
-            %vn = memref.load %um[%s, %c] : memref<?x?xf32>
+            %av = memref.load %am[%h, %r, %s] : memref<?x?x?xf32>
+            %vn = memref.load %um[%h, %s, %c] : memref<?x?x?xf32>
             %p = arith.mulf %av, %vn : f32
             %d = arith.addf %a, %p : f32
             scf.yield %d : f32
@@ -418,7 +408,7 @@ func.func private @k3k_kda_chunked(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf32
       // S = Diag(e^{Γ_n}) S0 + Σ_s (e^{Γ_n − Γ_s} ⊙ k_s) V'[s]ᵀ, in place.
       %last = arith.subi %n, %c1 : index
       scf.for %j = %c0 to %dk step %c1 {
-        %gn = memref.load %gam[%last, %j] : memref<?x?xf32>
+        %gn = memref.load %gam[%h, %last, %j] : memref<?x?x?xf32>
         %en = math.exp %gn : f32
         scf.for %c = %c0 to %dv step %c1 {
           %x, %y = func.call @k3k_state_index(%j, %c, %vfirst) : (index, index, i1) -> (index, index)
@@ -426,11 +416,11 @@ func.func private @k3k_kda_chunked(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf32
           %init = arith.mulf %en, %s0 : f32
           %sn = scf.for %s = %c0 to %n step %c1 iter_args(%a = %init) -> (f32) {
             %ts = arith.addi %start, %s : index
-            %gs = memref.load %gam[%s, %j] : memref<?x?xf32>
+            %gs = memref.load %gam[%h, %s, %j] : memref<?x?x?xf32>
             %dg = arith.subf %gn, %gs : f32
             %e = math.exp %dg : f32
             %ks = memref.load %kn[%ts, %h, %j] : memref<?x?x?xf32>
-            %vn = memref.load %um[%s, %c] : memref<?x?xf32>
+            %vn = memref.load %um[%h, %s, %c] : memref<?x?x?xf32>
             %ke = arith.mulf %e, %ks : f32
             %p = arith.mulf %ke, %vn : f32
             %d = arith.addf %a, %p : f32

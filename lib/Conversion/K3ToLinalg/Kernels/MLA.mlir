@@ -37,7 +37,7 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
   %c = func.call @k3k_rms_norm(%ct, %gkva, %kveps) : (tensor<?x?x!act>, tensor<?xbf16>, f32) -> tensor<?x?x!act>
 
   // Append [c ; k_r] of every new token to the cache pages.
-  scf.for %i = %c0 to %t step %c1 {
+  scf.parallel (%i) = (%c0) to (%t) step (%c1) {
     %pos = arith.addi %len, %i : index
     %pg = arith.divui %pos, %psz : index
     %off = arith.remui %pos, %psz : index
@@ -58,7 +58,7 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
   %ntok = arith.addi %len, %t : index
   %w = arith.addi %r, %dr : index
   %all = memref.alloc(%ntok, %w) : memref<?x?xf32>
-  scf.for %j = %c0 to %ntok step %c1 {
+  scf.parallel (%j) = (%c0) to (%ntok) step (%c1) {
     %pg = arith.divui %j, %psz : index
     %off = arith.remui %j, %psz : index
     %pid32 = memref.load %table[%pg] : memref<?xi32>
@@ -76,10 +76,10 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
   scf.if %decode {
     // §5.3 absorbed: q̂_h = W_UK[h]ᵀ q_n[h]; s_j = (q̂_h·c_j + q_r[h]·k_r,j)·scale;
     // ō_h = Σ_j p_j c_j; o_h = W_UV[h] ō_h.
-    %qh = memref.alloc(%r) : memref<?xf32>
-    %ob = memref.alloc(%r) : memref<?xf32>
-    %p = memref.alloc(%ntok) : memref<?xf32>
-    scf.for %h = %c0 to %nh step %c1 {
+    %qh = memref.alloc(%nh, %r) : memref<?x?xf32>
+    %ob = memref.alloc(%nh, %r) : memref<?x?xf32>
+    %p = memref.alloc(%nh, %ntok) : memref<?x?xf32>
+    scf.parallel (%h) = (%c0) to (%nh) step (%c1) {
       %qbase = arith.muli %h, %dq : index
       %kvbase = arith.muli %h, %dkv : index
       scf.for %e = %c0 to %r step %c1 {
@@ -94,11 +94,11 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
           %s2 = arith.addf %a, %pr : f32
           scf.yield %s2 : f32
         }
-        memref.store %s, %qh[%e] : memref<?xf32>
+        memref.store %s, %qh[%h, %e] : memref<?x?xf32>
       }
       %mx = scf.for %j = %c0 to %ntok step %c1 iter_args(%m = %ninf) -> (f32) {
         %s1 = scf.for %e = %c0 to %r step %c1 iter_args(%a = %zero) -> (f32) {
-          %qv = memref.load %qh[%e] : memref<?xf32>
+          %qv = memref.load %qh[%h, %e] : memref<?x?xf32>
           %cv = memref.load %all[%j, %e] : memref<?x?xf32>
           %pr = arith.mulf %qv, %cv : f32
           %s2 = arith.addf %a, %pr : f32
@@ -116,28 +116,28 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
           scf.yield %s2 : f32
         }
         %sc = arith.mulf %s, %scale : f32
-        memref.store %sc, %p[%j] : memref<?xf32>
+        memref.store %sc, %p[%h, %j] : memref<?x?xf32>
         %m2 = arith.maximumf %m, %sc : f32
         scf.yield %m2 : f32
       }
       %sum = scf.for %j = %c0 to %ntok step %c1 iter_args(%a = %zero) -> (f32) {
-        %s = memref.load %p[%j] : memref<?xf32>
+        %s = memref.load %p[%h, %j] : memref<?x?xf32>
         %d = arith.subf %s, %mx : f32
         %e = math.exp %d : f32
-        memref.store %e, %p[%j] : memref<?xf32>
+        memref.store %e, %p[%h, %j] : memref<?x?xf32>
         %s2 = arith.addf %a, %e : f32
         scf.yield %s2 : f32
       }
       scf.for %e = %c0 to %r step %c1 {
         %acc = scf.for %j = %c0 to %ntok step %c1 iter_args(%a = %zero) -> (f32) {
-          %pj = memref.load %p[%j] : memref<?xf32>
+          %pj = memref.load %p[%h, %j] : memref<?x?xf32>
           %cv = memref.load %all[%j, %e] : memref<?x?xf32>
           %pr = arith.mulf %pj, %cv : f32
           %s2 = arith.addf %a, %pr : f32
           scf.yield %s2 : f32
         }
         %nrm = arith.divf %acc, %sum : f32
-        memref.store %nrm, %ob[%e] : memref<?xf32>
+        memref.store %nrm, %ob[%h, %e] : memref<?x?xf32>
       }
       scf.for %d = %c0 to %dvh step %c1 {
         %row0 = arith.addi %kvbase, %dn : index
@@ -145,7 +145,7 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
         %acc = scf.for %e = %c0 to %r step %c1 iter_args(%a = %zero) -> (f32) {
           %wv = tensor.extract %wkvb[%row, %e] : tensor<?x?xbf16>
           %wf = arith.extf %wv : bf16 to f32
-          %ov = memref.load %ob[%e] : memref<?xf32>
+          %ov = memref.load %ob[%h, %e] : memref<?x?xf32>
           %pr = arith.mulf %wf, %ov : f32
           %s2 = arith.addf %a, %pr : f32
           scf.yield %s2 : f32
@@ -162,11 +162,11 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     %cl = tensor.extract_slice %callt[0, 0] [%ntok, %r] [1, 1] : tensor<?x?xf32> to tensor<?x?xf32>
     %ca = func.call @k3k_narrow2(%cl) : (tensor<?x?xf32>) -> tensor<?x?x!act>
     %kv = func.call @k3k_linear(%ca, %wkvb) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
-    %p = memref.alloc(%ntok) : memref<?xf32>
-    scf.for %i = %c0 to %t step %c1 {
+    %p = memref.alloc(%t, %nh, %ntok) : memref<?x?x?xf32>
+    scf.parallel (%i) = (%c0) to (%t) step (%c1) {
       %qpos = arith.addi %len, %i : index
       %nvis = arith.addi %qpos, %c1 : index
-      scf.for %h = %c0 to %nh step %c1 {
+      scf.parallel (%h) = (%c0) to (%nh) step (%c1) {
         %qbase = arith.muli %h, %dq : index
         %kvbase = arith.muli %h, %dkv : index
         %mx = scf.for %j = %c0 to %nvis step %c1 iter_args(%m = %ninf) -> (f32) {
@@ -193,15 +193,15 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
             scf.yield %s2 : f32
           }
           %sc = arith.mulf %s, %scale : f32
-          memref.store %sc, %p[%j] : memref<?xf32>
+          memref.store %sc, %p[%i, %h, %j] : memref<?x?x?xf32>
           %m2 = arith.maximumf %m, %sc : f32
           scf.yield %m2 : f32
         }
         %sum = scf.for %j = %c0 to %nvis step %c1 iter_args(%a = %zero) -> (f32) {
-          %s = memref.load %p[%j] : memref<?xf32>
+          %s = memref.load %p[%i, %h, %j] : memref<?x?x?xf32>
           %d = arith.subf %s, %mx : f32
           %e = math.exp %d : f32
-          memref.store %e, %p[%j] : memref<?xf32>
+          memref.store %e, %p[%i, %h, %j] : memref<?x?x?xf32>
           %s2 = arith.addf %a, %e : f32
           scf.yield %s2 : f32
         }
@@ -209,7 +209,7 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
           %vi0 = arith.addi %kvbase, %dn : index
           %vi = arith.addi %vi0, %d : index
           %acc = scf.for %j = %c0 to %nvis step %c1 iter_args(%a = %zero) -> (f32) {
-            %pj = memref.load %p[%j] : memref<?xf32>
+            %pj = memref.load %p[%i, %h, %j] : memref<?x?x?xf32>
             %vv = tensor.extract %kv[%j, %vi] : tensor<?x?x!act>
             %vf = func.call @k3k_widen(%vv) : (!act) -> f32
             %pr = arith.mulf %pj, %vf : f32
@@ -234,23 +234,21 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     %g = tensor.empty(%t, %hv) : tensor<?x?x!act>
     scf.yield %g : tensor<?x?x!act>
   }
-  scf.for %i = %c0 to %t step %c1 {
-    scf.for %col = %c0 to %hv step %c1 {
-      %ov = memref.load %o[%i, %col] : memref<?x?xf32>
-      %orr = func.call @k3k_round(%ov) : (f32) -> f32
-      %gate = scf.if %hasgate -> (f32) {
-        %gv = tensor.extract %gl[%i, %col] : tensor<?x?x!act>
-        %gf = func.call @k3k_widen(%gv) : (!act) -> f32
-        %sg = func.call @k3k_sigmoid(%gf) : (f32) -> f32
-        %sr = func.call @k3k_round(%sg) : (f32) -> f32
-        scf.yield %sr : f32
-      } else {
-        scf.yield %one : f32
-      }
-      %y = arith.mulf %orr, %gate : f32
-      %ya = func.call @k3k_narrow(%y) : (f32) -> !act
-      memref.store %ya, %out[%i, %col] : memref<?x?x!act>
+  scf.parallel (%i, %col) = (%c0, %c0) to (%t, %hv) step (%c1, %c1) {
+    %ov = memref.load %o[%i, %col] : memref<?x?xf32>
+    %orr = func.call @k3k_round(%ov) : (f32) -> f32
+    %gate = scf.if %hasgate -> (f32) {
+      %gv = tensor.extract %gl[%i, %col] : tensor<?x?x!act>
+      %gf = func.call @k3k_widen(%gv) : (!act) -> f32
+      %sg = func.call @k3k_sigmoid(%gf) : (f32) -> f32
+      %sr = func.call @k3k_round(%sg) : (f32) -> f32
+      scf.yield %sr : f32
+    } else {
+      scf.yield %one : f32
     }
+    %y = arith.mulf %orr, %gate : f32
+    %ya = func.call @k3k_narrow(%y) : (f32) -> !act
+    memref.store %ya, %out[%i, %col] : memref<?x?x!act>
   }
   %res = bufferization.to_tensor %out restrict : memref<?x?x!act> to tensor<?x?x!act>
   return %res : tensor<?x?x!act>

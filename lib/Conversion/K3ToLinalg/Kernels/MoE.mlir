@@ -69,14 +69,14 @@ func.func private @k3k_route(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf16>, %bias:
   %logits = func.call @k3k_matmul_f32(%x, %wr) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?xf32>
   %idx = memref.alloc(%t, %topk) : memref<?x?xi64>
   %wts = memref.alloc(%t, %topk) : memref<?x?xf32>
-  %taken = memref.alloc(%ne) : memref<?xi1>
-  scf.for %i = %c0 to %t step %c1 {
+  %taken = memref.alloc(%t, %ne) : memref<?x?xi1>
+  scf.parallel (%i) = (%c0) to (%t) step (%c1) {
     scf.for %e = %c0 to %ne step %c1 {
-      memref.store %false, %taken[%e] : memref<?xi1>
+      memref.store %false, %taken[%i, %e] : memref<?x?xi1>
     }
     %total = scf.for %s = %c0 to %topk step %c1 iter_args(%tot = %zero) -> (f32) {
       %best, %bv = scf.for %e = %c0 to %ne step %c1 iter_args(%bi = %c0, %bm = %ninf) -> (index, f32) {
-        %tk = memref.load %taken[%e] : memref<?xi1>
+        %tk = memref.load %taken[%i, %e] : memref<?x?xi1>
         %l = tensor.extract %logits[%i, %e] : tensor<?x?xf32>
         %sg = func.call @k3k_sigmoid(%l) : (f32) -> f32
         %b = tensor.extract %bias[%e] : tensor<?xf32>
@@ -88,7 +88,7 @@ func.func private @k3k_route(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf16>, %bias:
         %nm = arith.select %take, %key, %bm : f32
         scf.yield %ni, %nm : index, f32
       }
-      memref.store %true, %taken[%best] : memref<?xi1>
+      memref.store %true, %taken[%i, %best] : memref<?x?xi1>
       %l = tensor.extract %logits[%i, %best] : tensor<?x?xf32>
       %sg = func.call @k3k_sigmoid(%l) : (f32) -> f32
       %best64 = arith.index_cast %best : index to i64
@@ -129,8 +129,8 @@ func.func private @k3k_experts_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64
   %ni = tensor.dim %w1p, %c1 : tensor<?x?x?xi8>
   %topk = memref.dim %idx, %c1 : memref<?x?xi64>
   %acc = memref.alloc(%t, %l) : memref<?x?xf32>
-  %hid = memref.alloc(%ni) : memref<?xf32>
-  scf.for %i = %c0 to %t step %c1 {
+  %hid = memref.alloc(%t, %ni) : memref<?x?xf32>
+  scf.parallel (%i) = (%c0) to (%t) step (%c1) {
     scf.for %j = %c0 to %l step %c1 {
       memref.store %zero, %acc[%i, %j] : memref<?x?xf32>
     }
@@ -155,12 +155,12 @@ func.func private @k3k_experts_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64
         %ur = func.call @k3k_round(%u) : (f32) -> f32
         %h = func.call @k3k_glu_act(%gr, %ur, %silu, %b1, %b2) : (f32, f32, i1, f32, f32) -> f32
         %hr = func.call @k3k_round(%h) : (f32) -> f32
-        memref.store %hr, %hid[%n] : memref<?xf32>
+        memref.store %hr, %hid[%i, %n] : memref<?x?xf32>
       }
       // y = round(W2 h); r += ω y.
       scf.for %j = %c0 to %l step %c1 {
         %y = scf.for %n = %c0 to %ni step %c1 iter_args(%a = %zero) -> (f32) {
-          %hv = memref.load %hid[%n] : memref<?xf32>
+          %hv = memref.load %hid[%i, %n] : memref<?x?xf32>
           %wv = func.call @k3k_mxfp4_at(%w2p, %w2s, %e, %j, %n) : (tensor<?x?x?xi8>, tensor<?x?x?xi8>, index, index, index) -> f32
           %p = arith.mulf %wv, %hv : f32
           %a2 = arith.addf %a, %p : f32
@@ -191,8 +191,8 @@ func.func private @k3k_experts_bf16(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>
   %ni = tensor.dim %w1, %c1 : tensor<?x?x?xbf16>
   %topk = memref.dim %idx, %c1 : memref<?x?xi64>
   %acc = memref.alloc(%t, %l) : memref<?x?xf32>
-  %hid = memref.alloc(%ni) : memref<?xf32>
-  scf.for %i = %c0 to %t step %c1 {
+  %hid = memref.alloc(%t, %ni) : memref<?x?xf32>
+  scf.parallel (%i) = (%c0) to (%t) step (%c1) {
     scf.for %j = %c0 to %l step %c1 {
       memref.store %zero, %acc[%i, %j] : memref<?x?xf32>
     }
@@ -218,11 +218,11 @@ func.func private @k3k_experts_bf16(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>
         %ur = func.call @k3k_round(%u) : (f32) -> f32
         %h = func.call @k3k_glu_act(%gr, %ur, %silu, %b1, %b2) : (f32, f32, i1, f32, f32) -> f32
         %hr = func.call @k3k_round(%h) : (f32) -> f32
-        memref.store %hr, %hid[%n] : memref<?xf32>
+        memref.store %hr, %hid[%i, %n] : memref<?x?xf32>
       }
       scf.for %j = %c0 to %l step %c1 {
         %y = scf.for %n = %c0 to %ni step %c1 iter_args(%a = %zero) -> (f32) {
-          %hv = memref.load %hid[%n] : memref<?xf32>
+          %hv = memref.load %hid[%i, %n] : memref<?x?xf32>
           %wv = tensor.extract %w2[%e, %j, %n] : tensor<?x?x?xbf16>
           %wf = arith.extf %wv : bf16 to f32
           %p = arith.mulf %wf, %hv : f32
