@@ -212,40 +212,38 @@ func.func private @k3k_kda_recurrent(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf
   %dk = memref.dim %qn, %c2 : memref<?x?x?xf32>
   %dv = memref.dim %vf, %c2 : memref<?x?x?xf32>
   scf.for %i = %c0 to %t step %c1 {
-    scf.parallel (%h) = (%c0) to (%nh) step (%c1) {
+    scf.parallel (%h, %c) = (%c0, %c0) to (%nh, %dv) step (%c1, %c1) {
       %b = memref.load %bb[%i, %h] : memref<?x?xf32>
-      scf.parallel (%c) = (%c0) to (%dv) step (%c1) {
-        %pred = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero) -> (f32) {
-          %x, %y = func.call @k3k_state_index(%j, %c, %vfirst) : (index, index, i1) -> (index, index)
-          %s = memref.load %state[%h, %x, %y] : memref<?x?x?xf32>
-          %g = memref.load %gg[%i, %h, %j] : memref<?x?x?xf32>
-          %al = math.exp %g : f32
-          %kj = memref.load %kn[%i, %h, %j] : memref<?x?x?xf32>
-          %as = arith.mulf %al, %s : f32
-          %p = arith.mulf %kj, %as : f32
-          %r = arith.addf %a, %p : f32
-          scf.yield %r : f32
-        }
-        %vv = memref.load %vf[%i, %h, %c] : memref<?x?x?xf32>
-        %u = arith.subf %vv, %pred : f32
-        %bu = arith.mulf %b, %u : f32
-        %out = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero) -> (f32) {
-          %x, %y = func.call @k3k_state_index(%j, %c, %vfirst) : (index, index, i1) -> (index, index)
-          %s = memref.load %state[%h, %x, %y] : memref<?x?x?xf32>
-          %g = memref.load %gg[%i, %h, %j] : memref<?x?x?xf32>
-          %al = math.exp %g : f32
-          %kj = memref.load %kn[%i, %h, %j] : memref<?x?x?xf32>
-          %as = arith.mulf %al, %s : f32
-          %kb = arith.mulf %kj, %bu : f32
-          %ns = arith.addf %as, %kb : f32
-          memref.store %ns, %state[%h, %x, %y] : memref<?x?x?xf32>
-          %qj = memref.load %qn[%i, %h, %j] : memref<?x?x?xf32>
-          %p = arith.mulf %qj, %ns : f32
-          %r = arith.addf %a, %p : f32
-          scf.yield %r : f32
-        }
-        memref.store %out, %o[%i, %h, %c] : memref<?x?x?xf32>
+      %pred = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero) -> (f32) {
+        %x, %y = func.call @k3k_state_index(%j, %c, %vfirst) : (index, index, i1) -> (index, index)
+        %s = memref.load %state[%h, %x, %y] : memref<?x?x?xf32>
+        %g = memref.load %gg[%i, %h, %j] : memref<?x?x?xf32>
+        %al = math.exp %g : f32
+        %kj = memref.load %kn[%i, %h, %j] : memref<?x?x?xf32>
+        %as = arith.mulf %al, %s : f32
+        %p = arith.mulf %kj, %as : f32
+        %r = arith.addf %a, %p : f32
+        scf.yield %r : f32
       }
+      %vv = memref.load %vf[%i, %h, %c] : memref<?x?x?xf32>
+      %u = arith.subf %vv, %pred : f32
+      %bu = arith.mulf %b, %u : f32
+      %out = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero) -> (f32) {
+        %x, %y = func.call @k3k_state_index(%j, %c, %vfirst) : (index, index, i1) -> (index, index)
+        %s = memref.load %state[%h, %x, %y] : memref<?x?x?xf32>
+        %g = memref.load %gg[%i, %h, %j] : memref<?x?x?xf32>
+        %al = math.exp %g : f32
+        %kj = memref.load %kn[%i, %h, %j] : memref<?x?x?xf32>
+        %as = arith.mulf %al, %s : f32
+        %kb = arith.mulf %kj, %bu : f32
+        %ns = arith.addf %as, %kb : f32
+        memref.store %ns, %state[%h, %x, %y] : memref<?x?x?xf32>
+        %qj = memref.load %qn[%i, %h, %j] : memref<?x?x?xf32>
+        %p = arith.mulf %qj, %ns : f32
+        %r = arith.addf %a, %p : f32
+        scf.yield %r : f32
+      }
+      memref.store %out, %o[%i, %h, %c] : memref<?x?x?xf32>
     }
   }
   return

@@ -163,64 +163,62 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     %ca = func.call @k3k_narrow2(%cl) : (tensor<?x?xf32>) -> tensor<?x?x!act>
     %kv = func.call @k3k_linear(%ca, %wkvb) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
     %p = memref.alloc(%t, %nh, %ntok) : memref<?x?x?xf32>
-    scf.parallel (%i) = (%c0) to (%t) step (%c1) {
+    scf.parallel (%i, %h) = (%c0, %c0) to (%t, %nh) step (%c1, %c1) {
       %qpos = arith.addi %len, %i : index
       %nvis = arith.addi %qpos, %c1 : index
-      scf.parallel (%h) = (%c0) to (%nh) step (%c1) {
-        %qbase = arith.muli %h, %dq : index
-        %kvbase = arith.muli %h, %dkv : index
-        %mx = scf.for %j = %c0 to %nvis step %c1 iter_args(%m = %ninf) -> (f32) {
-          %s1 = scf.for %d = %c0 to %dn step %c1 iter_args(%a = %zero) -> (f32) {
-            %qi = arith.addi %qbase, %d : index
-            %qv = tensor.extract %q[%i, %qi] : tensor<?x?x!act>
-            %qf = func.call @k3k_widen(%qv) : (!act) -> f32
-            %ki = arith.addi %kvbase, %d : index
-            %kvv = tensor.extract %kv[%j, %ki] : tensor<?x?x!act>
-            %kf = func.call @k3k_widen(%kvv) : (!act) -> f32
-            %pr = arith.mulf %qf, %kf : f32
-            %s2 = arith.addf %a, %pr : f32
-            scf.yield %s2 : f32
-          }
-          %s = scf.for %e = %c0 to %dr step %c1 iter_args(%a = %s1) -> (f32) {
-            %qi0 = arith.addi %qbase, %dn : index
-            %qi = arith.addi %qi0, %e : index
-            %qv = tensor.extract %q[%i, %qi] : tensor<?x?x!act>
-            %qf = func.call @k3k_widen(%qv) : (!act) -> f32
-            %re = arith.addi %r, %e : index
-            %kr = memref.load %all[%j, %re] : memref<?x?xf32>
-            %pr = arith.mulf %qf, %kr : f32
-            %s2 = arith.addf %a, %pr : f32
-            scf.yield %s2 : f32
-          }
-          %sc = arith.mulf %s, %scale : f32
-          memref.store %sc, %p[%i, %h, %j] : memref<?x?x?xf32>
-          %m2 = arith.maximumf %m, %sc : f32
-          scf.yield %m2 : f32
-        }
-        %sum = scf.for %j = %c0 to %nvis step %c1 iter_args(%a = %zero) -> (f32) {
-          %s = memref.load %p[%i, %h, %j] : memref<?x?x?xf32>
-          %d = arith.subf %s, %mx : f32
-          %e = math.exp %d : f32
-          memref.store %e, %p[%i, %h, %j] : memref<?x?x?xf32>
-          %s2 = arith.addf %a, %e : f32
+      %qbase = arith.muli %h, %dq : index
+      %kvbase = arith.muli %h, %dkv : index
+      %mx = scf.for %j = %c0 to %nvis step %c1 iter_args(%m = %ninf) -> (f32) {
+        %s1 = scf.for %d = %c0 to %dn step %c1 iter_args(%a = %zero) -> (f32) {
+          %qi = arith.addi %qbase, %d : index
+          %qv = tensor.extract %q[%i, %qi] : tensor<?x?x!act>
+          %qf = func.call @k3k_widen(%qv) : (!act) -> f32
+          %ki = arith.addi %kvbase, %d : index
+          %kvv = tensor.extract %kv[%j, %ki] : tensor<?x?x!act>
+          %kf = func.call @k3k_widen(%kvv) : (!act) -> f32
+          %pr = arith.mulf %qf, %kf : f32
+          %s2 = arith.addf %a, %pr : f32
           scf.yield %s2 : f32
         }
-        scf.for %d = %c0 to %dvh step %c1 {
-          %vi0 = arith.addi %kvbase, %dn : index
-          %vi = arith.addi %vi0, %d : index
-          %acc = scf.for %j = %c0 to %nvis step %c1 iter_args(%a = %zero) -> (f32) {
-            %pj = memref.load %p[%i, %h, %j] : memref<?x?x?xf32>
-            %vv = tensor.extract %kv[%j, %vi] : tensor<?x?x!act>
-            %vf = func.call @k3k_widen(%vv) : (!act) -> f32
-            %pr = arith.mulf %pj, %vf : f32
-            %s2 = arith.addf %a, %pr : f32
-            scf.yield %s2 : f32
-          }
-          %nrm = arith.divf %acc, %sum : f32
-          %hb = arith.muli %h, %dvh : index
-          %col = arith.addi %hb, %d : index
-          memref.store %nrm, %o[%i, %col] : memref<?x?xf32>
+        %s = scf.for %e = %c0 to %dr step %c1 iter_args(%a = %s1) -> (f32) {
+          %qi0 = arith.addi %qbase, %dn : index
+          %qi = arith.addi %qi0, %e : index
+          %qv = tensor.extract %q[%i, %qi] : tensor<?x?x!act>
+          %qf = func.call @k3k_widen(%qv) : (!act) -> f32
+          %re = arith.addi %r, %e : index
+          %kr = memref.load %all[%j, %re] : memref<?x?xf32>
+          %pr = arith.mulf %qf, %kr : f32
+          %s2 = arith.addf %a, %pr : f32
+          scf.yield %s2 : f32
         }
+        %sc = arith.mulf %s, %scale : f32
+        memref.store %sc, %p[%i, %h, %j] : memref<?x?x?xf32>
+        %m2 = arith.maximumf %m, %sc : f32
+        scf.yield %m2 : f32
+      }
+      %sum = scf.for %j = %c0 to %nvis step %c1 iter_args(%a = %zero) -> (f32) {
+        %s = memref.load %p[%i, %h, %j] : memref<?x?x?xf32>
+        %d = arith.subf %s, %mx : f32
+        %e = math.exp %d : f32
+        memref.store %e, %p[%i, %h, %j] : memref<?x?x?xf32>
+        %s2 = arith.addf %a, %e : f32
+        scf.yield %s2 : f32
+      }
+      scf.for %d = %c0 to %dvh step %c1 {
+        %vi0 = arith.addi %kvbase, %dn : index
+        %vi = arith.addi %vi0, %d : index
+        %acc = scf.for %j = %c0 to %nvis step %c1 iter_args(%a = %zero) -> (f32) {
+          %pj = memref.load %p[%i, %h, %j] : memref<?x?x?xf32>
+          %vv = tensor.extract %kv[%j, %vi] : tensor<?x?x!act>
+          %vf = func.call @k3k_widen(%vv) : (!act) -> f32
+          %pr = arith.mulf %pj, %vf : f32
+          %s2 = arith.addf %a, %pr : f32
+          scf.yield %s2 : f32
+        }
+        %nrm = arith.divf %acc, %sum : f32
+        %hb = arith.muli %h, %dvh : index
+        %col = arith.addi %hb, %d : index
+        memref.store %nrm, %o[%i, %col] : memref<?x?xf32>
       }
     }
   }
