@@ -18,7 +18,10 @@ config.test_exec_root = os.path.join(config.k3c_obj_root, "test")
 config.substitutions.append(("%models", os.path.join(config.k3c_src_root, "models")))
 config.substitutions.append(("%python", sys.executable))
 
-llvm_config.with_system_environment(["HOME", "TMP", "TEMP"])
+llvm_config.with_system_environment(["HOME", "TMP", "TEMP", "CUDA_ROOT", "CUDA_HOME", "CUDA_PATH"])
+# GPU code generation needs the CUDA toolkit's ptxas (no GPU, no driver).
+if os.path.exists("/usr/local/cuda/bin/ptxas"):
+    config.available_features.add("ptxas")
 llvm_config.use_default_substitutions()
 llvm_config.add_tool_substitutions(
     ["k3-opt", "k3c", "k3-run", "k3-weights", "k3-serving-check",

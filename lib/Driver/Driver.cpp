@@ -27,6 +27,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <chrono>
+#include <cstdlib>
 
 using namespace mlir;
 using namespace mlir::k3;
@@ -170,10 +171,16 @@ LogicalResult mlir::k3::compile(MLIRContext &context,
     return success();
   }
 
-  if (options.targets != std::vector<std::string>{"host"})
+  bool gpu = options.targets.front() != "host";
+  // The NVVM target finds ptxas and libdevice through CUDA_ROOT, CUDA_HOME
+  // or CUDA_PATH; default to the usual install location.
+  if (gpu && !getenv("CUDA_ROOT") && !getenv("CUDA_HOME") &&
+      !getenv("CUDA_PATH") && llvm::sys::fs::exists("/usr/local/cuda"))
+    setenv("CUDA_HOME", "/usr/local/cuda", /*overwrite=*/0);
+  if (gpu && options.targets.size() > 1)
     return emitError(inputLoc)
-           << "--emit=library/linalg/llvm is implemented for --target=host "
-              "only; GPU code generation is not available in this build";
+           << "--target: one GPU target per library for now, got "
+           << options.targets.size();
 
   // Phase 3: lower. The manifest is taken from the k3 module first.
   {
@@ -190,7 +197,8 @@ LogicalResult mlir::k3::compile(MLIRContext &context,
     pm.enableTiming(phase.timing());
     if (options.emit == EmitKind::Linalg)
       buildK3ToLinalgPipeline(pm);
-    else if (failed(buildHostLoweringPipeline(pm)))
+    else if (gpu ? failed(buildGPULoweringPipeline(pm, options.targets.front()))
+                 : failed(buildHostLoweringPipeline(pm)))
       return emitError(inputLoc) << "internal error: bad lowering pipeline";
     if (failed(pm.run(*module)))
       return failure();

@@ -48,6 +48,46 @@ LogicalResult mlir::k3::buildHostLoweringPipeline(OpPassManager &pm) {
   return success();
 }
 
+// GPU: the same kernels, their parallel loops tiled and mapped to blocks and
+// threads, temporaries in device memory, NVVM and a fatbin per module.
+static const char *const kGPUBufferize =
+    "one-shot-bufferize{bufferize-function-boundaries=1 "
+    "function-boundary-type-conversion=identity-layout-map},"
+    "convert-bufferization-to-memref";
+static const char *const kGPUMap =
+    "convert-linalg-to-parallel-loops,canonicalize,"
+    "func.func(scf-parallel-loop-tiling{parallel-loop-tile-sizes=64 "
+    "no-min-max-bounds=true},gpu-map-parallel-loops,"
+    "convert-parallel-loops-to-gpu)";
+
+LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
+                                                 StringRef chip) {
+  registerUpstreamPasses();
+  buildK3ToLinalgPipeline(pm);
+  if (failed(parsePassPipeline(kGPUBufferize, pm)))
+    return failure();
+  pm.addPass(createK3MemRefCopyToLinalgPass());
+  if (failed(parsePassPipeline(kGPUMap, pm)))
+    return failure();
+  pm.addPass(createK3GPUDeviceAllocPass());
+  // Launches and allocations in a stream per function, synchronized at its
+  // end, so kernels of consecutive calls run in program order.
+  // Host copies of functions now only called from kernels go; bf16
+  // conversions are expanded to integer code on both sides.
+  if (failed(parsePassPipeline("gpu-kernel-outlining,symbol-dce,"
+                               "func.func(gpu-async-region),"
+                               "arith-expand{include-bf16=1}",
+                               pm)))
+    return failure();
+  std::string lower = ("gpu-lower-to-nvvm-pipeline{cubin-chip=" + chip +
+                       " cubin-features=+ptx80 cubin-format=fatbin}")
+                          .str();
+  if (failed(parsePassPipeline(lower, pm)))
+    return failure();
+  pm.addPass(createK3EmitLibraryEntriesPass());
+  return success();
+}
+
 void mlir::k3::registerUpstreamPasses() {
   static bool once = [] {
     registerAllPasses();

@@ -94,6 +94,10 @@ LogicalResult mlir::k3::emitHostObjects(ModuleOp module,
   for (llvm::Function &f : *m)
     if (!f.isDeclaration())
       f.setLinkage(llvm::GlobalValue::ExternalLinkage);
+  // GPU module handles and binaries are referenced across the split too.
+  for (llvm::GlobalVariable &g : m->globals())
+    if (!g.isDeclaration() && !g.getName().starts_with("llvm."))
+      g.setLinkage(llvm::GlobalValue::ExternalLinkage);
 
   // Kernels and layer bodies: optimized at -O3.
   llvm::ValueToValueMapTy kernelMap, glueMap;

@@ -72,4 +72,16 @@ def K3MemRefCopyToLinalgPass : Pass<"k3-memref-copy-to-linalg", "::mlir::ModuleO
   let dependentDialects = ["::mlir::linalg::LinalgDialect"];
 }
 
+def K3GPUDeviceAllocPass : Pass<"k3-gpu-device-alloc", "::mlir::ModuleOp"> {
+  let summary = "Allocate the kernels' temporaries in device memory";
+  let description = [{
+    After the parallel loops became GPU kernels: every host-side
+    `memref.alloc` (temporaries of the kernels: projections, norms, routing
+    buffers, KDA and MLA scratch) becomes a `gpu.alloc` in device memory. No
+    deallocation is emitted: the runtime serves these allocations from a
+    per-step workspace arena that it resets after each forward.
+  }];
+  let dependentDialects = ["::mlir::gpu::GPUDialect"];
+}
+
 #endif // K3_CONVERSION_PASSES_TD

@@ -21,6 +21,11 @@ void buildK3ToLinalgPipeline(OpPassManager &pm);
 /// library's entry points; the module needs a `k3.manifest` attribute.
 LogicalResult buildHostLoweringPipeline(OpPassManager &pm);
 
+/// Phase 3 for an NVIDIA GPU `chip` (sm_90): the host glue and kernel
+/// launches in the LLVM dialect, the kernels compiled to a fatbin (cubin and
+/// PTX) per GPU module; the module needs a `k3.manifest` attribute.
+LogicalResult buildGPULoweringPipeline(OpPassManager &pm, StringRef chip);
+
 /// Registers the upstream passes the pipelines name (idempotent).
 void registerUpstreamPasses();
 

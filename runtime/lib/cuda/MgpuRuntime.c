@@ -1,0 +1,212 @@
+/*===- MgpuRuntime.c - the GPU runtime calls of k3c's GPU libraries -------===*
+ *
+ * A library compiled by k3c for an NVIDIA GPU (--target=sm_90) launches its
+ * kernels and allocates its temporaries through the mgpu* calls that MLIR's
+ * GPU lowering emits. This file implements them over the CUDA driver API,
+ * loaded at run time: dlopen("libcuda.so.1") and every entry point through
+ * cuGetProcAddress (versioned names differ in signature). Nothing links the
+ * driver, so the code builds and loads on machines without one.
+ *
+ * Temporaries come from a per-process workspace arena in device memory that
+ * k3rt_cuda_workspace_reset() rewinds after each forward call. The first
+ * driver error is kept (k3rt_cuda_last_error) and makes every later call a
+ * no-op, so a failed launch never turns into garbage results.
+ *
+ *===----------------------------------------------------------------------===*/
+
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef void *CUcontext;
+typedef void *CUmodule;
+typedef void *CUfunction;
+typedef void *CUstream;
+typedef unsigned long long CUdeviceptr;
+
+#define K3_EXPORT __attribute__((visibility("default")))
+
+static struct {
+  int ready;
+  char error[512];
+  CUresult (*init)(unsigned);
+  CUresult (*deviceGet)(CUdevice *, int);
+  CUresult (*primaryCtxRetain)(CUcontext *, CUdevice);
+  CUresult (*ctxSetCurrent)(CUcontext);
+  CUresult (*moduleLoadData)(CUmodule *, const void *);
+  CUresult (*moduleUnload)(CUmodule);
+  CUresult (*moduleGetFunction)(CUfunction *, CUmodule, const char *);
+  CUresult (*launchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned,
+                           unsigned, unsigned, unsigned, CUstream, void **,
+                           void **);
+  CUresult (*streamCreate)(CUstream *, unsigned);
+  CUresult (*streamDestroy)(CUstream);
+  CUresult (*streamSynchronize)(CUstream);
+  CUresult (*memAlloc)(CUdeviceptr *, size_t);
+  CUresult (*memFree)(CUdeviceptr);
+  CUresult (*getErrorString)(CUresult, const char **);
+  CUdeviceptr arena;
+  size_t arenaSize, arenaUsed;
+} cu;
+
+static void fail(const char *what, CUresult r) {
+  if (cu.error[0])
+    return;
+  const char *msg = NULL;
+  if (cu.getErrorString)
+    cu.getErrorString(r, &msg);
+  snprintf(cu.error, sizeof(cu.error), "%s failed: CUDA error %d (%s)", what,
+           r, msg ? msg : "unknown");
+}
+
+#define CHECK(call, what)                                                      \
+  do {                                                                         \
+    CUresult r_ = (call);                                                      \
+    if (r_ != 0)                                                               \
+      fail(what, r_);                                                          \
+  } while (0)
+
+static int load(void) {
+  if (cu.ready)
+    return !cu.error[0];
+  cu.ready = 1;
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    snprintf(cu.error, sizeof(cu.error),
+             "no NVIDIA driver: cannot load libcuda.so.1 (%s)", dlerror());
+    return 0;
+  }
+  CUresult (*getProc)(const char *, void **, int, unsigned long long, int *) =
+      (CUresult(*)(const char *, void **, int, unsigned long long, int *))dlsym(
+          lib, "cuGetProcAddress_v2");
+  if (!getProc) {
+    snprintf(cu.error, sizeof(cu.error),
+             "the NVIDIA driver is too old: no cuGetProcAddress_v2");
+    return 0;
+  }
+#define GET(field, name)                                                       \
+  do {                                                                         \
+    int status = 0;                                                            \
+    if (getProc(name, (void **)&cu.field, 12000, 0, &status) != 0 ||           \
+        !cu.field) {                                                           \
+      snprintf(cu.error, sizeof(cu.error), "driver entry point %s missing",    \
+               name);                                                          \
+      return 0;                                                                \
+    }                                                                          \
+  } while (0)
+  GET(getErrorString, "cuGetErrorString");
+  GET(init, "cuInit");
+  GET(deviceGet, "cuDeviceGet");
+  GET(primaryCtxRetain, "cuDevicePrimaryCtxRetain");
+  GET(ctxSetCurrent, "cuCtxSetCurrent");
+  GET(moduleLoadData, "cuModuleLoadData");
+  GET(moduleUnload, "cuModuleUnload");
+  GET(moduleGetFunction, "cuModuleGetFunction");
+  GET(launchKernel, "cuLaunchKernel");
+  GET(streamCreate, "cuStreamCreate");
+  GET(streamDestroy, "cuStreamDestroy");
+  GET(streamSynchronize, "cuStreamSynchronize");
+  GET(memAlloc, "cuMemAlloc");
+  GET(memFree, "cuMemFree");
+#undef GET
+  CUdevice dev;
+  CUcontext ctx;
+  CHECK(cu.init(0), "cuInit");
+  CHECK(cu.deviceGet(&dev, 0), "cuDeviceGet");
+  CHECK(cu.primaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  CHECK(cu.ctxSetCurrent(ctx), "cuCtxSetCurrent");
+  const char *mb = getenv("K3RT_CUDA_WORKSPACE_MB");
+  cu.arenaSize = (size_t)(mb ? atol(mb) : 1024) << 20;
+  CHECK(cu.memAlloc(&cu.arena, cu.arenaSize), "workspace cuMemAlloc");
+  return !cu.error[0];
+}
+
+/* The first error since load, or NULL. */
+K3_EXPORT const char *k3rt_cuda_last_error(void) {
+  load();
+  return cu.error[0] ? cu.error : NULL;
+}
+
+/* Rewinds the workspace arena: call after a forward has synchronized. */
+K3_EXPORT void k3rt_cuda_workspace_reset(void) { cu.arenaUsed = 0; }
+
+/* Bytes of the workspace in use (its high-water mark per forward). */
+K3_EXPORT size_t k3rt_cuda_workspace_used(void) { return cu.arenaUsed; }
+
+K3_EXPORT void *mgpuModuleLoad(void *data, size_t size) {
+  (void)size;
+  CUmodule m = NULL;
+  if (load())
+    CHECK(cu.moduleLoadData(&m, data), "cuModuleLoadData");
+  return m;
+}
+
+K3_EXPORT void mgpuModuleUnload(void *module) {
+  if (module && load())
+    CHECK(cu.moduleUnload(module), "cuModuleUnload");
+}
+
+K3_EXPORT void *mgpuModuleGetFunction(void *module, const char *name) {
+  CUfunction f = NULL;
+  if (module && load())
+    CHECK(cu.moduleGetFunction(&f, module, name), "cuModuleGetFunction");
+  return f;
+}
+
+K3_EXPORT void mgpuLaunchKernel(void *function, intptr_t gx, intptr_t gy,
+                                intptr_t gz, intptr_t bx, intptr_t by,
+                                intptr_t bz, int32_t smem, void *stream,
+                                void **params, void **extra, size_t nparams) {
+  (void)nparams;
+  if (!function || !load())
+    return;
+  /* A grid with no blocks has no work (an empty segment of a loop). */
+  if (gx <= 0 || gy <= 0 || gz <= 0)
+    return;
+  CHECK(cu.launchKernel(function, (unsigned)gx, (unsigned)gy, (unsigned)gz,
+                        (unsigned)bx, (unsigned)by, (unsigned)bz,
+                        (unsigned)smem, stream, params, extra),
+        "cuLaunchKernel");
+}
+
+K3_EXPORT void *mgpuStreamCreate(void) {
+  CUstream s = NULL;
+  if (load())
+    CHECK(cu.streamCreate(&s, 0), "cuStreamCreate");
+  return s;
+}
+
+K3_EXPORT void mgpuStreamDestroy(void *stream) {
+  if (stream && load())
+    CHECK(cu.streamDestroy(stream), "cuStreamDestroy");
+}
+
+K3_EXPORT void mgpuStreamSynchronize(void *stream) {
+  if (load())
+    CHECK(cu.streamSynchronize(stream), "cuStreamSynchronize");
+}
+
+K3_EXPORT void *mgpuMemAlloc(uint64_t size, void *stream, int8_t hostShared) {
+  (void)stream;
+  (void)hostShared;
+  if (!load())
+    return NULL;
+  size_t aligned = (size_t)((size + 255) & ~(uint64_t)255);
+  if (cu.arenaUsed + aligned > cu.arenaSize) {
+    fail("workspace (raise K3RT_CUDA_WORKSPACE_MB)", 2 /* out of memory */);
+    return NULL;
+  }
+  void *p = (void *)(uintptr_t)(cu.arena + cu.arenaUsed);
+  cu.arenaUsed += aligned;
+  return p;
+}
+
+K3_EXPORT void mgpuMemFree(void *ptr, void *stream) {
+  /* Workspace memory is released all at once by the reset. */
+  (void)ptr;
+  (void)stream;
+}
