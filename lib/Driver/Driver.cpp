@@ -88,6 +88,29 @@ private:
 };
 } // namespace
 
+/// Writes `options.outputPath` with `write`; the file is kept only if
+/// writing succeeded (no partial output).
+static LogicalResult
+writeOutput(Location loc, const CompileOptions &options,
+            llvm::function_ref<LogicalResult(raw_ostream &)> write) {
+  std::string error;
+  std::unique_ptr<llvm::ToolOutputFile> out =
+      openOutputFile(options.outputPath, &error);
+  if (!out)
+    return emitError(loc) << "cannot open output '" << options.outputPath
+                          << "': " << error;
+  if (failed(write(out->os())))
+    return failure();
+  out->os().flush();
+  if (out->os().has_error()) {
+    out->os().clear_error();
+    return emitError(loc) << "cannot write output '" << options.outputPath
+                          << "'";
+  }
+  out->keep();
+  return success();
+}
+
 LogicalResult mlir::k3::compile(MLIRContext &context,
                                 const CompileOptions &options,
                                 TimingScope &timing) {
@@ -142,31 +165,24 @@ LogicalResult mlir::k3::compile(MLIRContext &context,
   if (options.emit == EmitKind::K3 || options.emit == EmitKind::Manifest ||
       options.emit == EmitKind::Weights || options.emit == EmitKind::Summary) {
     Phase phase(options, timing, "emit");
-    std::string error;
-    std::unique_ptr<llvm::ToolOutputFile> out =
-        openOutputFile(options.outputPath, &error);
-    if (!out)
-      return emitError(inputLoc) << "cannot open output '" << options.outputPath
-                                 << "': " << error;
-    if (options.emit == EmitKind::K3) {
-      module->print(out->os());
-      out->os() << "\n";
-    } else {
-      FailureOr<ModelInfo> info = describeModel(*module);
-      if (failed(info))
-        return failure();
-      if (options.emit == EmitKind::Manifest)
-        out->os() << manifestJSON(*info, options.targets) << "\n";
-      else if (options.emit == EmitKind::Weights)
-        printWeightList(*info, out->os());
-      else
-        printSummary(*info, out->os());
-    }
-    out->os().flush();
-    if (out->os().has_error())
-      return emitError(inputLoc) << "cannot write output '"
-                                 << options.outputPath << "'";
-    out->keep();
+    if (failed(writeOutput(inputLoc, options, [&](raw_ostream &os) -> LogicalResult {
+          if (options.emit == EmitKind::K3) {
+            module->print(os);
+            os << "\n";
+            return success();
+          }
+          FailureOr<ModelInfo> info = describeModel(*module);
+          if (failed(info))
+            return failure();
+          if (options.emit == EmitKind::Manifest)
+            os << manifestJSON(*info, options.targets) << "\n";
+          else if (options.emit == EmitKind::Weights)
+            printWeightList(*info, os);
+          else
+            printSummary(*info, os);
+          return success();
+        })))
+      return failure();
     phase.done();
     return success();
   }
@@ -207,17 +223,13 @@ LogicalResult mlir::k3::compile(MLIRContext &context,
 
   if (options.emit == EmitKind::Linalg || options.emit == EmitKind::LLVMIR) {
     Phase phase(options, timing, "emit");
-    std::string error;
-    std::unique_ptr<llvm::ToolOutputFile> out =
-        openOutputFile(options.outputPath, &error);
-    if (!out)
-      return emitError(inputLoc) << "cannot open output '" << options.outputPath
-                                 << "': " << error;
-    if (options.emit == EmitKind::Linalg)
-      module->print(out->os());
-    else if (failed(printLLVMIR(*module, out->os())))
+    if (failed(writeOutput(inputLoc, options, [&](raw_ostream &os) -> LogicalResult {
+          if (options.emit == EmitKind::LLVMIR)
+            return printLLVMIR(*module, os);
+          module->print(os);
+          return success();
+        })))
       return failure();
-    out->keep();
     phase.done();
     return success();
   }
