@@ -113,8 +113,10 @@ func.func private @k3k_route(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf16>, %bias:
   return %idx, %wts : memref<?x?xi64>, memref<?x?xf32>
 }
 
-// Weighted sum of the selected experts in latent space, r = round(Σ ω y_e)
-// (§6.2), with MXFP4 experts: w1, w3 [E, I, L], w2 [E, L, I].
+// Weighted sum of the selected experts in latent space (§6.2), with MXFP4 experts dequantised on the fly (§7.2): w1, w3 [E, I, L], w2 [E, L, I]:
+//   h[t,s] = round(act(round(W1_e ξ_t), round(W3_e ξ_t)))   (t, s, n) in parallel
+//   y[t,s] = round(W2_e h[t,s])                             (t, s, j) in parallel
+//   r[t]   = round(Σ_s ω[t,s] y[t,s])                       (t, j) in parallel
 func.func private @k3k_experts_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>,
                                      %w1p: tensor<?x?x?xi8>, %w1s: tensor<?x?x?xi8>,
                                      %w3p: tensor<?x?x?xi8>, %w3s: tensor<?x?x?xi8>,
@@ -122,67 +124,69 @@ func.func private @k3k_experts_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64
                                      %silu: i1, %b1: f32, %b2: f32) -> tensor<?x?x!act> {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
-  %c2 = arith.constant 2 : index
   %zero = arith.constant 0.0 : f32
   %t = tensor.dim %xi, %c0 : tensor<?x?x!act>
   %l = tensor.dim %xi, %c1 : tensor<?x?x!act>
   %ni = tensor.dim %w1p, %c1 : tensor<?x?x?xi8>
   %topk = memref.dim %idx, %c1 : memref<?x?xi64>
-  %acc = memref.alloc(%t, %l) : memref<?x?xf32>
-  %hid = memref.alloc(%t, %ni) : memref<?x?xf32>
-  scf.parallel (%i) = (%c0) to (%t) step (%c1) {
-    scf.for %j = %c0 to %l step %c1 {
-      memref.store %zero, %acc[%i, %j] : memref<?x?xf32>
+  %hid = memref.alloc(%t, %topk, %ni) : memref<?x?x?xf32>
+  scf.parallel (%i, %s, %n) = (%c0, %c0, %c0) to (%t, %topk, %ni) step (%c1, %c1, %c1) {
+    %e64 = memref.load %idx[%i, %s] : memref<?x?xi64>
+    %e = arith.index_cast %e64 : i64 to index
+    %g, %u = scf.for %k = %c0 to %l step %c1 iter_args(%ga = %zero, %ua = %zero) -> (f32, f32) {
+      %xv = tensor.extract %xi[%i, %k] : tensor<?x?x!act>
+      %xf = func.call @k3k_widen(%xv) : (!act) -> f32
+      %a = func.call @k3k_mxfp4_at(%w1p, %w1s, %e, %n, %k) : (tensor<?x?x?xi8>, tensor<?x?x?xi8>, index, index, index) -> f32
+      %b = func.call @k3k_mxfp4_at(%w3p, %w3s, %e, %n, %k) : (tensor<?x?x?xi8>, tensor<?x?x?xi8>, index, index, index) -> f32
+      %pa = arith.mulf %a, %xf : f32
+      %pb = arith.mulf %b, %xf : f32
+      %ga2 = arith.addf %ga, %pa : f32
+      %ua2 = arith.addf %ua, %pb : f32
+      scf.yield %ga2, %ua2 : f32, f32
     }
-    scf.for %s = %c0 to %topk step %c1 {
-      %e64 = memref.load %idx[%i, %s] : memref<?x?xi64>
-      %e = arith.index_cast %e64 : i64 to index
-      %w = memref.load %wts[%i, %s] : memref<?x?xf32>
-      // h = round(act(round(W1 ξ), round(W3 ξ))).
-      scf.for %n = %c0 to %ni step %c1 {
-        %g, %u = scf.for %k = %c0 to %l step %c1 iter_args(%ga = %zero, %ua = %zero) -> (f32, f32) {
-          %xv = tensor.extract %xi[%i, %k] : tensor<?x?x!act>
-          %xf = func.call @k3k_widen(%xv) : (!act) -> f32
-          %a = func.call @k3k_mxfp4_at(%w1p, %w1s, %e, %n, %k) : (tensor<?x?x?xi8>, tensor<?x?x?xi8>, index, index, index) -> f32
-          %b = func.call @k3k_mxfp4_at(%w3p, %w3s, %e, %n, %k) : (tensor<?x?x?xi8>, tensor<?x?x?xi8>, index, index, index) -> f32
-          %pa = arith.mulf %a, %xf : f32
-          %pb = arith.mulf %b, %xf : f32
-          %ga2 = arith.addf %ga, %pa : f32
-          %ua2 = arith.addf %ua, %pb : f32
-          scf.yield %ga2, %ua2 : f32, f32
-        }
-        %gr = func.call @k3k_round(%g) : (f32) -> f32
-        %ur = func.call @k3k_round(%u) : (f32) -> f32
-        %h = func.call @k3k_glu_act(%gr, %ur, %silu, %b1, %b2) : (f32, f32, i1, f32, f32) -> f32
-        %hr = func.call @k3k_round(%h) : (f32) -> f32
-        memref.store %hr, %hid[%i, %n] : memref<?x?xf32>
-      }
-      // y = round(W2 h); r += ω y.
-      scf.for %j = %c0 to %l step %c1 {
-        %y = scf.for %n = %c0 to %ni step %c1 iter_args(%a = %zero) -> (f32) {
-          %hv = memref.load %hid[%i, %n] : memref<?x?xf32>
-          %wv = func.call @k3k_mxfp4_at(%w2p, %w2s, %e, %j, %n) : (tensor<?x?x?xi8>, tensor<?x?x?xi8>, index, index, index) -> f32
-          %p = arith.mulf %wv, %hv : f32
-          %a2 = arith.addf %a, %p : f32
-          scf.yield %a2 : f32
-        }
-        %yr = func.call @k3k_round(%y) : (f32) -> f32
-        %old = memref.load %acc[%i, %j] : memref<?x?xf32>
-        %p = arith.mulf %w, %yr : f32
-        %new = arith.addf %old, %p : f32
-        memref.store %new, %acc[%i, %j] : memref<?x?xf32>
-      }
-    }
+    %gr = func.call @k3k_round(%g) : (f32) -> f32
+    %ur = func.call @k3k_round(%u) : (f32) -> f32
+    %h = func.call @k3k_glu_act(%gr, %ur, %silu, %b1, %b2) : (f32, f32, i1, f32, f32) -> f32
+    %hr = func.call @k3k_round(%h) : (f32) -> f32
+    memref.store %hr, %hid[%i, %s, %n] : memref<?x?x?xf32>
   }
-  %acct = bufferization.to_tensor %acc restrict : memref<?x?xf32> to tensor<?x?xf32>
-  %r = func.call @k3k_narrow2(%acct) : (tensor<?x?xf32>) -> tensor<?x?x!act>
-  return %r : tensor<?x?x!act>
+  %ys = memref.alloc(%t, %topk, %l) : memref<?x?x?xf32>
+  scf.parallel (%i, %s, %j) = (%c0, %c0, %c0) to (%t, %topk, %l) step (%c1, %c1, %c1) {
+    %e64 = memref.load %idx[%i, %s] : memref<?x?xi64>
+    %e = arith.index_cast %e64 : i64 to index
+    %y = scf.for %n = %c0 to %ni step %c1 iter_args(%a = %zero) -> (f32) {
+      %hv = memref.load %hid[%i, %s, %n] : memref<?x?x?xf32>
+      %wv = func.call @k3k_mxfp4_at(%w2p, %w2s, %e, %j, %n) : (tensor<?x?x?xi8>, tensor<?x?x?xi8>, index, index, index) -> f32
+      %p = arith.mulf %wv, %hv : f32
+      %a2 = arith.addf %a, %p : f32
+      scf.yield %a2 : f32
+    }
+    %yr = func.call @k3k_round(%y) : (f32) -> f32
+    memref.store %yr, %ys[%i, %s, %j] : memref<?x?x?xf32>
+  }
+  %out = memref.alloc(%t, %l) : memref<?x?x!act>
+  scf.parallel (%i, %j) = (%c0, %c0) to (%t, %l) step (%c1, %c1) {
+    %acc = scf.for %s = %c0 to %topk step %c1 iter_args(%a = %zero) -> (f32) {
+      %w = memref.load %wts[%i, %s] : memref<?x?xf32>
+      %yv = memref.load %ys[%i, %s, %j] : memref<?x?x?xf32>
+      %p = arith.mulf %w, %yv : f32
+      %a2 = arith.addf %a, %p : f32
+      scf.yield %a2 : f32
+    }
+    %r = func.call @k3k_narrow(%acc) : (f32) -> !act
+    memref.store %r, %out[%i, %j] : memref<?x?x!act>
+  }
+  %res = bufferization.to_tensor %out restrict : memref<?x?x!act> to tensor<?x?x!act>
+  return %res : tensor<?x?x!act>
 }
 
-// The same with bf16 expert weights.
+// Weighted sum of the selected experts in latent space (§6.2), with bf16 experts: w1, w3 [E, I, L], w2 [E, L, I]:
+//   h[t,s] = round(act(round(W1_e ξ_t), round(W3_e ξ_t)))   (t, s, n) in parallel
+//   y[t,s] = round(W2_e h[t,s])                             (t, s, j) in parallel
+//   r[t]   = round(Σ_s ω[t,s] y[t,s])                       (t, j) in parallel
 func.func private @k3k_experts_bf16(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>,
-                                    %w1: tensor<?x?x?xbf16>, %w3: tensor<?x?x?xbf16>, %w2: tensor<?x?x?xbf16>,
-                                    %silu: i1, %b1: f32, %b2: f32) -> tensor<?x?x!act> {
+                                     %w1: tensor<?x?x?xbf16>, %w3: tensor<?x?x?xbf16>, %w2: tensor<?x?x?xbf16>,
+                                     %silu: i1, %b1: f32, %b2: f32) -> tensor<?x?x!act> {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %zero = arith.constant 0.0 : f32
@@ -190,56 +194,58 @@ func.func private @k3k_experts_bf16(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>
   %l = tensor.dim %xi, %c1 : tensor<?x?x!act>
   %ni = tensor.dim %w1, %c1 : tensor<?x?x?xbf16>
   %topk = memref.dim %idx, %c1 : memref<?x?xi64>
-  %acc = memref.alloc(%t, %l) : memref<?x?xf32>
-  %hid = memref.alloc(%t, %ni) : memref<?x?xf32>
-  scf.parallel (%i) = (%c0) to (%t) step (%c1) {
-    scf.for %j = %c0 to %l step %c1 {
-      memref.store %zero, %acc[%i, %j] : memref<?x?xf32>
+  %hid = memref.alloc(%t, %topk, %ni) : memref<?x?x?xf32>
+  scf.parallel (%i, %s, %n) = (%c0, %c0, %c0) to (%t, %topk, %ni) step (%c1, %c1, %c1) {
+    %e64 = memref.load %idx[%i, %s] : memref<?x?xi64>
+    %e = arith.index_cast %e64 : i64 to index
+    %g, %u = scf.for %k = %c0 to %l step %c1 iter_args(%ga = %zero, %ua = %zero) -> (f32, f32) {
+      %xv = tensor.extract %xi[%i, %k] : tensor<?x?x!act>
+      %xf = func.call @k3k_widen(%xv) : (!act) -> f32
+      %av = tensor.extract %w1[%e, %n, %k] : tensor<?x?x?xbf16>
+            %a = arith.extf %av : bf16 to f32
+      %bv = tensor.extract %w3[%e, %n, %k] : tensor<?x?x?xbf16>
+            %b = arith.extf %bv : bf16 to f32
+      %pa = arith.mulf %a, %xf : f32
+      %pb = arith.mulf %b, %xf : f32
+      %ga2 = arith.addf %ga, %pa : f32
+      %ua2 = arith.addf %ua, %pb : f32
+      scf.yield %ga2, %ua2 : f32, f32
     }
-    scf.for %s = %c0 to %topk step %c1 {
-      %e64 = memref.load %idx[%i, %s] : memref<?x?xi64>
-      %e = arith.index_cast %e64 : i64 to index
-      %w = memref.load %wts[%i, %s] : memref<?x?xf32>
-      scf.for %n = %c0 to %ni step %c1 {
-        %g, %u = scf.for %k = %c0 to %l step %c1 iter_args(%ga = %zero, %ua = %zero) -> (f32, f32) {
-          %xv = tensor.extract %xi[%i, %k] : tensor<?x?x!act>
-          %xf = func.call @k3k_widen(%xv) : (!act) -> f32
-          %av = tensor.extract %w1[%e, %n, %k] : tensor<?x?x?xbf16>
-          %bv = tensor.extract %w3[%e, %n, %k] : tensor<?x?x?xbf16>
-          %a = arith.extf %av : bf16 to f32
-          %b = arith.extf %bv : bf16 to f32
-          %pa = arith.mulf %a, %xf : f32
-          %pb = arith.mulf %b, %xf : f32
-          %ga2 = arith.addf %ga, %pa : f32
-          %ua2 = arith.addf %ua, %pb : f32
-          scf.yield %ga2, %ua2 : f32, f32
-        }
-        %gr = func.call @k3k_round(%g) : (f32) -> f32
-        %ur = func.call @k3k_round(%u) : (f32) -> f32
-        %h = func.call @k3k_glu_act(%gr, %ur, %silu, %b1, %b2) : (f32, f32, i1, f32, f32) -> f32
-        %hr = func.call @k3k_round(%h) : (f32) -> f32
-        memref.store %hr, %hid[%i, %n] : memref<?x?xf32>
-      }
-      scf.for %j = %c0 to %l step %c1 {
-        %y = scf.for %n = %c0 to %ni step %c1 iter_args(%a = %zero) -> (f32) {
-          %hv = memref.load %hid[%i, %n] : memref<?x?xf32>
-          %wv = tensor.extract %w2[%e, %j, %n] : tensor<?x?x?xbf16>
-          %wf = arith.extf %wv : bf16 to f32
-          %p = arith.mulf %wf, %hv : f32
-          %a2 = arith.addf %a, %p : f32
-          scf.yield %a2 : f32
-        }
-        %yr = func.call @k3k_round(%y) : (f32) -> f32
-        %old = memref.load %acc[%i, %j] : memref<?x?xf32>
-        %p = arith.mulf %w, %yr : f32
-        %new = arith.addf %old, %p : f32
-        memref.store %new, %acc[%i, %j] : memref<?x?xf32>
-      }
-    }
+    %gr = func.call @k3k_round(%g) : (f32) -> f32
+    %ur = func.call @k3k_round(%u) : (f32) -> f32
+    %h = func.call @k3k_glu_act(%gr, %ur, %silu, %b1, %b2) : (f32, f32, i1, f32, f32) -> f32
+    %hr = func.call @k3k_round(%h) : (f32) -> f32
+    memref.store %hr, %hid[%i, %s, %n] : memref<?x?x?xf32>
   }
-  %acct = bufferization.to_tensor %acc restrict : memref<?x?xf32> to tensor<?x?xf32>
-  %r = func.call @k3k_narrow2(%acct) : (tensor<?x?xf32>) -> tensor<?x?x!act>
-  return %r : tensor<?x?x!act>
+  %ys = memref.alloc(%t, %topk, %l) : memref<?x?x?xf32>
+  scf.parallel (%i, %s, %j) = (%c0, %c0, %c0) to (%t, %topk, %l) step (%c1, %c1, %c1) {
+    %e64 = memref.load %idx[%i, %s] : memref<?x?xi64>
+    %e = arith.index_cast %e64 : i64 to index
+    %y = scf.for %n = %c0 to %ni step %c1 iter_args(%a = %zero) -> (f32) {
+      %hv = memref.load %hid[%i, %s, %n] : memref<?x?x?xf32>
+      %wb = tensor.extract %w2[%e, %j, %n] : tensor<?x?x?xbf16>
+          %wv = arith.extf %wb : bf16 to f32
+      %p = arith.mulf %wv, %hv : f32
+      %a2 = arith.addf %a, %p : f32
+      scf.yield %a2 : f32
+    }
+    %yr = func.call @k3k_round(%y) : (f32) -> f32
+    memref.store %yr, %ys[%i, %s, %j] : memref<?x?x?xf32>
+  }
+  %out = memref.alloc(%t, %l) : memref<?x?x!act>
+  scf.parallel (%i, %j) = (%c0, %c0) to (%t, %l) step (%c1, %c1) {
+    %acc = scf.for %s = %c0 to %topk step %c1 iter_args(%a = %zero) -> (f32) {
+      %w = memref.load %wts[%i, %s] : memref<?x?xf32>
+      %yv = memref.load %ys[%i, %s, %j] : memref<?x?x?xf32>
+      %p = arith.mulf %w, %yv : f32
+      %a2 = arith.addf %a, %p : f32
+      scf.yield %a2 : f32
+    }
+    %r = func.call @k3k_narrow(%acc) : (f32) -> !act
+    memref.store %r, %out[%i, %j] : memref<?x?x!act>
+  }
+  %res = bufferization.to_tensor %out restrict : memref<?x?x!act> to tensor<?x?x!act>
+  return %res : tensor<?x?x!act>
 }
 
 // The latent part around the experts (§6.2): ξ = W_down x, then
