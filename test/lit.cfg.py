@@ -17,6 +17,10 @@ config.test_exec_root = os.path.join(config.k3c_obj_root, "test")
 
 config.substitutions.append(("%models", os.path.join(config.k3c_src_root, "models")))
 config.substitutions.append(("%python", sys.executable))
+# test/install: the source and build trees, and lit itself.
+config.substitutions.append(("%k3c_src_root", config.k3c_src_root))
+config.substitutions.append(("%k3c_obj_root", config.k3c_obj_root))
+config.substitutions.append(("%lit", os.path.join(config.llvm_tools_dir, "lit")))
 
 llvm_config.with_system_environment(["HOME", "TMP", "TEMP", "CUDA_ROOT", "CUDA_HOME", "CUDA_PATH"])
 # GPU code generation needs the CUDA toolkit's ptxas (no GPU, no driver).
@@ -25,7 +29,7 @@ if os.path.exists("/usr/local/cuda/bin/ptxas"):
 llvm_config.use_default_substitutions()
 llvm_config.add_tool_substitutions(
     ["k3-opt", "k3c", "k3-run", "k3-weights", "k3-serving-check",
-     "k3-linked-check"],
+     "k3-linked-check", "k3-state-check"],
     [config.k3c_tools_dir])
 # The NumPy reference and the comparison script need numpy; lit runs with
 # the system python3 (Debian's python3-numpy).

@@ -304,6 +304,11 @@ FailureOr<ModelInfo> mlir::k3::describeModel(ModuleOp module) {
     if (fresh) {
       info.states.push_back(describeState(arg.getType()));
       info.states.back().kind = kind.str();
+      // Snapshots of the KDA state align with the chunks of its prefill.
+      if (isa<KDAStateType>(arg.getType()))
+        module.walk([&](KDAOp op) {
+          info.states.back().chunkSize = op.getChunkSize();
+        });
     }
     info.states[it->second].layers.push_back(layer.getInt());
     const StateGroup &g = info.states[it->second];
@@ -406,6 +411,8 @@ std::string mlir::k3::manifestJSON(const ModelInfo &info,
     ojson g = {{"kind", s.kind},     {"layers", s.layers},
                {"shape", s.shape},   {"dims", s.dims},
                {"dtype", s.dtype},   {"layout", s.layout}};
+    if (s.chunkSize)
+      g["chunk_size"] = s.chunkSize;
     if (s.perToken) {
       g["page_size"] = s.pageSize;
       g["bytes_per_token_per_layer"] = s.bytesPerLayer;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <dlfcn.h>
 #include <new>
+#include <string>
 #include <sys/stat.h>
 
 using namespace k3rt;
@@ -25,8 +26,14 @@ k3rt_status *k3rt::openLibrary(const char *path, k3rt_library **out) {
   if (path && ::stat(path, &st) != 0)
     return makeStatus(K3RT_NOT_FOUND, "%s: cannot open library: %s", path,
                       std::strerror(errno));
+  // A name without a slash is a file here, not a soname for dlopen to
+  // look up in the library path.
+  std::string local;
+  if (path && !std::strchr(path, '/'))
+    local = std::string("./") + path;
   // RTLD_LOCAL: two libraries export the same three symbols.
-  void *handle = ::dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  void *handle =
+      ::dlopen(local.empty() ? path : local.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     const char *err = ::dlerror();
     return makeStatus(K3RT_INVALID_ARGUMENT, "%s: cannot load library: %s",

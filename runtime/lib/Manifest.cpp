@@ -212,6 +212,14 @@ static k3rt_status *parseModel(const json &root, Manifest &m) {
       getString(*model, "model", "model_type", m.modelType, true));
   K3RT_RETURN_IF_ERROR(
       getString(*model, "model", "config_sha256", m.configSha256, true));
+  if (!m.configSha256.empty()) {
+    bool hex = m.configSha256.size() == 64;
+    for (char c : m.configSha256)
+      hex = hex && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'));
+    if (!hex)
+      return bad("model.config_sha256",
+                 "'" + m.configSha256 + "' is not 64 lower-case hex digits");
+  }
   K3RT_RETURN_IF_ERROR(getInt(*model, "model", "vocab_size", m.vocabSize, 1));
   if (m.vocabSize > std::numeric_limits<int32_t>::max())
     return bad("model.vocab_size", "token ids are i32");
@@ -272,6 +280,91 @@ parseWeights(const json &root, Manifest &m,
   return nullptr;
 }
 
+/// The targets the library holds code for; this runtime runs "host".
+static k3rt_status *parseTargets(const json &root, Manifest &m) {
+  const json *targets = member(root, "targets");
+  if (!targets || !targets->is_array() || targets->empty())
+    return bad("targets", "missing, not an array or empty");
+  for (const json &t : *targets) {
+    if (!t.is_string())
+      return bad("targets", "entries must be strings");
+    m.targets.push_back(t.get<std::string>());
+    m.targetList += (m.targetList.empty() ? "" : ",") + m.targets.back();
+  }
+  if (std::find(m.targets.begin(), m.targets.end(), "host") == m.targets.end())
+    return makeStatus(K3RT_FAILED_PRECONDITION,
+                      "the library was compiled for targets [%s]; this "
+                      "runtime runs host code (compile with k3c "
+                      "--target=host)",
+                      m.targetList.c_str());
+  return nullptr;
+}
+
+/// The state layouts this runtime knows, with the dims each implies
+/// (RUNTIME_NOTES §1.4: a state layout mix-up corrupts silently).
+static k3rt_status *checkLayout(const json &g, const std::string &path,
+                                StateGroup &group) {
+  struct Known {
+    const char *kindPrefix;
+    const char *layout;
+    std::vector<std::string> dims;
+  };
+  static const Known known[] = {
+      {"kda.recurrent", "value_first", {"heads", "value", "key"}},
+      {"kda.recurrent", "key_first", {"heads", "key", "value"}},
+      {"kda.conv_", "channels_major", {"channels", "taps"}},
+      {"mla.latent", "latent_then_rope", {"latent+rope"}},
+  };
+  bool kindKnown = false;
+  for (const Known &k : known)
+    if (group.kind.rfind(k.kindPrefix, 0) == 0)
+      kindKnown = true;
+  if (!kindKnown || group.layout.empty())
+    return nullptr;
+  std::vector<std::string> dims;
+  if (const json *d = member(g, "dims")) {
+    if (!d->is_array())
+      return bad(path + ".dims", "not an array");
+    for (const json &e : *d) {
+      if (!e.is_string())
+        return bad(path + ".dims", "entries must be strings");
+      dims.push_back(e.get<std::string>());
+    }
+  }
+  std::vector<std::string> layouts;
+  for (const Known &k : known) {
+    if (group.kind.rfind(k.kindPrefix, 0) != 0)
+      continue;
+    layouts.push_back(k.layout);
+    if (group.layout != k.layout)
+      continue;
+    if (!dims.empty() && dims != k.dims) {
+      std::string got, want;
+      for (const std::string &x : dims)
+        got += (got.empty() ? "" : ", ") + x;
+      for (const std::string &x : k.dims)
+        want += (want.empty() ? "" : ", ") + x;
+      return makeStatus(K3RT_FAILED_PRECONDITION,
+                        "manifest %s: layout '%s' means dims [%s], the "
+                        "manifest says [%s] (a state layout mix-up)",
+                        path.c_str(), group.layout.c_str(), want.c_str(),
+                        got.c_str());
+    }
+    if (group.shape.size() != k.dims.size())
+      return makeStatus(K3RT_FAILED_PRECONDITION,
+                        "manifest %s: layout '%s' has rank %zu, the shape "
+                        "%s",
+                        path.c_str(), group.layout.c_str(), k.dims.size(),
+                        shapeString(group.shape).c_str());
+    return nullptr;
+  }
+  return makeStatus(K3RT_FAILED_PRECONDITION,
+                    "manifest %s: state layout '%s' is not one this runtime "
+                    "implements (%s)",
+                    path.c_str(), group.layout.c_str(),
+                    joinCapped(layouts).c_str());
+}
+
 static k3rt_status *parseState(const json &root, Manifest &m) {
   const json *state = member(root, "state");
   const json *groups = state ? member(*state, "groups") : nullptr;
@@ -297,6 +390,13 @@ static k3rt_status *parseState(const json &root, Manifest &m) {
       return bad(path + ".dtype", "state must be whole bytes per element");
     K3RT_RETURN_IF_ERROR(getString(g, path, "layout", group.layout, true));
     K3RT_RETURN_IF_ERROR(getInt(g, path, "page_size", group.pageSize, 1, true));
+    K3RT_RETURN_IF_ERROR(
+        getInt(g, path, "chunk_size", group.chunkSize, 1, true));
+    K3RT_RETURN_IF_ERROR(checkLayout(g, path, group));
+    if (group.kind == "kda.recurrent") {
+      m.kdaLayout = group.layout;
+      m.kdaChunkSize = group.chunkSize;
+    }
     if (group.pageSize) {
       if (group.shape.size() != 1)
         return bad(path + ".shape", "a paged group stores one vector per "
@@ -529,6 +629,7 @@ k3rt_status *k3rt::parseManifest(const char *text, Manifest &out) {
                       (long long)version);
   std::unordered_map<std::string, size_t> byName;
   K3RT_RETURN_IF_ERROR(parseModel(root, m));
+  K3RT_RETURN_IF_ERROR(parseTargets(root, m));
   K3RT_RETURN_IF_ERROR(parseWeights(root, m, byName));
   K3RT_RETURN_IF_ERROR(parseState(root, m));
   K3RT_RETURN_IF_ERROR(parseAbi(root, m, byName));

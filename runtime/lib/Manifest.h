@@ -76,6 +76,8 @@ struct StateGroup {
   /// Tokens per page for a paged (per-token) group; 0 for a group with one
   /// fixed-size state per sequence.
   int64_t pageSize = 0;
+  /// The optional "chunk_size" (the KDA kernel's chunk), 0 if absent.
+  int64_t chunkSize = 0;
 };
 
 enum class ArgRole : uint8_t {
@@ -116,6 +118,13 @@ struct Manifest {
   std::string name;
   std::string modelType;
   std::string configSha256;
+  /// "targets", and the same comma-separated.
+  std::vector<std::string> targets;
+  std::string targetList;
+  /// The layout of kda.recurrent ("" without KDA layers).
+  std::string kdaLayout;
+  /// The KDA chunk size if the manifest records it, else 0.
+  int64_t kdaChunkSize = 0;
   int64_t vocabSize = 0;
   int64_t hiddenSize = 0;
   int64_t numLayers = 0;
@@ -142,8 +151,9 @@ struct Manifest {
 };
 
 /// Parses and validates `text`. Every inconsistency is an INVALID_ARGUMENT
-/// naming the manifest key; an ABI version other than 1 is a
-/// FAILED_PRECONDITION.
+/// naming the manifest key; an ABI version other than 1, a library without
+/// host code, an unknown state layout or dims that contradict the layout
+/// are a FAILED_PRECONDITION.
 k3rt_status *parseManifest(const char *text, Manifest &out);
 
 /// Checked arithmetic for sizes (safetensors `ValidationOverflow`).

@@ -1,4 +1,4 @@
-//===- Session.cpp - state pools, sequences and steps ---------------------===//
+//===- Session.cpp - state pools, sequences, snapshots and steps ----------===//
 
 #include "Session.h"
 
@@ -138,6 +138,314 @@ static void toFloat(const uint8_t *src, DType dtype, size_t count, float *dst) {
   }
 }
 
+static uint8_t *snapshotData(const k3rt_session *s, int32_t slot) {
+  return s->snapshotSlots.data() + uint64_t(slot) * s->manifest->slotBytes;
+}
+
+static void copyState(const k3rt_session *s, uint8_t *dst, const uint8_t *src) {
+  if (s->manifest->slotBytes)
+    std::memcpy(dst, src, size_t(s->manifest->slotBytes));
+}
+
+static void zeroState(const k3rt_session *s, uint8_t *dst) {
+  if (s->manifest->slotBytes)
+    std::memset(dst, 0, size_t(s->manifest->slotBytes));
+}
+
+static int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// Bytes of one token row in one paged layer's pool.
+static uint64_t rowBytes(const k3rt_session *s) {
+  return s->manifest->pageBytesPerLayer / uint64_t(s->pageSize);
+}
+
+/// Zeroes rows [from, P) of `page` in every paged layer.
+static void zeroRows(k3rt_session *s, int32_t page, int64_t from) {
+  uint64_t row = rowBytes(s);
+  for (size_t p = 0; p < s->pools.size(); ++p)
+    std::memset(pageData(s, p, page) + uint64_t(from) * row, 0,
+                size_t(uint64_t(s->pageSize - from) * row));
+}
+
+static void forgetRemoved(k3rt_session *s, int64_t id) {
+  for (int64_t &r : s->removed)
+    if (r == id)
+      r = std::numeric_limits<int64_t>::min();
+}
+
+static void freeCheckpoints(k3rt_session *s, Sequence &seq) {
+  for (const Checkpoint &c : seq.checkpoints)
+    s->freeSnapshotSlots.push_back(c.slot);
+  seq.checkpoints.clear();
+}
+
+//===----------------------------------------------------------------------===//
+// The prefix cache
+//===----------------------------------------------------------------------===//
+
+static constexpr uint64_t kChainSeed = 0x6b3372742d636163ULL;
+
+/// The chain hash of a block given its parent's: a 64-bit mix of every
+/// token. Only finds candidates: a hit is verified token by token.
+static uint64_t chainHash(uint64_t h, const int32_t *tokens, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    h ^= uint64_t(uint32_t(tokens[i])) + 0x9e3779b97f4a7c15ULL + (h << 6) +
+         (h >> 2);
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+  }
+  return h;
+}
+
+static CacheNode *node(k3rt_session *s, int64_t id) {
+  if (id < 0)
+    return nullptr;
+  auto it = s->nodes.find(id);
+  return it == s->nodes.end() ? nullptr : &it->second;
+}
+
+/// The child of `parent` (-1: the root) for the block `tokens` whose chain
+/// hash is `hash`, verified token by token; -1 if none.
+static int64_t findChild(k3rt_session *s, int64_t parent, uint64_t hash,
+                         const int32_t *tokens) {
+  auto range = s->nodesByHash.equal_range(hash);
+  for (auto it = range.first; it != range.second; ++it) {
+    const CacheNode &n = s->nodes.find(it->second)->second;
+    if (n.parent == parent &&
+        std::equal(n.tokens.begin(), n.tokens.end(), tokens))
+      return it->second;
+  }
+  return -1;
+}
+
+/// The nodes on the path of `tokens[0 .. limit)` from the root, one per
+/// block, for as long as nodes exist and match.
+static std::vector<int64_t> walkPath(k3rt_session *s, const int32_t *tokens,
+                                     int64_t limit) {
+  std::vector<int64_t> path;
+  int64_t I = s->snapshotInterval;
+  if (I == 0 || s->nodes.empty())
+    return path;
+  int64_t parent = -1;
+  uint64_t hash = kChainSeed;
+  for (int64_t end = I; end <= limit; end += I) {
+    hash = chainHash(hash, tokens + end - I, I);
+    int64_t id = findChild(s, parent, hash, tokens + end - I);
+    if (id < 0)
+      break;
+    path.push_back(id);
+    parent = id;
+  }
+  return path;
+}
+
+static void touch(k3rt_session *s, int64_t id) {
+  uint64_t now = ++s->clock;
+  for (CacheNode *n = node(s, id); n; n = node(s, n->parent))
+    n->lastUse = now;
+}
+
+/// Removes node `id` (a leaf), returning its state and pages; then its
+/// parent too if that is now a leaf without a state.
+static void removeNode(k3rt_session *s, int64_t id) {
+  while (CacheNode *n = node(s, id)) {
+    if (n->children != 0)
+      return;
+    if (n->slot >= 0)
+      s->freeSnapshotSlots.push_back(n->slot);
+    for (int32_t page : n->pages)
+      dropPage(s, page);
+    auto range = s->nodesByHash.equal_range(n->hash);
+    for (auto it = range.first; it != range.second; ++it)
+      if (it->second == id) {
+        s->nodesByHash.erase(it);
+        break;
+      }
+    int64_t parent = n->parent;
+    s->nodes.erase(id);
+    CacheNode *p = node(s, parent);
+    if (!p)
+      return;
+    --p->children;
+    if (p->slot >= 0 || p->children != 0)
+      return;
+    id = parent;
+  }
+}
+
+/// Frees the state of the least recently used node that holds one (the
+/// node stays while it leads to a deeper state). False if none does.
+static bool evictOneState(k3rt_session *s) {
+  int64_t victim = -1;
+  uint64_t oldest = std::numeric_limits<uint64_t>::max();
+  for (const auto &[id, n] : s->nodes)
+    if (n.slot >= 0 && (n.lastUse < oldest ||
+                        (n.lastUse == oldest && id < victim))) {
+      oldest = n.lastUse;
+      victim = id;
+    }
+  CacheNode *n = node(s, victim);
+  if (!n)
+    return false;
+  s->freeSnapshotSlots.push_back(n->slot);
+  n->slot = -1;
+  if (n->children == 0)
+    removeNode(s, victim);
+  return true;
+}
+
+/// Removes least recently used leaves until `needed` pages are free or the
+/// cache is empty.
+static void evictForPages(k3rt_session *s, int64_t needed) {
+  while (int64_t(s->freePages.size()) < needed && !s->nodes.empty()) {
+    int64_t victim = -1;
+    uint64_t oldest = std::numeric_limits<uint64_t>::max();
+    for (const auto &[id, n] : s->nodes)
+      if (n.children == 0 && (n.lastUse < oldest ||
+                              (n.lastUse == oldest && id < victim))) {
+        oldest = n.lastUse;
+        victim = id;
+      }
+    if (victim < 0)
+      return;
+    removeNode(s, victim);
+  }
+}
+
+/// Pages held by cached nodes and nothing else: freed by evicting them all.
+static int64_t cacheOnlyPages(const k3rt_session *s) {
+  int64_t count = 0;
+  for (const auto &entry : s->nodes)
+    for (int32_t page : entry.second.pages)
+      if (s->pageRefs[size_t(page)] == 1)
+        ++count;
+  return count;
+}
+
+static int64_t cachedStates(const k3rt_session *s) {
+  int64_t count = 0;
+  for (const auto &entry : s->nodes)
+    if (entry.second.slot >= 0)
+      ++count;
+  return count;
+}
+
+/// A free snapshot slot, evicting a cached state if needed; with
+/// `stealPending`, the slot of the oldest snapshot captured in this step
+/// (deeper snapshots are worth more). -1 if there is none.
+static int32_t takeSnapshotSlot(k3rt_session *s, bool stealPending) {
+  if (s->freeSnapshotSlots.empty() && !evictOneState(s) && stealPending) {
+    for (PendingSnapshot &p : s->pending)
+      if (p.slot >= 0) {
+        int32_t slot = p.slot;
+        p.slot = -1;
+        return slot;
+      }
+  }
+  if (s->freeSnapshotSlots.empty())
+    return -1;
+  int32_t slot = s->freeSnapshotSlots.back();
+  s->freeSnapshotSlots.pop_back();
+  return slot;
+}
+
+/// The node ending at `end` on the path of `seq` (its tokens verified), or
+/// -1. Starts from the sequence's hint when it is still cached.
+static int64_t nodeAt(k3rt_session *s, Sequence &seq, int64_t end) {
+  int64_t I = s->snapshotInterval;
+  if (I == 0 || end <= 0 || end % I != 0 || end > seq.length)
+    return -1;
+  if (CacheNode *hint = node(s, seq.chainNode)) {
+    if (hint->end >= end) {
+      int64_t id = seq.chainNode;
+      while (CacheNode *n = node(s, id)) {
+        if (n->end == end)
+          return id;
+        id = n->parent;
+      }
+      return -1;
+    }
+  }
+  std::vector<int64_t> path = walkPath(s, seq.tokens.data(), end);
+  if (int64_t(path.size()) * I != end)
+    return -1;
+  return path.back();
+}
+
+/// Moves the hint of `seq` back to a node ending at or before `end`.
+static void trimHint(k3rt_session *s, Sequence &seq, int64_t end) {
+  int64_t id = seq.chainNode;
+  while (CacheNode *n = node(s, id)) {
+    if (n->end <= end) {
+      seq.chainNode = id;
+      seq.chainEnd = n->end;
+      return;
+    }
+    id = n->parent;
+  }
+  seq.chainNode = -1;
+  seq.chainEnd = 0;
+}
+
+/// Publishes the state captured in snapshot slot `slot` (or none: -1) at
+/// `end` on the path of `seq`: every block up to `end` gets a node (the
+/// missing ones without a state), the last one the state. A node that
+/// exists keeps its state; the new copy is then returned to the pool.
+static void publish(k3rt_session *s, Sequence &seq, int64_t end, int32_t slot) {
+  int64_t I = s->snapshotInterval;
+  int64_t parent = -1, at = 0;
+  uint64_t hash = kChainSeed;
+  if (CacheNode *hint = node(s, seq.chainNode)) {
+    if (hint->end <= end) {
+      parent = seq.chainNode;
+      at = hint->end;
+      hash = hint->hash;
+    }
+  }
+  int64_t pagesPerBlock = s->pageSize ? I / s->pageSize : 0;
+  for (; at < end; at += I) {
+    const int32_t *block = seq.tokens.data() + at;
+    hash = chainHash(hash, block, I);
+    int64_t id = findChild(s, parent, hash, block);
+    if (id < 0) {
+      id = s->nextNodeId++;
+      CacheNode n;
+      n.parent = parent;
+      n.hash = hash;
+      n.end = at + I;
+      n.tokens.assign(block, block + I);
+      if (s->pageSize) {
+        size_t first = size_t(at / s->pageSize);
+        n.pages.assign(seq.pages.begin() + long(first),
+                       seq.pages.begin() + long(first) + long(pagesPerBlock));
+        for (int32_t page : n.pages)
+          ++s->pageRefs[size_t(page)];
+      }
+      if (CacheNode *p = node(s, parent))
+        ++p->children;
+      s->nodes.emplace(id, std::move(n));
+      s->nodesByHash.emplace(hash, id);
+    }
+    parent = id;
+  }
+  CacheNode *last = node(s, parent);
+  if (slot >= 0) {
+    if (last->slot < 0)
+      last->slot = slot;
+    else
+      s->freeSnapshotSlots.push_back(slot);
+  }
+  seq.chainNode = parent;
+  seq.chainEnd = end;
+  touch(s, parent);
+  // Keep the invariant (every leaf holds a state) if nothing was stored.
+  if (last->slot < 0 && last->children == 0) {
+    trimHint(s, seq, end - I);
+    removeNode(s, parent);
+    trimHint(s, seq, end - I);
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Creation
 //===----------------------------------------------------------------------===//
@@ -172,6 +480,9 @@ k3rt_status *k3rt::createSession(k3rt_library *library, k3rt_weights *weights,
   int64_t maxContext = OPTION(options, max_context, 0);
   int64_t numPages = OPTION(options, num_pages, 0);
   bool checkLogits = OPTION(options, check_logits, 0) != 0;
+  int64_t interval = OPTION(options, snapshot_interval, 0);
+  int64_t snapshotSlots = OPTION(options, snapshot_slots, 0);
+  int64_t maxVerify = OPTION(options, max_verify_tokens, 0);
   if (maxSequences <= 0)
     return makeStatus(K3RT_INVALID_ARGUMENT,
                       "max_sequences must be positive, got %lld",
@@ -183,15 +494,49 @@ k3rt_status *k3rt::createSession(k3rt_library *library, k3rt_weights *weights,
     return makeStatus(K3RT_INVALID_ARGUMENT,
                       "state_budget_bytes is 0; give the bytes the session "
                       "may use for sequence state");
+  if (interval < 0 || snapshotSlots < 0 || maxVerify < 0)
+    return makeStatus(K3RT_INVALID_ARGUMENT,
+                      "snapshot_interval, snapshot_slots and "
+                      "max_verify_tokens must not be negative");
+  if (snapshotSlots > std::numeric_limits<int32_t>::max())
+    return makeStatus(K3RT_INVALID_ARGUMENT,
+                      "snapshot_slots %lld exceeds the i32 slot index",
+                      (long long)snapshotSlots);
+  if (interval) {
+    if (m.pageSize && interval % m.pageSize != 0)
+      return makeStatus(K3RT_INVALID_ARGUMENT,
+                        "snapshot_interval %lld is not a multiple of the MLA "
+                        "page size %lld (a snapshot owns whole pages)",
+                        (long long)interval, (long long)m.pageSize);
+    if (m.kdaChunkSize && interval % m.kdaChunkSize != 0)
+      return makeStatus(K3RT_INVALID_ARGUMENT,
+                        "snapshot_interval %lld is not a multiple of the KDA "
+                        "chunk size %lld",
+                        (long long)interval, (long long)m.kdaChunkSize);
+    if (snapshotSlots == 0)
+      return makeStatus(K3RT_INVALID_ARGUMENT,
+                        "snapshot_interval %lld needs snapshot_slots > 0 to "
+                        "hold the snapshots",
+                        (long long)interval);
+  }
+  if (maxVerify > snapshotSlots)
+    return makeStatus(K3RT_INVALID_ARGUMENT,
+                      "max_verify_tokens %lld exceeds snapshot_slots %lld (a "
+                      "verify entry keeps one checkpoint per token)",
+                      (long long)maxVerify, (long long)snapshotSlots);
   maxContext = maxContext ? std::min(maxContext, m.maxContext) : m.maxContext;
 
-  uint64_t slotTotal;
-  if (mulOverflow(uint64_t(maxSequences), m.slotBytes, slotTotal) ||
+  // One budget; each pool in its own unit (RUNTIME_NOTES §1.4).
+  uint64_t slotTotal, seqTotal, snapTotal;
+  if (mulOverflow(uint64_t(maxSequences), m.slotBytes, seqTotal) ||
+      mulOverflow(uint64_t(snapshotSlots), m.slotBytes, snapTotal) ||
+      __builtin_add_overflow(seqTotal, snapTotal, &slotTotal) ||
       slotTotal > budget)
     return makeStatus(K3RT_RESOURCE_EXHAUSTED,
-                      "%lld sequence slots of %llu bytes do not fit in the "
-                      "state budget of %llu bytes",
-                      (long long)maxSequences, (unsigned long long)m.slotBytes,
+                      "%lld sequence slots and %lld snapshot slots of %llu "
+                      "bytes do not fit in the state budget of %llu bytes",
+                      (long long)maxSequences, (long long)snapshotSlots,
+                      (unsigned long long)m.slotBytes,
                       (unsigned long long)budget);
   if (m.pagedGroup >= 0) {
     uint64_t fit = (budget - slotTotal) / m.pageBytes;
@@ -200,17 +545,20 @@ k3rt_status *k3rt::createSession(k3rt_library *library, k3rt_weights *weights,
           fit, uint64_t(std::numeric_limits<int32_t>::max())));
     else if (uint64_t(numPages) > fit)
       return makeStatus(K3RT_RESOURCE_EXHAUSTED,
-                        "%lld pages of %llu bytes and %lld slots do not fit "
-                        "in the state budget of %llu bytes",
+                        "%lld pages of %llu bytes, %lld sequence slots and "
+                        "%lld snapshot slots do not fit in the state budget "
+                        "of %llu bytes",
                         (long long)numPages, (unsigned long long)m.pageBytes,
-                        (long long)maxSequences, (unsigned long long)budget);
+                        (long long)maxSequences, (long long)snapshotSlots,
+                        (unsigned long long)budget);
     if (numPages < 1)
       return makeStatus(K3RT_RESOURCE_EXHAUSTED,
                         "the state budget of %llu bytes leaves no room for a "
-                        "single %llu-byte page after %lld slots",
+                        "single %llu-byte page after %lld sequence slots and "
+                        "%lld snapshot slots",
                         (unsigned long long)budget,
                         (unsigned long long)m.pageBytes,
-                        (long long)maxSequences);
+                        (long long)maxSequences, (long long)snapshotSlots);
     if (numPages > std::numeric_limits<int32_t>::max())
       return makeStatus(K3RT_INVALID_ARGUMENT,
                         "num_pages %lld exceeds the i32 page index",
@@ -228,7 +576,12 @@ k3rt_status *k3rt::createSession(k3rt_library *library, k3rt_weights *weights,
   s->pageSize = m.pageSize;
   s->numPages = numPages;
   s->checkLogits = checkLogits;
-  K3RT_RETURN_IF_ERROR(Buffer::allocate(slotTotal, "sequence slots", s->slots));
+  s->snapshotInterval = interval;
+  s->numSnapshotSlots = snapshotSlots;
+  s->maxVerifyTokens = maxVerify;
+  K3RT_RETURN_IF_ERROR(Buffer::allocate(seqTotal, "sequence slots", s->slots));
+  K3RT_RETURN_IF_ERROR(
+      Buffer::allocate(snapTotal, "snapshot slots", s->snapshotSlots));
   s->pools.resize(m.pagedLayers.size());
   for (size_t p = 0; p < s->pools.size(); ++p)
     K3RT_RETURN_IF_ERROR(
@@ -236,6 +589,8 @@ k3rt_status *k3rt::createSession(k3rt_library *library, k3rt_weights *weights,
                          "an MLA page pool", s->pools[p]));
   for (int64_t i = maxSequences; i-- > 0;)
     s->freeSlots.push_back(int32_t(i));
+  for (int64_t i = snapshotSlots; i-- > 0;)
+    s->freeSnapshotSlots.push_back(int32_t(i));
   for (int64_t i = numPages; i-- > 0;)
     s->freePages.push_back(int32_t(i));
   s->pageRefs.assign(size_t(numPages), 0);
@@ -293,10 +648,21 @@ k3rt_status *k3rt::sessionInfo(k3rt_session *s, k3rt_session_info *info) {
   full.free_pages = int64_t(s->freePages.size());
   full.free_slots = int64_t(s->freeSlots.size());
   full.num_sequences = int64_t(s->sequences.size());
-  uint64_t bytes = s->slots.size();
+  uint64_t bytes = s->slots.size() + s->snapshotSlots.size();
   for (const Buffer &b : s->pools)
     bytes += b.size();
   full.state_bytes = bytes;
+  full.snapshot_interval = s->snapshotInterval;
+  full.snapshot_slots = s->numSnapshotSlots;
+  full.free_snapshot_slots = int64_t(s->freeSnapshotSlots.size());
+  full.cached_snapshots = cachedStates(s);
+  full.cached_blocks = int64_t(s->nodes.size());
+  full.cached_pages = cacheOnlyPages(s);
+  int64_t checkpoints = 0;
+  for (const auto &entry : s->sequences)
+    checkpoints += int64_t(entry.second.checkpoints.size());
+  full.checkpoints = checkpoints;
+  full.max_verify_tokens = s->maxVerifyTokens;
   if (!copyOut(full, info))
     return makeStatus(K3RT_INVALID_ARGUMENT,
                       "k3rt_session_get_info: info must be non-NULL with "
@@ -308,25 +674,132 @@ k3rt_status *k3rt::sessionInfo(k3rt_session *s, k3rt_session_info *info) {
 // Sequence operations
 //===----------------------------------------------------------------------===//
 
+static k3rt_status *noSlot(const k3rt_session *s, const char *what,
+                           int64_t id) {
+  return makeStatus(K3RT_RESOURCE_EXHAUSTED,
+                    "%s: no free sequence slot for sequence %lld (all %lld "
+                    "are in use; remove a sequence or create the session "
+                    "with a larger max_sequences)",
+                    what, (long long)id, (long long)s->maxSequences);
+}
+
 k3rt_status *k3rt::addSequence(k3rt_session *s, int64_t id) {
   if (s->sequences.count(id))
     return makeStatus(K3RT_ALREADY_EXISTS, "add: sequence %lld already exists",
                       (long long)id);
   if (s->freeSlots.empty())
-    return makeStatus(K3RT_RESOURCE_EXHAUSTED,
-                      "add: no free sequence slot for sequence %lld (all %lld "
-                      "are in use; remove a sequence or create the session "
-                      "with a larger max_sequences)",
-                      (long long)id, (long long)s->maxSequences);
+    return noSlot(s, "add", id);
   Sequence seq;
   seq.slot = takeSlot(s);
   // Zero on hand-out (vllm-project/vllm#56524: stale state in reused slots).
-  if (s->manifest->slotBytes)
-    std::memset(slotData(s, seq.slot), 0, size_t(s->manifest->slotBytes));
+  zeroState(s, slotData(s, seq.slot));
   s->sequences.emplace(id, std::move(seq));
-  for (int64_t &r : s->removed)
-    if (r == id)
-      r = std::numeric_limits<int64_t>::min();
+  forgetRemoved(s, id);
+  return nullptr;
+}
+
+static k3rt_status *checkTokens(const k3rt_session *s, const char *what,
+                                const int32_t *tokens, int64_t n) {
+  if (n < 0)
+    return makeStatus(K3RT_INVALID_ARGUMENT, "%s: n_tokens is %lld", what,
+                      (long long)n);
+  if (n > 0 && !tokens)
+    return makeStatus(K3RT_INVALID_ARGUMENT, "%s: tokens is NULL", what);
+  for (int64_t t = 0; t < n; ++t)
+    if (tokens[t] < 0 || int64_t(tokens[t]) >= s->manifest->vocabSize)
+      return makeStatus(K3RT_INVALID_ARGUMENT,
+                        "%s: token %lld is %d, outside the vocabulary [0, "
+                        "%lld)",
+                        what, (long long)t, tokens[t],
+                        (long long)s->manifest->vocabSize);
+  return nullptr;
+}
+
+/// The deepest node with a state on the path of `tokens[0 .. n)`, and the
+/// path up to it.
+static int64_t deepestState(k3rt_session *s, const int32_t *tokens, int64_t n,
+                            std::vector<int64_t> &path) {
+  path = walkPath(s, tokens, std::min(n, s->maxContext));
+  while (!path.empty() && node(s, path.back())->slot < 0)
+    path.pop_back();
+  return path.empty() ? -1 : path.back();
+}
+
+k3rt_status *k3rt::addWithPrefix(k3rt_session *s, int64_t id,
+                                 const int32_t *tokens, int64_t n,
+                                 int64_t *reused) {
+  if (reused)
+    *reused = 0;
+  if (s->sequences.count(id))
+    return makeStatus(K3RT_ALREADY_EXISTS,
+                      "add_with_prefix: sequence %lld already exists",
+                      (long long)id);
+  K3RT_RETURN_IF_ERROR(checkTokens(s, "add_with_prefix", tokens, n));
+  if (s->freeSlots.empty())
+    return noSlot(s, "add_with_prefix", id);
+  std::vector<int64_t> path;
+  int64_t hit = deepestState(s, tokens, n, path);
+  Sequence seq;
+  seq.slot = takeSlot(s);
+  if (hit < 0) {
+    zeroState(s, slotData(s, seq.slot));
+  } else {
+    const CacheNode &last = *node(s, hit);
+    copyState(s, slotData(s, seq.slot), snapshotData(s, last.slot));
+    for (int64_t nodeId : path)
+      for (int32_t page : node(s, nodeId)->pages) {
+        ++s->pageRefs[size_t(page)];
+        seq.pages.push_back(page);
+      }
+    seq.length = last.end;
+    seq.tokens.assign(tokens, tokens + last.end);
+    seq.chainNode = hit;
+    seq.chainEnd = last.end;
+    seq.reused = last.end;
+    touch(s, hit);
+  }
+  if (reused)
+    *reused = seq.length;
+  s->sequences.emplace(id, std::move(seq));
+  forgetRemoved(s, id);
+  return nullptr;
+}
+
+k3rt_status *k3rt::matchPrefix(k3rt_session *s, const int32_t *tokens,
+                               int64_t n, int64_t *reusable) {
+  if (!reusable)
+    return makeStatus(K3RT_INVALID_ARGUMENT, "match_prefix: out is NULL");
+  *reusable = 0;
+  K3RT_RETURN_IF_ERROR(checkTokens(s, "match_prefix", tokens, n));
+  std::vector<int64_t> path;
+  int64_t hit = deepestState(s, tokens, n, path);
+  if (hit >= 0)
+    *reusable = node(s, hit)->end;
+  return nullptr;
+}
+
+k3rt_status *k3rt::dropSnapshots(k3rt_session *s) {
+  while (!s->nodes.empty()) {
+    // Leaves first; removing one may expose its parent.
+    std::vector<int64_t> leaves;
+    for (const auto &[id, n] : s->nodes)
+      if (n.children == 0)
+        leaves.push_back(id);
+    for (int64_t id : leaves) {
+      CacheNode *n = node(s, id);
+      if (!n)
+        continue;
+      if (n->slot >= 0) {
+        s->freeSnapshotSlots.push_back(n->slot);
+        n->slot = -1;
+      }
+      removeNode(s, id);
+    }
+  }
+  for (auto &entry : s->sequences) {
+    entry.second.chainNode = -1;
+    entry.second.chainEnd = 0;
+  }
   return nullptr;
 }
 
@@ -336,6 +809,7 @@ k3rt_status *k3rt::removeSequence(k3rt_session *s, int64_t id) {
     return unknownSequence(s, id, "remove");
   for (int32_t page : it->second.pages)
     dropPage(s, page);
+  freeCheckpoints(s, it->second);
   s->freeSlots.push_back(it->second.slot);
   s->sequences.erase(it);
   s->removed[s->removedNext] = id;
@@ -348,10 +822,93 @@ k3rt_status *k3rt::forkSequence(k3rt_session *s, int64_t parent,
   auto it = s->sequences.find(parent);
   if (it == s->sequences.end())
     return unknownSequence(s, parent, "fork");
+  return forkAt(s, parent, child, it->second.length);
+}
+
+/// Where the KDA state of `seq` at `target` can be restored from.
+namespace {
+struct StateSource {
+  enum Kind { None, Live, Zero, Checkpoint, Snapshot } kind = None;
+  const uint8_t *data = nullptr;
+};
+} // namespace
+
+static StateSource findState(k3rt_session *s, Sequence &seq, int64_t target) {
+  StateSource src;
+  if (target == seq.length) {
+    src.kind = StateSource::Live;
+    src.data = slotData(s, seq.slot);
+    return src;
+  }
+  for (const Checkpoint &c : seq.checkpoints)
+    if (c.position == target) {
+      src.kind = StateSource::Checkpoint;
+      src.data = snapshotData(s, c.slot);
+      return src;
+    }
+  if (target == 0 || s->manifest->slotBytes == 0) {
+    src.kind = StateSource::Zero;
+    return src;
+  }
+  int64_t id = nodeAt(s, seq, target);
+  if (CacheNode *n = node(s, id)) {
+    if (n->slot >= 0) {
+      src.kind = StateSource::Snapshot;
+      src.data = snapshotData(s, n->slot);
+      touch(s, id);
+    }
+  }
+  return src;
+}
+
+/// "verify checkpoints at 17..20; cached snapshots at 8, 16" for messages.
+static std::string restorable(k3rt_session *s, Sequence &seq) {
+  std::string out;
+  if (!seq.checkpoints.empty())
+    out += format("verify checkpoints at %lld..%lld",
+                  (long long)seq.checkpoints.front().position,
+                  (long long)seq.checkpoints.back().position);
+  std::vector<std::string> snaps;
+  for (int64_t id : walkPath(s, seq.tokens.data(), seq.length))
+    if (node(s, id)->slot >= 0)
+      snaps.push_back(std::to_string(node(s, id)->end));
+  if (!out.empty())
+    out += "; ";
+  out += snaps.empty() ? "no cached snapshots on its path"
+                       : "cached snapshots on its path at " + joinCapped(snaps);
+  if (s->snapshotInterval == 0)
+    out += " (snapshot_interval is 0)";
+  return out + "; and position 0";
+}
+
+static k3rt_status *noState(k3rt_session *s, Sequence &seq, const char *what,
+                            int64_t id, int64_t target) {
+  return makeStatus(K3RT_FAILED_PRECONDITION,
+                    "%s: sequence %lld (length %lld): no exact KDA state at "
+                    "position %lld; it has %s",
+                    what, (long long)id, (long long)seq.length,
+                    (long long)target, restorable(s, seq).c_str());
+}
+
+k3rt_status *k3rt::forkAt(k3rt_session *s, int64_t parent, int64_t child,
+                          int64_t position) {
+  auto it = s->sequences.find(parent);
+  if (it == s->sequences.end())
+    return unknownSequence(s, parent, "fork");
   if (s->sequences.count(child))
     return makeStatus(K3RT_ALREADY_EXISTS,
                       "fork: child sequence %lld already exists",
                       (long long)child);
+  Sequence &from = it->second;
+  if (position < 0 || position > from.length)
+    return makeStatus(K3RT_OUT_OF_RANGE,
+                      "fork: position %lld is outside [0, %lld] (the length "
+                      "of sequence %lld)",
+                      (long long)position, (long long)from.length,
+                      (long long)parent);
+  StateSource src = findState(s, from, position);
+  if (src.kind == StateSource::None)
+    return noState(s, from, "fork", parent, position);
   if (s->freeSlots.empty())
     return makeStatus(K3RT_RESOURCE_EXHAUSTED,
                       "fork: no free sequence slot for sequence %lld (all "
@@ -359,17 +916,83 @@ k3rt_status *k3rt::forkSequence(k3rt_session *s, int64_t parent,
                       (long long)child, (long long)s->maxSequences);
   Sequence seq;
   seq.slot = takeSlot(s);
-  seq.length = it->second.length;
-  seq.pages = it->second.pages;
+  seq.length = position;
+  if (s->pageSize)
+    seq.pages.assign(from.pages.begin(),
+                     from.pages.begin() + long(ceilDiv(position, s->pageSize)));
   for (int32_t page : seq.pages)
     ++s->pageRefs[size_t(page)];
-  if (s->manifest->slotBytes)
-    std::memcpy(slotData(s, seq.slot), slotData(s, it->second.slot),
-                size_t(s->manifest->slotBytes));
+  // Inside a page the parent wrote past `position`: its rows are the
+  // parent's (the child copies the page on its first write, or zeroes them
+  // if the parent has let go of it by then).
+  seq.staleTail = s->pageSize && position % s->pageSize != 0 &&
+                  (position < from.length || from.staleTail);
+  seq.tokens.assign(from.tokens.begin(), from.tokens.begin() + long(position));
+  if (src.kind == StateSource::Zero)
+    zeroState(s, slotData(s, seq.slot));
+  else
+    copyState(s, slotData(s, seq.slot), src.data);
+  seq.chainNode = from.chainNode;
+  seq.chainEnd = from.chainEnd;
+  trimHint(s, seq, position);
   s->sequences.emplace(child, std::move(seq));
-  for (int64_t &r : s->removed)
-    if (r == child)
-      r = std::numeric_limits<int64_t>::min();
+  forgetRemoved(s, child);
+  return nullptr;
+}
+
+k3rt_status *k3rt::rollback(k3rt_session *s, int64_t id, int64_t n) {
+  auto it = s->sequences.find(id);
+  if (it == s->sequences.end())
+    return unknownSequence(s, id, "rollback");
+  Sequence &seq = it->second;
+  if (n < 0)
+    return makeStatus(K3RT_INVALID_ARGUMENT,
+                      "rollback: sequence %lld: n_tokens is %lld; give the "
+                      "number of tokens to pop",
+                      (long long)id, (long long)n);
+  if (n > seq.length)
+    return makeStatus(K3RT_OUT_OF_RANGE,
+                      "rollback: sequence %lld has %lld tokens, cannot pop "
+                      "%lld",
+                      (long long)id, (long long)seq.length, (long long)n);
+  if (n == 0)
+    return nullptr;
+  int64_t target = seq.length - n;
+  StateSource src = findState(s, seq, target);
+  if (src.kind == StateSource::None)
+    return noState(s, seq, "rollback", id, target);
+  if (src.kind == StateSource::Zero)
+    zeroState(s, slotData(s, seq.slot));
+  else
+    copyState(s, slotData(s, seq.slot), src.data);
+  // MLA: drop the pages past the end; the rows past it in a page only this
+  // sequence holds are zeroed (a shared one is copied on the next write).
+  if (s->pageSize) {
+    size_t keep = size_t(ceilDiv(target, s->pageSize));
+    for (size_t k = keep; k < seq.pages.size(); ++k)
+      dropPage(s, seq.pages[k]);
+    seq.pages.resize(keep);
+    // In a shared page they stay for the other holders: the next write
+    // copies the page, or zeroes them if the sequence holds it alone by
+    // then (staleTail).
+    int64_t used = target % s->pageSize;
+    seq.staleTail = false;
+    if (used && s->pageRefs[size_t(seq.pages.back())] == 1)
+      zeroRows(s, seq.pages.back(), used);
+    else if (used)
+      seq.staleTail = true;
+  }
+  seq.length = target;
+  seq.tokens.resize(size_t(target));
+  std::vector<Checkpoint> kept;
+  for (const Checkpoint &c : seq.checkpoints) {
+    if (c.position <= target)
+      kept.push_back(c);
+    else
+      s->freeSnapshotSlots.push_back(c.slot);
+  }
+  seq.checkpoints = std::move(kept);
+  trimHint(s, seq, target);
   return nullptr;
 }
 
@@ -380,6 +1003,31 @@ k3rt_status *k3rt::sequenceLength(k3rt_session *s, int64_t id, int64_t *out) {
   if (it == s->sequences.end())
     return unknownSequence(s, id, "length");
   *out = it->second.length;
+  return nullptr;
+}
+
+k3rt_status *k3rt::sequenceInfo(k3rt_session *s, int64_t id,
+                                k3rt_sequence_info *info) {
+  auto it = s->sequences.find(id);
+  if (it == s->sequences.end())
+    return unknownSequence(s, id, "sequence_get_info");
+  Sequence &seq = it->second;
+  k3rt_sequence_info full{};
+  full.struct_size = sizeof(full);
+  full.length = seq.length;
+  full.num_pages = int64_t(seq.pages.size());
+  if (!seq.checkpoints.empty()) {
+    full.checkpoint_first = seq.checkpoints.front().position;
+    full.checkpoint_count = int64_t(seq.checkpoints.size());
+  }
+  full.reused_tokens = seq.reused;
+  for (int64_t nodeId : walkPath(s, seq.tokens.data(), seq.length))
+    if (node(s, nodeId)->slot >= 0)
+      full.snapshot_position = node(s, nodeId)->end;
+  if (!copyOut(full, info))
+    return makeStatus(K3RT_INVALID_ARGUMENT,
+                      "k3rt_sequence_get_info: info must be non-NULL with "
+                      "struct_size = sizeof(k3rt_sequence_info)");
   return nullptr;
 }
 
@@ -473,6 +1121,21 @@ k3rt_status *k3rt::readState(k3rt_session *s, int64_t id, const char *group,
 // Step
 //===----------------------------------------------------------------------===//
 
+/// The k3rt_logits_mode of an entry, or -1 for an unknown mode or flag.
+static int logitsMode(int32_t logits) {
+  int mode = logits & K3RT_LOGITS_MODE_MASK;
+  int32_t flags = logits & ~int32_t(K3RT_LOGITS_MODE_MASK);
+  if ((flags & ~int32_t(K3RT_STEP_VERIFY)) != 0 ||
+      (mode != K3RT_LOGITS_NONE && mode != K3RT_LOGITS_LAST &&
+       mode != K3RT_LOGITS_ALL))
+    return -1;
+  return mode;
+}
+
+static bool isVerify(const k3rt_step_entry &e) {
+  return (e.logits & K3RT_STEP_VERIFY) != 0;
+}
+
 size_t k3rt::logitsRows(const k3rt_step_entry *entries, size_t numEntries) {
   if (!entries)
     return 0;
@@ -480,7 +1143,7 @@ size_t k3rt::logitsRows(const k3rt_step_entry *entries, size_t numEntries) {
   for (size_t i = 0; i < numEntries; ++i) {
     if (entries[i].n_tokens < 0)
       return 0;
-    switch (entries[i].logits) {
+    switch (logitsMode(entries[i].logits)) {
     case K3RT_LOGITS_NONE:
       break;
     case K3RT_LOGITS_LAST:
@@ -496,22 +1159,28 @@ size_t k3rt::logitsRows(const k3rt_step_entry *entries, size_t numEntries) {
   return rows;
 }
 
-static int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+namespace {
+/// What validation found that the run needs.
+struct StepPlan {
+  uint64_t rows = 0;
+  int64_t maxTokens = 0;
+  int64_t pagesNeeded = 0;
+};
+} // namespace
 
-/// Checks the whole batch; nothing is changed. Sets the rows to return and
-/// the longest entry.
+/// Checks the whole batch; nothing is changed.
 static k3rt_status *validateStep(k3rt_session *s,
                                  const k3rt_step_entry *entries, size_t n,
                                  size_t logitsCount, const float *logits,
-                                 uint64_t &rows, int64_t &maxTokens) {
+                                 StepPlan &plan) {
   const Manifest &m = *s->manifest;
   if (!entries || n == 0)
     return makeStatus(K3RT_INVALID_ARGUMENT,
                       "step: the batch is empty (no entries)");
   std::unordered_map<int64_t, size_t> seen;
   seen.reserve(n);
-  rows = 0;
-  maxTokens = 0;
+  plan = StepPlan();
+  int64_t verifySlots = 0, ownCheckpoints = 0;
   for (size_t i = 0; i < n; ++i) {
     const k3rt_step_entry &e = entries[i];
     long long id = (long long)e.seq_id;
@@ -535,8 +1204,8 @@ static k3rt_status *validateStep(k3rt_session *s,
       return makeStatus(K3RT_INVALID_ARGUMENT,
                         "step entry %zu (sequence %lld): tokens is NULL", i,
                         id);
-    if (e.logits != K3RT_LOGITS_NONE && e.logits != K3RT_LOGITS_LAST &&
-        e.logits != K3RT_LOGITS_ALL)
+    int mode = logitsMode(e.logits);
+    if (mode < 0)
       return makeStatus(K3RT_INVALID_ARGUMENT,
                         "step entry %zu (sequence %lld): unknown logits mode "
                         "%d",
@@ -549,6 +1218,23 @@ static k3rt_status *validateStep(k3rt_session *s,
                         "window of %lld",
                         i, id, (long long)e.n_tokens, (long long)length,
                         (long long)s->maxContext);
+    if (isVerify(e)) {
+      if (s->maxVerifyTokens == 0)
+        return makeStatus(K3RT_FAILED_PRECONDITION,
+                          "step entry %zu (sequence %lld): a verify entry, "
+                          "but the session was created with "
+                          "max_verify_tokens 0",
+                          i, id);
+      if (e.n_tokens > s->maxVerifyTokens)
+        return makeStatus(K3RT_OUT_OF_RANGE,
+                          "step entry %zu (sequence %lld): a verify entry of "
+                          "%lld tokens; the session keeps checkpoints for at "
+                          "most %lld (max_verify_tokens)",
+                          i, id, (long long)e.n_tokens,
+                          (long long)s->maxVerifyTokens);
+      verifySlots += e.n_tokens;
+    }
+    ownCheckpoints += int64_t(it->second.checkpoints.size());
     // Checked on the host: an out-of-range embedding gather on a device is a
     // sticky illegal-address error (RUNTIME_NOTES §3, 22).
     for (int64_t t = 0; t < e.n_tokens; ++t) {
@@ -559,18 +1245,37 @@ static k3rt_status *validateStep(k3rt_session *s,
                           "outside the vocabulary [0, %lld)",
                           i, id, (long long)t, tok, (long long)m.vocabSize);
     }
-    rows += e.logits == K3RT_LOGITS_ALL    ? uint64_t(e.n_tokens)
-            : e.logits == K3RT_LOGITS_LAST ? 1
-                                           : 0;
-    maxTokens = std::max(maxTokens, e.n_tokens);
+    plan.rows += mode == K3RT_LOGITS_ALL    ? uint64_t(e.n_tokens)
+                 : mode == K3RT_LOGITS_LAST ? 1
+                                            : 0;
+    plan.maxTokens = std::max(plan.maxTokens, e.n_tokens);
+  }
+
+  // Checkpoints: the batch's sequences give theirs back first, and cached
+  // states are evicted for them.
+  if (verifySlots) {
+    int64_t free = int64_t(s->freeSnapshotSlots.size());
+    int64_t cached = cachedStates(s);
+    if (verifySlots > free + cached + ownCheckpoints)
+      return makeStatus(
+          K3RT_RESOURCE_EXHAUSTED,
+          "step: the verify entries need %lld snapshot slots for their "
+          "checkpoints; %lld of %lld are free, %lld hold cached snapshots "
+          "and %lld checkpoints of sequences in this step (the rest hold "
+          "checkpoints of other sequences)",
+          (long long)verifySlots, (long long)free,
+          (long long)s->numSnapshotSlots, (long long)cached,
+          (long long)ownCheckpoints);
   }
 
   // Pages for the whole batch, counting the copy of a shared partial page
   // exactly: an earlier entry's copy may leave a later entry sole owner.
+  // Pages that only cached snapshots hold can be reclaimed.
   if (s->pageSize) {
     std::unordered_map<int32_t, int32_t> released;
     int64_t needed = 0;
     int64_t free = int64_t(s->freePages.size());
+    int64_t reclaim = -1; // computed when needed
     for (size_t i = 0; i < n; ++i) {
       const k3rt_step_entry &e = entries[i];
       const Sequence &seq = s->sequences.find(e.seq_id)->second;
@@ -585,30 +1290,39 @@ static k3rt_status *validateStep(k3rt_session *s,
         }
       }
       needed += fresh + copies;
-      if (needed > free)
+      if (needed > free && reclaim < 0)
+        reclaim = cacheOnlyPages(s);
+      if (needed > free + std::max<int64_t>(reclaim, 0))
         return makeStatus(
             K3RT_RESOURCE_EXHAUSTED,
             "step entry %zu (sequence %lld, length %lld, +%lld tokens): out "
             "of MLA pages: the batch needs %lld new pages up to this entry, "
-            "%lld of %lld are free",
+            "%lld of %lld are free%s",
             i, (long long)e.seq_id, (long long)seq.length,
             (long long)e.n_tokens, (long long)needed, (long long)free,
-            (long long)s->numPages);
+            (long long)s->numPages,
+            reclaim > 0 ? format(" and %lld more held only by cached "
+                                 "snapshots",
+                                 (long long)reclaim)
+                              .c_str()
+                        : "");
     }
+    plan.pagesNeeded = needed;
   }
 
   uint64_t floats;
-  if (mulOverflow(rows, uint64_t(m.vocabSize), floats))
+  if (mulOverflow(plan.rows, uint64_t(m.vocabSize), floats))
     return makeStatus(K3RT_INVALID_ARGUMENT, "step: logits size overflows");
-  if (rows && (!logits || logitsCount < floats))
+  if (plan.rows && (!logits || logitsCount < floats))
     return makeStatus(K3RT_INVALID_ARGUMENT,
                       "step: logits_out holds %zu floats; this step returns "
                       "%llu rows of %lld",
                       logits ? logitsCount : size_t(0),
-                      (unsigned long long)rows, (long long)m.vocabSize);
+                      (unsigned long long)plan.rows, (long long)m.vocabSize);
 
   // The scratch is the last thing that can fail; it is not state.
-  uint64_t need = uint64_t(maxTokens) * uint64_t(m.vocabSize) * sizeof(float);
+  uint64_t need =
+      uint64_t(plan.maxTokens) * uint64_t(m.vocabSize) * sizeof(float);
   if (s->scratch.size() < need) {
     Buffer b;
     K3RT_RETURN_IF_ERROR(Buffer::allocate(need, "the logits scratch", b));
@@ -618,37 +1332,103 @@ static k3rt_status *validateStep(k3rt_session *s,
 }
 
 /// Gives `seq` private pages for positions [length, length + n): copies a
-/// shared partial page (in every pool) and appends zeroed pages.
+/// shared partial page (its rows before `length`, in every pool; the rest
+/// of the copy is zero), zeroes the rows past `length` of a partial page it
+/// holds alone that may hold another holder's rows (Sequence::staleTail),
+/// and appends zeroed pages.
 static void preparePages(k3rt_session *s, Sequence &seq, int64_t n) {
   int64_t P = s->pageSize;
   if (seq.length % P != 0) {
     size_t k = size_t(seq.length / P);
     int32_t old = seq.pages[k];
-    if (s->pageRefs[size_t(old)] > 1) {
+    if (s->pageRefs[size_t(old)] == 1 && seq.staleTail) {
+      // Shared when the sequence rolled back or forked into it, the other
+      // holders (a fork, a cached snapshot, the parent) gone since.
+      zeroRows(s, old, seq.length % P);
+    } else if (s->pageRefs[size_t(old)] > 1) {
       int32_t page = s->freePages.back();
       s->freePages.pop_back();
       s->pageRefs[size_t(page)] = 1;
-      for (size_t p = 0; p < s->pools.size(); ++p)
-        std::memcpy(pageData(s, p, page), pageData(s, p, old),
-                    size_t(s->manifest->pageBytesPerLayer));
+      uint64_t used = uint64_t(seq.length % P) * rowBytes(s);
+      for (size_t p = 0; p < s->pools.size(); ++p) {
+        std::memcpy(pageData(s, p, page), pageData(s, p, old), size_t(used));
+        std::memset(pageData(s, p, page) + used, 0,
+                    size_t(s->manifest->pageBytesPerLayer - used));
+      }
       dropPage(s, old);
       seq.pages[k] = page;
     }
   }
+  seq.staleTail = false;
   int64_t want = ceilDiv(seq.length + n, P);
   while (int64_t(seq.pages.size()) < want)
     seq.pages.push_back(takeZeroedPage(s));
 }
 
+/// One k3_forward call over tokens [seq.length, seq.length + T) of `seq`
+/// (pages prepared); the logits land in the scratch.
+static void forwardCall(k3rt_session *s, Sequence &seq, const int32_t *tokens,
+                        int64_t T) {
+  const Manifest &m = *s->manifest;
+  // One length per call, shared by every paged layer; the kernel reads it.
+  int64_t length = seq.length;
+  uint8_t *slot = slotData(s, seq.slot);
+  float *scratch = reinterpret_cast<float *>(s->scratch.data());
+  for (size_t a = 0; a < m.args.size(); ++a) {
+    const AbiArg &arg = m.args[a];
+    MemRefDesc &d = s->descs[a];
+    switch (arg.role) {
+    case ArgRole::Tokens: // [T], stride 1
+      setData(d, const_cast<int32_t *>(tokens));
+      d.dims[0] = T;
+      break;
+    case ArgRole::SlotState:
+      setData(d, slot + arg.slotOffset);
+      break;
+    case ArgRole::PageTable: // [pages of this call], stride 1
+      setData(d, seq.pages.data());
+      d.dims[0] = ceilDiv(length + T, s->pageSize);
+      break;
+    case ArgRole::PageLength:
+      setData(d, &length);
+      break;
+    case ArgRole::Logits: // [T, V], strides [V, 1]
+      setData(d, scratch);
+      d.dims[0] = T;
+      break;
+    case ArgRole::Weight:
+    case ArgRole::PagePool:
+      break;
+    }
+  }
+  s->library->forward(s->args.data());
+  seq.length += T;
+}
+
 k3rt_status *k3rt::step(k3rt_session *s, const k3rt_step_entry *entries,
                         size_t n, float *logits, size_t logitsCount) {
-  uint64_t rows;
-  int64_t maxTokens;
+  StepPlan plan;
   K3RT_RETURN_IF_ERROR(
-      validateStep(s, entries, n, logitsCount, logits, rows, maxTokens));
+      validateStep(s, entries, n, logitsCount, logits, plan));
+
+  // Validated: from here on nothing fails (check_logits reports at the end).
+  // 1. The batch's sequences give back their checkpoints.
+  for (size_t i = 0; i < n; ++i)
+    freeCheckpoints(s, s->sequences.find(entries[i].seq_id)->second);
+  // 2. Pages held only by cached snapshots, if the batch needs them.
+  if (s->pageSize && plan.pagesNeeded > int64_t(s->freePages.size()))
+    evictForPages(s, plan.pagesNeeded);
+  // 3. Checkpoint slots for the verify entries, before any capture.
+  std::vector<std::vector<int32_t>> reserved(n);
+  for (size_t i = 0; i < n; ++i)
+    if (isVerify(entries[i]))
+      for (int64_t t = 0; t < entries[i].n_tokens; ++t)
+        reserved[i].push_back(takeSnapshotSlot(s, /*stealPending=*/false));
+  s->pending.clear();
 
   const Manifest &m = *s->manifest;
   int64_t V = m.vocabSize;
+  int64_t I = s->snapshotInterval;
   float *scratch = reinterpret_cast<float *>(s->scratch.data());
   float *dst = logits;
   k3rt_status *firstBad = nullptr;
@@ -656,61 +1436,66 @@ k3rt_status *k3rt::step(k3rt_session *s, const k3rt_step_entry *entries,
     const k3rt_step_entry &e = entries[i];
     Sequence &seq = s->sequences.find(e.seq_id)->second;
     int64_t T = e.n_tokens;
+    int64_t start = seq.length, stop = start + T;
+    int mode = logitsMode(e.logits);
+    bool verify = isVerify(e);
     if (s->pageSize)
       preparePages(s, seq, T);
-    // One length per call, shared by every paged layer; the kernel reads it.
-    int64_t length = seq.length;
-    uint8_t *slot = slotData(s, seq.slot);
-    for (size_t a = 0; a < m.args.size(); ++a) {
-      const AbiArg &arg = m.args[a];
-      MemRefDesc &d = s->descs[a];
-      switch (arg.role) {
-      case ArgRole::Tokens: // [T], stride 1
-        setData(d, const_cast<int32_t *>(e.tokens));
-        d.dims[0] = T;
-        break;
-      case ArgRole::SlotState:
-        setData(d, slot + arg.slotOffset);
-        break;
-      case ArgRole::PageTable: // [pages], stride 1
-        setData(d, seq.pages.data());
-        d.dims[0] = int64_t(seq.pages.size());
-        break;
-      case ArgRole::PageLength:
-        setData(d, &length);
-        break;
-      case ArgRole::Logits: // [T, V], strides [V, 1]
-        setData(d, scratch);
-        d.dims[0] = T;
-        break;
-      case ArgRole::Weight:
-      case ArgRole::PagePool:
-        break;
+    seq.tokens.insert(seq.tokens.end(), e.tokens, e.tokens + T);
+    // The calls: one per token for a verify entry, else split at the
+    // snapshot positions.
+    while (seq.length < stop) {
+      int64_t a = seq.length, b = stop;
+      if (verify) {
+        b = a + 1;
+        int32_t slot = reserved[i][size_t(a - start)];
+        copyState(s, snapshotData(s, slot), slotData(s, seq.slot));
+        seq.checkpoints.push_back({a, slot});
+      } else if (I) {
+        b = std::min(stop, (a / I + 1) * I);
       }
+      forwardCall(s, seq, e.tokens + (a - start), b - a);
+      if (I && b % I == 0) {
+        int32_t slot = takeSnapshotSlot(s, /*stealPending=*/true);
+        if (slot >= 0) {
+          copyState(s, snapshotData(s, slot), slotData(s, seq.slot));
+          s->pending.push_back({e.seq_id, b, slot});
+        }
+      }
+      int64_t first = 0, count = 0;
+      if (mode == K3RT_LOGITS_ALL) {
+        count = b - a;
+      } else if (mode == K3RT_LOGITS_LAST && b == stop) {
+        first = b - a - 1;
+        count = 1;
+      }
+      if (count == 0)
+        continue;
+      std::memcpy(dst, scratch + first * V, size_t(count * V) * sizeof(float));
+      if (s->checkLogits && !firstBad) {
+        for (int64_t k = 0; k < count * V && !firstBad; ++k)
+          if (!std::isfinite(dst[k]))
+            firstBad = makeStatus(
+                K3RT_DATA_LOSS,
+                "step entry %zu (sequence %lld): logit %lld of position %lld "
+                "is %f (the step has run; its snapshots are discarded)",
+                i, (long long)e.seq_id, (long long)(k % V),
+                (long long)(a + first + k / V), double(dst[k]));
+      }
+      dst += count * V;
     }
-    s->library->forward(s->args.data());
-    seq.length += T;
-    int64_t first = 0, count = 0;
-    if (e.logits == K3RT_LOGITS_ALL) {
-      count = T;
-    } else if (e.logits == K3RT_LOGITS_LAST) {
-      first = T - 1;
-      count = 1;
-    }
-    if (count == 0)
-      continue;
-    std::memcpy(dst, scratch + first * V, size_t(count * V) * sizeof(float));
-    if (s->checkLogits && !firstBad) {
-      for (int64_t k = 0; k < count * V && !firstBad; ++k)
-        if (!std::isfinite(dst[k]))
-          firstBad = makeStatus(
-              K3RT_DATA_LOSS,
-              "step entry %zu (sequence %lld): logit %lld of position %lld is "
-              "%f (the step has run)",
-              i, (long long)e.seq_id, (long long)(k % V),
-              (long long)(length + first + k / V), double(dst[k]));
-    }
-    dst += count * V;
   }
+
+  // Snapshots are published only once the step has completed (a hit on a
+  // state never written: vllm-project/vllm#56525).
+  for (const PendingSnapshot &p : s->pending) {
+    if (p.slot < 0)
+      continue;
+    if (firstBad)
+      s->freeSnapshotSlots.push_back(p.slot);
+    else
+      publish(s, s->sequences.find(p.seqId)->second, p.end, p.slot);
+  }
+  s->pending.clear();
   return firstBad;
 }

@@ -1,16 +1,26 @@
-//===- Session.h - state pools, sequences and steps -------------*- C++ -*-===//
+//===- Session.h - state pools, sequences, snapshots and steps --*- C++ -*-===//
 //
-// A session owns the per-sequence state of one model (ARCHITECTURE.md §5,
-// RUNTIME_NOTES.md §1):
+// A session owns the per-sequence state of one model (RUNTIME_NOTES.md §1):
 //  - slots: one fixed-size region per live sequence holding every per-
 //    sequence state argument (KDA recurrent state and conv tails of all KDA
 //    layers), zeroed when handed out;
+//  - snapshot slots: the same size, holding copies of a slot: the states of
+//    cached snapshots (the prefix cache) and the verify checkpoints of
+//    sequences;
 //  - pages: one pool per paged (MLA) layer, [num_pages, P, width]; a page
 //    index is shared by all paged layers of a sequence; pages are reference
-//    counted, shared by forks and copied before a write into a shared one
-//    (in every paged layer's pool); zeroed when handed out.
-// The two kinds are sized separately from the manifest; neither is padded
-// to the other's size.
+//    counted (by sequences and cached snapshots), shared by forks and
+//    prefix hits and copied before a write into a shared one (in every
+//    paged layer's pool); zeroed when handed out.
+// The kinds are sized separately from the manifest under one budget;
+// neither is padded to the other's size.
+//
+// The prefix cache is a tree of blocks of `snapshotInterval` tokens from
+// position 0: a node holds its block's tokens, the pages covering them and
+// (unless evicted) the KDA state after its last token. Nodes are found
+// through a hash chain and verified token by token. Invariant: every leaf
+// holds a state (a node whose state is evicted stays only while it leads
+// to a deeper state).
 //
 //===----------------------------------------------------------------------===//
 
@@ -37,11 +47,53 @@ struct MemRefDesc {
   int64_t dims[2 * kMaxRank];
 };
 
+/// A verify checkpoint: the KDA state at `position`, in a snapshot slot.
+struct Checkpoint {
+  int64_t position = 0;
+  int32_t slot = -1;
+};
+
 struct Sequence {
   int32_t slot = -1;
   int64_t length = 0;
   /// Page indices in order; size() == ceil(length / page_size).
   std::vector<int32_t> pages;
+  /// The rows past `length` in the last (partial) page may hold another
+  /// holder's data: the sequence came to share that page at a shorter
+  /// length (a rollback into a shared page, a fork at a position inside a
+  /// page). While the page is shared, the next write copies it; once the
+  /// sequence holds it alone (the other holders gone), the next write
+  /// first zeroes those rows (the kernel may read them as unwritten).
+  bool staleTail = false;
+  /// The tokens processed, in order (size() == length).
+  std::vector<int32_t> tokens;
+  /// Of the last verify step, ascending positions.
+  std::vector<Checkpoint> checkpoints;
+  /// The deepest prefix cache node known to lie on this sequence's path
+  /// (its tokens verified), ending at `chainEnd`; -1 if none. A hint: the
+  /// node may have been evicted since.
+  int64_t chainNode = -1;
+  int64_t chainEnd = 0;
+  int64_t reused = 0;
+};
+
+/// A prefix cache node: the block [end - interval, end).
+struct CacheNode {
+  int64_t parent = -1; ///< node id, -1 for a first block
+  uint64_t hash = 0;   ///< chain hash of every token up to `end`
+  int64_t end = 0;
+  std::vector<int32_t> tokens; ///< the block's tokens
+  std::vector<int32_t> pages;  ///< the block's pages (references held)
+  int32_t slot = -1;           ///< snapshot slot with the state, or -1
+  int32_t children = 0;
+  uint64_t lastUse = 0;
+};
+
+/// A state captured during a step, published when the step has completed.
+struct PendingSnapshot {
+  int64_t seqId = 0;
+  int64_t end = 0;
+  int32_t slot = -1; ///< -1: no slot was free (a node without state)
 };
 
 } // namespace k3rt
@@ -63,6 +115,18 @@ struct k3rt_session {
   std::vector<int32_t> freeSlots;  ///< LIFO
   std::vector<int32_t> freePages;  ///< LIFO
   std::vector<int32_t> pageRefs;   ///< per page
+
+  // Snapshots and checkpoints.
+  int64_t snapshotInterval = 0;
+  int64_t numSnapshotSlots = 0;
+  int64_t maxVerifyTokens = 0;
+  k3rt::Buffer snapshotSlots;             ///< numSnapshotSlots x slotBytes
+  std::vector<int32_t> freeSnapshotSlots; ///< LIFO
+  std::unordered_map<int64_t, k3rt::CacheNode> nodes;
+  std::unordered_multimap<uint64_t, int64_t> nodesByHash;
+  int64_t nextNodeId = 0;
+  uint64_t clock = 0; ///< for lastUse
+  std::vector<k3rt::PendingSnapshot> pending;
 
   std::unordered_map<int64_t, k3rt::Sequence> sequences;
   /// Recently removed ids, for clearer "does not exist" messages.
@@ -97,6 +161,16 @@ k3rt_status *readState(k3rt_session *s, int64_t id, const char *group,
                        k3rt_state_shape *shape);
 k3rt_status *step(k3rt_session *s, const k3rt_step_entry *entries,
                   size_t numEntries, float *logits, size_t logitsCount);
+k3rt_status *addWithPrefix(k3rt_session *s, int64_t id, const int32_t *tokens,
+                           int64_t n, int64_t *reused);
+k3rt_status *matchPrefix(k3rt_session *s, const int32_t *tokens, int64_t n,
+                         int64_t *reusable);
+k3rt_status *dropSnapshots(k3rt_session *s);
+k3rt_status *forkAt(k3rt_session *s, int64_t parent, int64_t child,
+                    int64_t position);
+k3rt_status *rollback(k3rt_session *s, int64_t id, int64_t n);
+k3rt_status *sequenceInfo(k3rt_session *s, int64_t id,
+                          k3rt_sequence_info *info);
 size_t logitsRows(const k3rt_step_entry *entries, size_t numEntries);
 
 } // namespace k3rt

@@ -13,6 +13,8 @@
 
 #include "Weights.h"
 
+#include "ConfigHash.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cerrno>
@@ -443,6 +445,22 @@ k3rt_status *k3rt::loadWeights(k3rt_library *library, const char *pathArg,
   while (path.size() > 1 && path.back() == '/')
     path.pop_back();
   const Manifest &m = library->manifest;
+
+  // Phase 0: a config.json next to the weights must be the library's
+  // (RUNTIME_NOTES §3, 7: checked before anything is allocated).
+  if (!WEIGHTS_OPTION(options, skip_config_check, 0) &&
+      !m.configSha256.empty()) {
+    std::string dir;
+    if (isDirectory(path))
+      dir = path;
+    else if (endsWith(path, ".json"))
+      dir = path.rfind('/') == std::string::npos
+                ? "."
+                : path.substr(0, std::max<size_t>(path.rfind('/'), 1));
+    if (!dir.empty() && exists(dir + "/config.json"))
+      K3RT_RETURN_IF_ERROR(
+          checkConfigFile(dir + "/config.json", m.configSha256, library->path));
+  }
 
   // Phase 1: headers.
   Checkpoint ckpt;

@@ -8,10 +8,14 @@
 
 #include "k3rt/k3rt.h"
 
+#include "ConfigHash.h"
 #include "Library.h"
 #include "Session.h"
 #include "Status.h"
 #include "Weights.h"
+
+#include <cstring>
+#include <string>
 
 using namespace k3rt;
 
@@ -56,11 +60,12 @@ extern "C" const char *k3rt_code_name(k3rt_code code) {
 extern "C" uint32_t k3rt_api_version(void) { return K3RT_API_VERSION; }
 
 extern "C" k3rt_status *k3rt_check_api_version(uint32_t header_version) {
-  if (header_version == K3RT_API_VERSION)
+  // Every version up to ours: the API only grows.
+  if (header_version >= 1 && header_version <= K3RT_API_VERSION)
     return nullptr;
   return makeStatus(K3RT_FAILED_PRECONDITION,
                     "the application was built against k3rt API version %u, "
-                    "the loaded runtime implements version %d",
+                    "the loaded runtime implements versions 1 to %d",
                     header_version, K3RT_API_VERSION);
 }
 
@@ -97,8 +102,33 @@ extern "C" k3rt_status *k3rt_library_get_info(const k3rt_library *library,
   full.page_size = m.pageSize;
   full.slot_bytes = m.slotBytes;
   full.page_bytes = m.pageBytes;
+  full.config_sha256 = m.configSha256.c_str();
+  full.kda_state_layout = m.kdaLayout.c_str();
+  full.targets = m.targetList.c_str();
+  full.kda_chunk_size = m.kdaChunkSize;
   copyOut(full, info);
   return nullptr;
+}
+
+extern "C" k3rt_status *k3rt_config_sha256(const char *text, size_t length,
+                                           char out[65]) {
+  if (!text || !out)
+    return makeStatus(K3RT_INVALID_ARGUMENT,
+                      "k3rt_config_sha256: text and out must not be NULL");
+  std::string hash;
+  K3RT_RETURN_IF_ERROR(configSha256(text, length, "config", hash));
+  std::memcpy(out, hash.c_str(), 65);
+  return nullptr;
+}
+
+extern "C" k3rt_status *k3rt_library_check_config(const k3rt_library *library,
+                                                  const char *config_path) {
+  if (!library || !config_path)
+    return makeStatus(K3RT_INVALID_ARGUMENT,
+                      "k3rt_library_check_config: library and config_path "
+                      "must not be NULL");
+  return checkConfigFile(config_path, library->manifest.configSha256,
+                         library->path);
 }
 
 //===----------------------------------------------------------------------===//
@@ -223,6 +253,53 @@ extern "C" size_t k3rt_step_logits_rows(const k3rt_step_entry *entries,
   return logitsRows(entries, n_entries);
 }
 
+extern "C" k3rt_status *
+k3rt_sequence_add_with_prefix(k3rt_session *session, int64_t id,
+                              const int32_t *tokens, int64_t n_tokens,
+                              int64_t *reused) {
+  BusyGuard guard(session);
+  K3RT_RETURN_IF_ERROR(guard.check("k3rt_sequence_add_with_prefix"));
+  return addWithPrefix(session, id, tokens, n_tokens, reused);
+}
+
+extern "C" k3rt_status *k3rt_session_match_prefix(k3rt_session *session,
+                                                  const int32_t *tokens,
+                                                  int64_t n_tokens,
+                                                  int64_t *reusable) {
+  BusyGuard guard(session);
+  K3RT_RETURN_IF_ERROR(guard.check("k3rt_session_match_prefix"));
+  return matchPrefix(session, tokens, n_tokens, reusable);
+}
+
+extern "C" k3rt_status *k3rt_session_drop_snapshots(k3rt_session *session) {
+  BusyGuard guard(session);
+  K3RT_RETURN_IF_ERROR(guard.check("k3rt_session_drop_snapshots"));
+  return dropSnapshots(session);
+}
+
+extern "C" k3rt_status *k3rt_sequence_fork_at(k3rt_session *session,
+                                              int64_t parent, int64_t child,
+                                              int64_t position) {
+  BusyGuard guard(session);
+  K3RT_RETURN_IF_ERROR(guard.check("k3rt_sequence_fork_at"));
+  return forkAt(session, parent, child, position);
+}
+
+extern "C" k3rt_status *k3rt_sequence_rollback(k3rt_session *session,
+                                               int64_t id, int64_t n_tokens) {
+  BusyGuard guard(session);
+  K3RT_RETURN_IF_ERROR(guard.check("k3rt_sequence_rollback"));
+  return rollback(session, id, n_tokens);
+}
+
+extern "C" k3rt_status *k3rt_sequence_get_info(k3rt_session *session,
+                                               int64_t id,
+                                               k3rt_sequence_info *info) {
+  BusyGuard guard(session);
+  K3RT_RETURN_IF_ERROR(guard.check("k3rt_sequence_get_info"));
+  return sequenceInfo(session, id, info);
+}
+
 extern "C" k3rt_status *k3rt_session_step(k3rt_session *session,
                                           const k3rt_step_entry *entries,
                                           size_t n_entries, float *logits_out,
@@ -230,4 +307,54 @@ extern "C" k3rt_status *k3rt_session_step(k3rt_session *session,
   BusyGuard guard(session);
   K3RT_RETURN_IF_ERROR(guard.check("k3rt_session_step"));
   return step(session, entries, n_entries, logits_out, logits_out_count);
+}
+
+//===----------------------------------------------------------------------===//
+// The function table
+//===----------------------------------------------------------------------===//
+
+// Append-only: a new version adds its entries at the end of k3rt_api (and
+// here, in the same order).
+static const k3rt_api kApi = {
+    K3RT_API_VERSION,
+    sizeof(k3rt_api),
+    // version 1
+    k3rt_status_code,
+    k3rt_status_message,
+    k3rt_status_free,
+    k3rt_code_name,
+    k3rt_api_version,
+    k3rt_check_api_version,
+    k3rt_library_open,
+    k3rt_library_release,
+    k3rt_library_get_info,
+    k3rt_weights_load,
+    k3rt_weights_release,
+    k3rt_weights_get_info,
+    k3rt_session_create,
+    k3rt_session_release,
+    k3rt_session_get_info,
+    k3rt_sequence_add,
+    k3rt_sequence_remove,
+    k3rt_sequence_fork,
+    k3rt_sequence_length,
+    k3rt_sequence_read_state,
+    k3rt_step_logits_rows,
+    k3rt_session_step,
+    // version 2
+    k3rt_get_api,
+    k3rt_config_sha256,
+    k3rt_library_check_config,
+    k3rt_sequence_add_with_prefix,
+    k3rt_session_match_prefix,
+    k3rt_session_drop_snapshots,
+    k3rt_sequence_fork_at,
+    k3rt_sequence_rollback,
+    k3rt_sequence_get_info,
+};
+
+extern "C" const k3rt_api *k3rt_get_api(uint32_t version) {
+  if (version == 0 || version > K3RT_API_VERSION)
+    return nullptr;
+  return &kApi;
 }

@@ -42,7 +42,7 @@ static const char manifest[] =
     "  \"format\": \"k3c-manifest\",\n"
     "  \"version\": 1,\n"
     "  \"model\": {\"name\": \"fake-tiny\", \"model_type\": \"kimi_k3\", "
-    "\"config_sha256\": \"0\", \"vocab_size\": 32, \"hidden_size\": 4, "
+    "\"config_sha256\": \"" FAKE_CONFIG_SHA256 "\", \"vocab_size\": 32, \"hidden_size\": 4, "
     "\"num_layers\": 4, \"max_context\": 64},\n"
     "  \"targets\": [\"host\"],\n"
     "  \"layers\": [{\"index\": 0, \"mixer\": \"kda\", \"ffn\": \"dense\"}, "

@@ -15,6 +15,16 @@
 #define FAKE_TAPS 3
 #define FAKE_EXPERTS 3
 
+/* A config.json whose hash (k3rt_config_sha256) the fake manifest records:
+ * SHA-256 of {"hidden_size":4,"model_type":"kimi_linear",
+ * "num_hidden_layers":4,"vocab_size":32}. */
+#define FAKE_CONFIG_JSON                                                       \
+  "{\"model_type\": \"kimi_k3\", \"text_config\": {\"vocab_size\": 32, "       \
+  "\"num_hidden_layers\": 4, \"model_type\": \"kimi_linear\", "                \
+  "\"hidden_size\": 4}, \"architectures\": [\"Fake\"]}"
+#define FAKE_CONFIG_SHA256                                                     \
+  "c3ff01d457805f0c69075dfd2ccbad6fa3ccce2b9a279ba332abeb6a90e56eb2"
+
 /* Logit v of each position holds feature v (the rest: v * 0.5 + token). */
 enum {
   FAKE_F_TOKEN = 0,          /* the token                                  */

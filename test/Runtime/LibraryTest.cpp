@@ -193,6 +193,28 @@ const ManifestCase manifestCases[] = {
     {"NoLogits",
      [](json &m) { m["abi"]["args"].erase(m["abi"]["args"].begin() + 20); },
      K3RT_INVALID_ARGUMENT, "exactly one tokens and one logits"},
+    // What the manifest records about targets, layouts and the config.
+    {"NoTargets", [](json &m) { m.erase("targets"); }, K3RT_INVALID_ARGUMENT,
+     "manifest targets: missing"},
+    {"GpuOnlyTargets", [](json &m) { m["targets"] = {"sm_90", "sm_100"}; },
+     K3RT_FAILED_PRECONDITION,
+     "compiled for targets [sm_90,sm_100]; this runtime runs host code"},
+    {"UnknownKdaLayout",
+     [](json &m) { m["state"]["groups"][0]["layout"] = "heads_last"; },
+     K3RT_FAILED_PRECONDITION,
+     "state layout 'heads_last' is not one this runtime implements "
+     "(value_first, key_first)"},
+    {"KdaLayoutMixUp",
+     [](json &m) { m["state"]["groups"][0]["layout"] = "key_first"; },
+     K3RT_FAILED_PRECONDITION,
+     "layout 'key_first' means dims [heads, key, value], the manifest says "
+     "[heads, value, key] (a state layout mix-up)"},
+    {"ConvLayout",
+     [](json &m) { m["state"]["groups"][2]["layout"] = "taps_major"; },
+     K3RT_FAILED_PRECONDITION, "(kda.conv_k): state layout 'taps_major'"},
+    {"ConfigHashNotHex",
+     [](json &m) { m["model"]["config_sha256"] = "0"; },
+     K3RT_INVALID_ARGUMENT, "model.config_sha256: '0' is not 64"},
 };
 
 class ManifestTest : public ::testing::TestWithParam<ManifestCase> {};

@@ -2,6 +2,7 @@
 
 #include "TestUtil.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -375,7 +376,7 @@ void writeFakeCheckpoint(const std::string &dir) {
 //===----------------------------------------------------------------------===//
 
 FakeSession::FakeSession(int32_t maxSequences, int64_t pages,
-                         int64_t maxContext) {
+                         int64_t maxContext, SnapshotConfig snapshots) {
   writeFakeCheckpoint(dir.path());
   weightSums = fakeWeightSums(fakeWeights());
   lib = openFake();
@@ -392,8 +393,12 @@ FakeSession::FakeSession(int32_t maxSequences, int64_t pages,
   o.max_sequences = maxSequences;
   o.max_context = maxContext;
   o.num_pages = pages;
-  o.state_budget_bytes = uint64_t(maxSequences) * info.slot_bytes +
-                         uint64_t(pages ? pages : 1) * info.page_bytes;
+  o.snapshot_interval = snapshots.interval;
+  o.snapshot_slots = snapshots.snapshotSlots;
+  o.max_verify_tokens = snapshots.maxVerifyTokens;
+  o.state_budget_bytes =
+      uint64_t(maxSequences + snapshots.snapshotSlots) * info.slot_bytes +
+      uint64_t(pages ? pages : 1) * info.page_bytes;
   k3rt_session *s = nullptr;
   EXPECT_OK(k3rt_session_create(lib.get(), weights.get(), &o, &s));
   session.reset(s);
@@ -438,6 +443,29 @@ std::vector<float> FakeSession::readState(int64_t id, const char *group,
   if (shapeOut)
     *shapeOut = shape;
   return out;
+}
+
+::testing::AssertionResult
+FakeSession::matchesCalls(const std::vector<float> &rows,
+                          const std::vector<int32_t> &history, int64_t len,
+                          int64_t T, int64_t interval, size_t firstRow) const {
+  for (int64_t t = 0; t < T; ++t) {
+    int64_t p = len + t;
+    int64_t a = std::max(len, p / interval * interval);
+    int64_t b = std::min(len + T, (p / interval + 1) * interval);
+    std::vector<float> want = referenceRow(history, p, b - a, p - a, weightSums);
+    for (int v = 0; v < FAKE_VOCAB; ++v) {
+      size_t at = (firstRow + size_t(t)) * FAKE_VOCAB + size_t(v);
+      if (at >= rows.size())
+        return ::testing::AssertionFailure() << "too few rows";
+      if (rows[at] != want[size_t(v)])
+        return ::testing::AssertionFailure()
+               << "position " << p << " (row " << firstRow + size_t(t)
+               << ", call [" << a << ", " << b << ")) feature " << v
+               << ": got " << rows[at] << ", want " << want[size_t(v)];
+    }
+  }
+  return ::testing::AssertionSuccess();
 }
 
 ::testing::AssertionResult

@@ -139,12 +139,21 @@ std::vector<float> referenceRow(const std::vector<int32_t> &history, int64_t p,
 /// Writes fakeWeights() as `dir`/model.safetensors.
 void writeFakeCheckpoint(const std::string &dir);
 
+/// Options of a FakeSession beyond the first three.
+struct SnapshotConfig {
+  int64_t interval = 0;
+  int64_t snapshotSlots = 0;
+  int64_t maxVerifyTokens = 0;
+};
+
 /// A session over the fake library with fake weights.
 class FakeSession {
 public:
-  /// `pages` = 0: as many as `budget` allows.
+  /// `pages` = 0: as many as `budget` allows. The budget is exactly the
+  /// slots, snapshot slots and pages.
   explicit FakeSession(int32_t maxSequences = 4, int64_t pages = 64,
-                       int64_t maxContext = 0);
+                       int64_t maxContext = 0,
+                       SnapshotConfig snapshots = SnapshotConfig());
 
   k3rt_session *get() const { return session.get(); }
   k3rt_library *library() const { return lib.get(); }
@@ -165,6 +174,13 @@ public:
                                      const std::vector<int32_t> &history,
                                      int64_t len, int64_t T,
                                      size_t firstRow = 0) const;
+  /// The same for an entry the runtime split into calls at the multiples
+  /// of `interval` (1: one call per token, as a verify entry).
+  ::testing::AssertionResult matchesCalls(const std::vector<float> &rows,
+                                          const std::vector<int32_t> &history,
+                                          int64_t len, int64_t T,
+                                          int64_t interval,
+                                          size_t firstRow = 0) const;
 
 private:
   TempDir dir;

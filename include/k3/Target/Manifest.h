@@ -65,6 +65,7 @@ struct StateGroup {
   std::string layout;
   bool perToken = false;        ///< grows with the sequence (paged)
   int64_t pageSize = 0;
+  int64_t chunkSize = 0;        ///< KDA prefill chunk (kda.recurrent only)
   int64_t bytesPerLayer = 0;    ///< per sequence, or per token if perToken
 };
 
