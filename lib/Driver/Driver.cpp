@@ -23,6 +23,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Chrono.h"
+#include "llvm/Support/CommandLine.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -90,6 +91,25 @@ private:
 
 /// Writes `options.outputPath` with `write`; the file is kept only if
 /// writing succeeded (no partial output).
+/// Applies the standard pass manager options. Unless a reproducer path was
+/// given (--mlir-pass-pipeline-crash-reproducer), a failing or crashing pass
+/// writes a reproducer to a fresh temporary file, and the error names the
+/// pass, the operation and that file ("Pipeline failed while executing
+/// [`Pass` on 'op' operation: @name]: reproducer generated at `PATH`"),
+/// runnable with `k3-opt PATH --run-reproducer`.
+static LogicalResult applyPassOptions(PassManager &pm) {
+  if (failed(applyPassManagerCLOptions(pm)))
+    return failure();
+  auto &opts = llvm::cl::getRegisteredOptions();
+  auto it = opts.find("mlir-pass-pipeline-crash-reproducer");
+  if (it != opts.end() && it->second->getNumOccurrences())
+    return success();
+  SmallString<128> path;
+  llvm::sys::fs::getPotentiallyUniqueTempFileName("k3c-reproducer", "mlir", path);
+  pm.enableCrashReproducerGeneration(path, /*genLocalReproducer=*/false);
+  return success();
+}
+
 static LogicalResult
 writeOutput(Location loc, const CompileOptions &options,
             llvm::function_ref<LogicalResult(raw_ostream &)> write) {
@@ -152,7 +172,7 @@ LogicalResult mlir::k3::compile(MLIRContext &context,
   {
     Phase phase(options, timing, "transform");
     PassManager pm(&context);
-    if (failed(applyPassManagerCLOptions(pm)))
+    if (failed(applyPassOptions(pm)))
       return failure();
     pm.enableTiming(phase.timing());
     buildK3TransformPipeline(pm);
@@ -208,7 +228,7 @@ LogicalResult mlir::k3::compile(MLIRContext &context,
                        StringAttr::get(&context,
                                        manifestJSON(*info, options.targets)));
     PassManager pm(&context);
-    if (failed(applyPassManagerCLOptions(pm)))
+    if (failed(applyPassOptions(pm)))
       return failure();
     pm.enableTiming(phase.timing());
     if (options.emit == EmitKind::Linalg)
