@@ -4,6 +4,7 @@
 #include "k3/Conversion/Passes.h"
 #include "k3/Dialect/K3/Transforms/Passes.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/InitAllPasses.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
@@ -55,10 +56,7 @@ static const char *const kGPUBufferize =
     "function-boundary-type-conversion=identity-layout-map},"
     "convert-bufferization-to-memref";
 static const char *const kGPUMap =
-    "convert-linalg-to-parallel-loops,canonicalize,"
-    "func.func(scf-parallel-loop-tiling{parallel-loop-tile-sizes=64 "
-    "no-min-max-bounds=true},gpu-map-parallel-loops,"
-    "convert-parallel-loops-to-gpu)";
+    "convert-linalg-to-parallel-loops,canonicalize";
 
 LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
                                                  StringRef chip) {
@@ -68,6 +66,9 @@ LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
     return failure();
   pm.addPass(createK3MemRefCopyToLinalgPass());
   if (failed(parsePassPipeline(kGPUMap, pm)))
+    return failure();
+  pm.addNestedPass<func::FuncOp>(createK3GPUTileAndMapPass());
+  if (failed(parsePassPipeline("func.func(convert-parallel-loops-to-gpu)", pm)))
     return failure();
   pm.addPass(createK3GPUDeviceAllocPass());
   // Launches and allocations in a stream per function, synchronized at its

@@ -84,4 +84,25 @@ def K3GPUDeviceAllocPass : Pass<"k3-gpu-device-alloc", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::gpu::GPUDialect"];
 }
 
+def K3GPUTileAndMapPass : Pass<"k3-gpu-tile-and-map"> {
+  let summary = "Tile parallel loops and map them to GPU blocks and threads";
+  let description = [{
+    Each outermost `scf.parallel` (one kernel after
+    `convert-parallel-loops-to-gpu`) has its innermost dimension tiled by
+    `tile-size`, the tile mapped to thread x. The grid takes the dimensions
+    innermost first: block x, y, z (y and z are limited to 65535 blocks, x to
+    2^31 - 1, so the widest, contiguous output dimension such as the
+    vocabulary goes on x); further dimensions and nested parallel loops are
+    sequential in each thread. Writes the `mapping` attribute that
+    `convert-parallel-loops-to-gpu` reads.
+  }];
+  let options = [
+    Option<"tileSize", "tile-size", "int64_t", "64",
+           "Threads per block along the innermost dimension">
+  ];
+  let dependentDialects = ["::mlir::gpu::GPUDialect",
+                           "::mlir::affine::AffineDialect",
+                           "::mlir::arith::ArithDialect"];
+}
+
 #endif // K3_CONVERSION_PASSES_TD
