@@ -76,47 +76,55 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
   scf.if %decode {
     // §5.3 absorbed: q̂_h = W_UK[h]ᵀ q_n[h]; s_j = (q̂_h·c_j + q_r[h]·k_r,j)·scale;
     // ō_h = Σ_j p_j c_j; o_h = W_UV[h] ō_h.
+    // One parallel loop per stage (one GPU kernel each): q̂ [H, R], scores
+    // [H, len], max/exp/sum per head, ō [H, R], o [H, dv]. Per element the
+    // sums run in the same order as a per-head loop would.
     %qh = memref.alloc(%nh, %r) : memref<?x?xf32>
     %ob = memref.alloc(%nh, %r) : memref<?x?xf32>
     %p = memref.alloc(%nh, %ntok) : memref<?x?xf32>
-    scf.parallel (%h) = (%c0) to (%nh) step (%c1) {
+    %rowsum = memref.alloc(%nh) : memref<?xf32>
+    scf.parallel (%h, %e) = (%c0, %c0) to (%nh, %r) step (%c1, %c1) {
       %qbase = arith.muli %h, %dq : index
       %kvbase = arith.muli %h, %dkv : index
-      scf.for %e = %c0 to %r step %c1 {
-        %s = scf.for %d = %c0 to %dn step %c1 iter_args(%a = %zero) -> (f32) {
-          %qi = arith.addi %qbase, %d : index
-          %qv = tensor.extract %q[%c0, %qi] : tensor<?x?x!act>
-          %qf = func.call @k3k_widen(%qv) : (!act) -> f32
-          %row = arith.addi %kvbase, %d : index
-          %wv = tensor.extract %wkvb[%row, %e] : tensor<?x?xbf16>
-          %wf = arith.extf %wv : bf16 to f32
-          %pr = arith.mulf %qf, %wf : f32
-          %s2 = arith.addf %a, %pr : f32
-          scf.yield %s2 : f32
-        }
-        memref.store %s, %qh[%h, %e] : memref<?x?xf32>
+      %s = scf.for %d = %c0 to %dn step %c1 iter_args(%a = %zero) -> (f32) {
+        %qi = arith.addi %qbase, %d : index
+        %qv = tensor.extract %q[%c0, %qi] : tensor<?x?x!act>
+        %qf = func.call @k3k_widen(%qv) : (!act) -> f32
+        %row = arith.addi %kvbase, %d : index
+        %wv = tensor.extract %wkvb[%row, %e] : tensor<?x?xbf16>
+        %wf = arith.extf %wv : bf16 to f32
+        %pr = arith.mulf %qf, %wf : f32
+        %s2 = arith.addf %a, %pr : f32
+        scf.yield %s2 : f32
       }
+      memref.store %s, %qh[%h, %e] : memref<?x?xf32>
+    }
+    scf.parallel (%h, %j) = (%c0, %c0) to (%nh, %ntok) step (%c1, %c1) {
+      %qbase = arith.muli %h, %dq : index
+      %s1 = scf.for %e = %c0 to %r step %c1 iter_args(%a = %zero) -> (f32) {
+        %qv = memref.load %qh[%h, %e] : memref<?x?xf32>
+        %cv = memref.load %all[%j, %e] : memref<?x?xf32>
+        %pr = arith.mulf %qv, %cv : f32
+        %s2 = arith.addf %a, %pr : f32
+        scf.yield %s2 : f32
+      }
+      %s = scf.for %e = %c0 to %dr step %c1 iter_args(%a = %s1) -> (f32) {
+        %qi0 = arith.addi %qbase, %dn : index
+        %qi = arith.addi %qi0, %e : index
+        %qv = tensor.extract %q[%c0, %qi] : tensor<?x?x!act>
+        %qf = func.call @k3k_widen(%qv) : (!act) -> f32
+        %re = arith.addi %r, %e : index
+        %kv = memref.load %all[%j, %re] : memref<?x?xf32>
+        %pr = arith.mulf %qf, %kv : f32
+        %s2 = arith.addf %a, %pr : f32
+        scf.yield %s2 : f32
+      }
+      %sc = arith.mulf %s, %scale : f32
+      memref.store %sc, %p[%h, %j] : memref<?x?xf32>
+    }
+    scf.parallel (%h) = (%c0) to (%nh) step (%c1) {
       %mx = scf.for %j = %c0 to %ntok step %c1 iter_args(%m = %ninf) -> (f32) {
-        %s1 = scf.for %e = %c0 to %r step %c1 iter_args(%a = %zero) -> (f32) {
-          %qv = memref.load %qh[%h, %e] : memref<?x?xf32>
-          %cv = memref.load %all[%j, %e] : memref<?x?xf32>
-          %pr = arith.mulf %qv, %cv : f32
-          %s2 = arith.addf %a, %pr : f32
-          scf.yield %s2 : f32
-        }
-        %s = scf.for %e = %c0 to %dr step %c1 iter_args(%a = %s1) -> (f32) {
-          %qi0 = arith.addi %qbase, %dn : index
-          %qi = arith.addi %qi0, %e : index
-          %qv = tensor.extract %q[%c0, %qi] : tensor<?x?x!act>
-          %qf = func.call @k3k_widen(%qv) : (!act) -> f32
-          %re = arith.addi %r, %e : index
-          %kv = memref.load %all[%j, %re] : memref<?x?xf32>
-          %pr = arith.mulf %qf, %kv : f32
-          %s2 = arith.addf %a, %pr : f32
-          scf.yield %s2 : f32
-        }
-        %sc = arith.mulf %s, %scale : f32
-        memref.store %sc, %p[%h, %j] : memref<?x?xf32>
+        %sc = memref.load %p[%h, %j] : memref<?x?xf32>
         %m2 = arith.maximumf %m, %sc : f32
         scf.yield %m2 : f32
       }
@@ -128,32 +136,35 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
         %s2 = arith.addf %a, %e : f32
         scf.yield %s2 : f32
       }
-      scf.for %e = %c0 to %r step %c1 {
-        %acc = scf.for %j = %c0 to %ntok step %c1 iter_args(%a = %zero) -> (f32) {
-          %pj = memref.load %p[%h, %j] : memref<?x?xf32>
-          %cv = memref.load %all[%j, %e] : memref<?x?xf32>
-          %pr = arith.mulf %pj, %cv : f32
-          %s2 = arith.addf %a, %pr : f32
-          scf.yield %s2 : f32
-        }
-        %nrm = arith.divf %acc, %sum : f32
-        memref.store %nrm, %ob[%h, %e] : memref<?x?xf32>
+      memref.store %sum, %rowsum[%h] : memref<?xf32>
+    }
+    scf.parallel (%h, %e) = (%c0, %c0) to (%nh, %r) step (%c1, %c1) {
+      %acc = scf.for %j = %c0 to %ntok step %c1 iter_args(%a = %zero) -> (f32) {
+        %pj = memref.load %p[%h, %j] : memref<?x?xf32>
+        %cv = memref.load %all[%j, %e] : memref<?x?xf32>
+        %pr = arith.mulf %pj, %cv : f32
+        %s2 = arith.addf %a, %pr : f32
+        scf.yield %s2 : f32
       }
-      scf.for %d = %c0 to %dvh step %c1 {
-        %row0 = arith.addi %kvbase, %dn : index
-        %row = arith.addi %row0, %d : index
-        %acc = scf.for %e = %c0 to %r step %c1 iter_args(%a = %zero) -> (f32) {
-          %wv = tensor.extract %wkvb[%row, %e] : tensor<?x?xbf16>
-          %wf = arith.extf %wv : bf16 to f32
-          %ov = memref.load %ob[%h, %e] : memref<?x?xf32>
-          %pr = arith.mulf %wf, %ov : f32
-          %s2 = arith.addf %a, %pr : f32
-          scf.yield %s2 : f32
-        }
-        %hb = arith.muli %h, %dvh : index
-        %col = arith.addi %hb, %d : index
-        memref.store %acc, %o[%c0, %col] : memref<?x?xf32>
+      %sum = memref.load %rowsum[%h] : memref<?xf32>
+      %nrm = arith.divf %acc, %sum : f32
+      memref.store %nrm, %ob[%h, %e] : memref<?x?xf32>
+    }
+    scf.parallel (%h, %d) = (%c0, %c0) to (%nh, %dvh) step (%c1, %c1) {
+      %kvbase = arith.muli %h, %dkv : index
+      %row0 = arith.addi %kvbase, %dn : index
+      %row = arith.addi %row0, %d : index
+      %acc = scf.for %e = %c0 to %r step %c1 iter_args(%a = %zero) -> (f32) {
+        %wv = tensor.extract %wkvb[%row, %e] : tensor<?x?xbf16>
+        %wf = arith.extf %wv : bf16 to f32
+        %ov = memref.load %ob[%h, %e] : memref<?x?xf32>
+        %pr = arith.mulf %wf, %ov : f32
+        %s2 = arith.addf %a, %pr : f32
+        scf.yield %s2 : f32
       }
+      %hb = arith.muli %h, %dvh : index
+      %col = arith.addi %hb, %d : index
+      memref.store %acc, %o[%c0, %col] : memref<?x?xf32>
     }
   } else {
     // §5.2 naive: per head key [k_n ; k_r] and value v from W_UKV c, causal

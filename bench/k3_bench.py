@@ -1,0 +1,402 @@
+#!/usr/bin/env python3
+"""k3-bench: decode and prefill timing of a k3c GPU library and its peers.
+
+Runs on the GPU machine (PyTorch is used for device buffers, the random
+weights and the peers; the model math under test is the k3c library's).
+One run measures, on the same GPU and with the same weights and inputs:
+
+  * the hardware references: device-to-device copy bandwidth (torch copy_,
+    bytes read + written) and a bf16 GEMM rate (8192^3 torch.matmul);
+  * the k3c library: decode steps at batch 1, 8, 64 with CONTEXT tokens
+    already in the MLA cache, and prefill of 4k / 32k tokens;
+  * the PyTorch peer (bench/torch_k3.py, written from the spec), eager and
+    under torch.compile, on the same shapes; logits compared with ours.
+
+Timing (PERF_NOTES.md): warm-up calls first, then REPS timed calls, each
+bracketed by torch.cuda.synchronize(); median and p10/p90 are reported.
+Bytes that had to move per decode step = every non-expert weight once + the
+embedding row per sequence + the expected distinct routed experts of the
+batch (896 * (1 - (1 - 16/896)^B), uniform routing) + per sequence the KDA
+state read and written and the MLA cache read.  The k3c ABI takes one
+sequence per call, so a batch-B step is B calls; the fraction of the copy
+bandwidth is computed from the bytes that had to move, not from what our
+kernels re-read.
+
+  k3_bench.py --lib k3-group.so --cuda-rt libk3rt_cuda.so --config C
+              [--batches 1,8,64] [--prefill 4096,32768] [--context 8192]
+              [--reps 10] [--peer] [--json OUT]
+"""
+import argparse
+import ctypes
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def desc_type(rank):
+    class D(ctypes.Structure):
+        _fields_ = [("allocated", ctypes.c_void_p), ("aligned", ctypes.c_void_p),
+                    ("offset", ctypes.c_int64), ("sizes", ctypes.c_int64 * rank),
+                    ("strides", ctypes.c_int64 * rank)]
+    return D
+
+
+def stats(ts):
+    ts = sorted(ts)
+    q = lambda p: ts[min(len(ts) - 1, int(round(p * (len(ts) - 1))))]
+    return {"median_s": statistics.median(ts), "p10_s": q(0.1), "p90_s": q(0.9), "n": len(ts)}
+
+
+def timed(fn, reps, warmup=2):
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        out.append(time.perf_counter() - t0)
+    return stats(out)
+
+
+def copy_bandwidth(gib=4, reps=20):
+    n = gib << 30
+    a = torch.empty(n, dtype=torch.uint8, device="cuda").random_()
+    b = torch.empty_like(a)
+    s = timed(lambda: b.copy_(a), reps, warmup=3)
+    del a, b
+    return 2 * n / s["median_s"], s
+
+
+def gemm_rate(n=8192, reps=20):
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    s = timed(lambda: a @ b, reps, warmup=3)
+    return 2 * n ** 3 / s["median_s"], s
+
+
+def random_weight(a, g):
+    """Device-generated weights with the shapes and dtypes of the ABI."""
+    shape, name = a["shape"], a["name"]
+    if a["dtype"] == "u8":
+        if a.get("part") == "scale":  # e8m0 around 2^-3 (spec: MXFP4 block scale)
+            t = torch.randint(122, 126, shape, dtype=torch.uint8, device="cuda", generator=g)
+        else:
+            t = torch.randint(0, 256, shape, dtype=torch.uint8, device="cuda", generator=g)
+        return t
+    dt = torch.float32 if a["dtype"] == "f32" else torch.bfloat16
+    if name.endswith("norm.weight"):
+        t = torch.ones(shape, dtype=dt, device="cuda")
+    elif name.endswith("e_score_correction_bias"):
+        t = torch.zeros(shape, dtype=dt, device="cuda")
+    elif name.endswith("A_log"):
+        t = torch.empty(shape, dtype=dt, device="cuda").uniform_(0.0, 2.0, generator=g)
+    elif name.endswith("dt_bias"):
+        t = torch.empty(shape, dtype=dt, device="cuda").uniform_(-4.0, -1.0, generator=g)
+    else:
+        fan_in = shape[-1] if len(shape) > 1 else 1
+        t = torch.empty(shape, dtype=dt, device="cuda").normal_(0.0, fan_in ** -0.5, generator=g)
+    return t
+
+
+class K3Lib:
+    """The k3c library driven with device buffers (ABI: docs/ABI.md)."""
+
+    def __init__(self, lib, cuda_rt, seed=0):
+        self.rt = ctypes.CDLL(cuda_rt, mode=ctypes.RTLD_GLOBAL)
+        self.rt.k3rt_cuda_last_error.restype = ctypes.c_char_p
+        self.lib = ctypes.CDLL(lib)
+        self.lib.k3_manifest_json.restype = ctypes.c_char_p
+        self.m = json.loads(self.lib.k3_manifest_json().decode())
+        self.args = self.m["abi"]["args"]
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        self.w = {}
+        for i, a in enumerate(self.args):
+            if a["role"] == "weight":
+                self.w[i] = random_weight(a, g)
+        self.vocab = self.args[-1]["shape"][1]
+
+    def weight_dict(self):
+        """Checkpoint-named views of the same device tensors (experts stacked)."""
+        out = {}
+        for i, a in enumerate(self.args):
+            if a["role"] != "weight":
+                continue
+            key = a["name"]
+            if a.get("part"):
+                key += ".weight_packed" if a["part"] == "packed" else ".weight_scale"
+            out[key] = self.w[i]
+        return out
+
+    def page_size(self):
+        for a in self.args:
+            if a.get("part") == "pool":
+                return a["shape"][1]
+        return 64
+
+    def new_state(self, num_pages):
+        st = {"arrs": {}}
+        st["table"] = torch.arange(num_pages, dtype=torch.int32).pin_memory()
+        st["length"] = torch.zeros(1, dtype=torch.int64).pin_memory()
+        for i, a in enumerate(self.args):
+            if a["role"] != "state":
+                continue
+            part = a.get("part")
+            dt = torch.float32 if a["dtype"] == "f32" else torch.bfloat16
+            if part == "pool":
+                st["arrs"][i] = torch.zeros([num_pages] + a["shape"][1:], dtype=dt, device="cuda")
+            elif part == "page_table":
+                st["arrs"][i] = st["table"]
+            elif part == "length":
+                st["arrs"][i] = st["length"]
+            else:
+                st["arrs"][i] = torch.zeros(a["shape"], dtype=dt, device="cuda")
+        return st
+
+    def fill_random(self, st, length, g):
+        """CONTEXT tokens of latent cache and a KDA state of typical size."""
+        for i, a in enumerate(self.args):
+            if a["role"] != "state" or a.get("part") in ("page_table", "length"):
+                continue
+            t = st["arrs"][i]
+            t.normal_(0.0, 0.05 if a["name"] == "kda.recurrent" else 1.0, generator=g)
+        st["length"][0] = length
+
+    def call(self, tokens, st):
+        """Builds the argument list once; returns (run, logits)."""
+        T = tokens.numel()
+        logits = torch.empty([T, self.vocab], dtype=torch.float32, device="cuda")
+        keep, ptrs = [], (ctypes.c_void_p * len(self.args))()
+        for i, a in enumerate(self.args):
+            t = {"tokens": tokens, "weight": self.w.get(i), "logits": logits}.get(a["role"])
+            if a["role"] == "state":
+                t = st["arrs"][i]
+            d = desc_type(t.dim())()
+            d.allocated = d.aligned = t.data_ptr()
+            d.offset = 0
+            for k in range(t.dim()):
+                d.sizes[k] = t.shape[k]
+                d.strides[k] = t.stride(k)
+            keep.append(d)
+            ptrs[i] = ctypes.cast(ctypes.pointer(d), ctypes.c_void_p)
+
+        def run():
+            self.lib.k3_forward(ptrs)
+            self.rt.k3rt_cuda_workspace_reset()
+            err = self.rt.k3rt_cuda_last_error()
+            if err:
+                raise RuntimeError(err.decode())
+            st["length"][0] += T
+
+        run.keep = (keep, ptrs)
+        return run, logits
+
+
+def weight_bytes(args):
+    dense = expert = 0
+    per_expert = 0
+    for a in args:
+        if a["role"] != "weight":
+            continue
+        n = math.prod(a["shape"]) * (4 if a["dtype"] == "f32" else 2 if a["dtype"] == "bf16" else 1)
+        if "{e}" in a["name"]:
+            per_expert += n // a["shape"][0]
+        elif "embed_tokens" in a["name"]:
+            continue
+        else:
+            dense += n
+    return dense, per_expert
+
+
+def decode_bytes(m, batch, context):
+    args = m["abi"]["args"]
+    E, k = m["moe"]["num_experts"], m["moe"]["top_k"]
+    dense, per_expert_all_layers = weight_bytes(args)
+    distinct = E * (1 - (1 - k / E) ** batch)
+    hidden = next(a for a in args if "embed_tokens" in a.get("name", ""))["shape"][1]
+    st = m["state"]
+    state_rw = 0
+    for g in st["groups"]:
+        if "bytes_per_sequence" in g:
+            state_rw += 2 * g["bytes_per_sequence"]
+        else:
+            state_rw += g["bytes_per_token"] * (context + 1)
+    return dense + distinct * per_expert_all_layers + batch * (2 * hidden + state_rw)
+
+
+def prefill_flops(m, T):
+    p = m["parameters"]
+    active = p["active_per_token"]
+    lay = m["layers"]
+    attn = 0
+    for L in lay:
+        if L.get("mixer") == "mla":
+            attn += 2 * 96 * (T * T / 2) * (192 + 128)
+        elif L.get("mixer") == "kda":
+            attn += 2 * 3 * 96 * 128 * 128 * T
+    return 2 * active * T + attn
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--cuda-rt", required=True)
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--batches", default="1,8,64")
+    ap.add_argument("--prefill", default="4096,32768")
+    ap.add_argument("--context", type=int, default=8192)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--peer", action="store_true")
+    ap.add_argument("--k3c-max-batch", type=int, default=64,
+                    help="decode batches above this run the peers only")
+    ap.add_argument("--compare-prompt", type=int, default=16)
+    ap.add_argument("--peer-dtype", default="bfloat16",
+                    help="the peer's activation dtype: bfloat16, or float32 with an f32 library")
+    ap.add_argument("--prefill-budget-s", type=float, default=120.0)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    dev = torch.cuda.get_device_name()
+    res = {"gpu": dev, "date": time.strftime("%Y-%m-%d"), "rows": []}
+    bw, bws = copy_bandwidth()
+    fl, fls = gemm_rate()
+    res["copy_GBps"], res["gemm_bf16_TFLOPs"] = bw / 1e9, fl / 1e12
+    print("%s: d2d copy %.0f GB/s (p10-p90 %.2f-%.2f ms), bf16 GEMM 8192^3 %.0f TFLOP/s"
+          % (dev, bw / 1e9, bws["p10_s"] * 1e3, bws["p90_s"] * 1e3, fl / 1e12), flush=True)
+
+    t0 = time.time()
+    lib = K3Lib(a.lib, a.cuda_rt)
+    torch.cuda.synchronize()
+    print("weights: %.1f GiB generated on the device in %.1f s"
+          % (sum(t.numel() * t.element_size() for t in lib.w.values()) / 2**30, time.time() - t0),
+          flush=True)
+    m = lib.m
+    ps = lib.page_size()
+    g = torch.Generator(device="cuda").manual_seed(1)
+    gen = torch.Generator().manual_seed(2)
+
+    peer = None
+    if a.peer:
+        sys.path.insert(0, HERE)
+        import torch_k3
+        peer = torch_k3.make_peer(a.config, lib.weight_dict(),
+                                  compute_dtype=getattr(torch, a.peer_dtype))
+
+    def row(kind, shape, impl, s, nbytes=None, flops=None, tokens=1):
+        r = {"kind": kind, "shape": shape, "impl": impl, **s,
+             "tokens_per_s": tokens / s["median_s"]}
+        txt = "%-8s %-14s %-16s median %9.3f ms  p10-p90 %9.3f-%9.3f ms  %10.1f tok/s" % (
+            kind, shape, impl, s["median_s"] * 1e3, s["p10_s"] * 1e3, s["p90_s"] * 1e3,
+            r["tokens_per_s"])
+        if nbytes is not None:
+            r["bytes"] = nbytes
+            r["GBps"] = nbytes / s["median_s"] / 1e9
+            r["frac_copy_bw"] = r["GBps"] * 1e9 / bw
+            txt += "  %.2f GB moved, %7.1f GB/s = %.3f of copy bw" % (nbytes / 1e9, r["GBps"], r["frac_copy_bw"])
+        if flops is not None:
+            r["TFLOPs"] = flops / s["median_s"] / 1e12
+            r["frac_gemm"] = flops / s["median_s"] / fl
+            txt += "  %.1f TFLOP/s = %.4f of bf16 GEMM" % (r["TFLOPs"], r["frac_gemm"])
+        res["rows"].append(r)
+        print(txt, flush=True)
+        if a.json:  # after every row: a run cut short keeps what it measured
+            with open(a.json, "w") as f:
+                json.dump(res, f, indent=1)
+
+    # Same weights, same tokens, fresh state: our logits against the peer's.
+    if peer is not None and a.compare_prompt > 0:
+        toks = torch.randint(3, lib.vocab, (a.compare_prompt + 2,), dtype=torch.int32, generator=gen)
+        st = lib.new_state(a.compare_prompt // ps + 2)
+        pst = peer.m.new_state(1, a.compare_prompt + 4)
+        ours, theirs = [], []
+        with torch.no_grad():
+            for part in (toks[:-2], toks[-2:-1], toks[-1:]):
+                run, logits = lib.call(part.clone().pin_memory(), st)
+                run()
+                ours.append(logits[-1].double())
+                theirs.append(peer.m.forward(part.long()[None].cuda(), pst)[0, -1].double())
+        errs = [float((o - t).abs().max() / t.abs().max()) for o, t in zip(ours, theirs)]
+        corr = [float(torch.corrcoef(torch.stack([o, t]))[0, 1]) for o, t in zip(ours, theirs)]
+        agree = [int(o.argmax()) == int(t.argmax()) for o, t in zip(ours, theirs)]
+        res["compare"] = {"prompt": a.compare_prompt, "rel_err": errs, "corr": corr, "argmax_agree": agree}
+        print("k3c vs torch (" + a.peer_dtype + ", %d-token prompt then 2 decode steps): max rel err %s, corr %s, argmax agree %s"
+              % (a.compare_prompt, ["%.3g" % e for e in errs], ["%.4f" % c for c in corr], agree), flush=True)
+        del st, pst
+        torch.cuda.empty_cache()
+
+    # Decode: B sequences, CONTEXT tokens each already in the cache.
+    def k3c_decode(B):
+        pages = (a.context + a.reps + 8) // ps + 2
+        sts = [lib.new_state(pages) for _ in range(B)]
+        for st in sts:
+            lib.fill_random(st, a.context, g)
+        toks = [torch.randint(3, lib.vocab, (1,), dtype=torch.int32, generator=gen).pin_memory()
+                for _ in range(B)]
+        runs = [lib.call(toks[b], sts[b])[0] for b in range(B)]
+        return timed(lambda: [r() for r in runs], a.reps, warmup=1)
+
+    for B in [int(x) for x in a.batches.split(",") if x]:
+        shape, nbytes = "B=%d ctx=%d" % (B, a.context), decode_bytes(m, B, a.context)
+        if B <= a.k3c_max_batch:
+            row("decode", shape, "k3c", k3c_decode(B), nbytes=nbytes, tokens=B)
+        else:
+            print("decode %s k3c: skipped (--k3c-max-batch %d)" % (shape, a.k3c_max_batch))
+        for mode in ("eager", "compile") if peer is not None else ():
+            try:
+                s = peer.time_decode(B, a.context, a.reps, mode)
+                row("decode", shape, "torch-" + mode, s, nbytes=nbytes, tokens=B)
+            except Exception as e:  # report, keep measuring the rest
+                print("decode %s torch-%s: failed: %s" % (shape, mode, str(e)[:300]), flush=True)
+        torch.cuda.empty_cache()
+
+    # Prefill: one sequence of T tokens from an empty state.
+    last = None
+    for T in [int(x) for x in a.prefill.split(",") if x]:
+        if last is not None:
+            est = last[1] * (T / last[0]) ** 2
+            if est > a.prefill_budget_s:
+                print("prefill T=%d: skipped, estimated %.0f s per call from T=%d (budget %.0f s)"
+                      % (T, est, last[0], a.prefill_budget_s), flush=True)
+                continue
+        st = lib.new_state(T // ps + 2)
+        tok = torch.randint(3, lib.vocab, (T,), dtype=torch.int32, generator=gen).pin_memory()
+        run, _ = lib.call(tok, st)
+
+        def once():
+            st["length"][0] = 0
+            run()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        once()
+        torch.cuda.synchronize()
+        first = time.perf_counter() - t0
+        reps = 3 if first < 10 else 1
+        s = timed(once, reps, warmup=0)
+        row("prefill", "T=%d" % T, "k3c", s, flops=prefill_flops(m, T), tokens=T)
+        last = (T, s["median_s"])
+        del run, st
+        torch.cuda.empty_cache()
+        if peer is not None:
+            for mode in ("eager",):
+                try:
+                    s = peer.time_prefill(T, reps, mode)
+                    row("prefill", "T=%d" % T, "torch-" + mode, s, flops=prefill_flops(m, T), tokens=T)
+                except Exception as e:
+                    print("prefill T=%d torch-%s: failed: %s" % (T, mode, str(e)[:300]), flush=True)
+            torch.cuda.empty_cache()
+
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
