@@ -156,7 +156,7 @@ LogicalResult mlir::k3::compile(MLIRContext &context,
       if (!module)
         return failure();
     } else {
-      llvm::Expected<hf::TextConfig> config = hf::loadConfig(options.inputPath);
+      llvm::Expected<hf::TextConfig> config = hf::loadConfig(options.inputPath, options.strictConfig);
       if (!config)
         return emitError(inputLoc) << llvm::toString(config.takeError());
       if (!options.modelName.empty())

@@ -66,6 +66,11 @@ static cl::opt<std::string> activationDtype(
     "activation-dtype",
     cl::desc("Activation dtype: bf16 (as K3) or f32 (docs/NUMERICS.md)"),
     cl::init("bf16"), cl::cat(k3cCategory));
+static cl::opt<bool> strictConfig(
+    "strict-config",
+    cl::desc("Reject config keys that neither k3c nor the published K3 "
+             "config knows (misspelt optional keys)"),
+    cl::cat(k3cCategory));
 static cl::opt<bool> quiet("quiet", cl::desc("No progress lines on stderr"),
                            cl::cat(k3cCategory));
 
@@ -90,6 +95,7 @@ int main(int argc, char **argv) {
       StringRef(outputPath).ends_with(".so"))
     options.emit = k3::EmitKind::Library;
   options.modelName = modelName;
+  options.strictConfig = strictConfig;
   options.progress = !quiet;
   Expected<std::vector<std::string>> targets = k3::parseTargets(targetSpec);
   if (!targets)

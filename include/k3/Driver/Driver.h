@@ -40,6 +40,7 @@ struct CompileOptions {
   EmitKind emit = EmitKind::K3;
   std::vector<std::string> targets = {"host"};
   std::string modelName;        ///< overrides the config folder's name
+  bool strictConfig = false;    ///< unknown config keys are errors
   hf::ImportOptions import;
   bool progress = false;        ///< one line per phase on stderr
 };

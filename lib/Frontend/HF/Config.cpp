@@ -481,10 +481,79 @@ void readText(Reader &r, const Node &t, TextConfig &c) {
                   ")");
 }
 
+//===----------------------------------------------------------------------===//
+// Strict mode: the keys a config may hold.
+//===----------------------------------------------------------------------===//
+
+// Top level of the K3 wrapper (models/kimi-k3/config.json).
+const char *const kTopKeys[] = {
+    "architectures", "auto_map", "bos_token_id", "dtype", "eos_token_id",
+    "ignore_index", "image_placeholder", "media_placeholder_token_id",
+    "model_type", "pad_token_id", "quantization_config", "text_config",
+    "tie_word_embeddings", "torch_dtype", "transformers_version",
+    "vision_config"};
+
+// text_config: what k3c reads, the rest of the published config (generic
+// transformers fields), and what transformers adds when it parses the config
+// (spec §1: rope_parameters, head_dim; ignored).
+const char *const kTextKeys[] = {
+    "_name_or_path", "activation_situ_beta", "activation_situ_linear_beta",
+    "add_cross_attention", "architectures", "attn_res_block_size", "auto_map",
+    "bad_words_ids", "begin_suppress_tokens", "bos_token_id",
+    "chunk_size_feed_forward", "cross_attention_hidden_size",
+    "decoder_start_token_id", "diversity_penalty", "do_sample", "dtype",
+    "early_stopping", "encoder_no_repeat_ngram_size", "eos_token_id",
+    "exponential_decay_length_penalty", "finetuning_task",
+    "first_k_dense_replace", "forced_bos_token_id", "forced_eos_token_id",
+    "head_dim", "hidden_act", "hidden_size", "id2label", "initializer_range",
+    "intermediate_size", "is_decoder", "is_encoder_decoder", "kv_lora_rank",
+    "label2id", "latent_moe_use_norm", "length_penalty", "linear_attn_config",
+    "max_length", "max_position_embeddings", "min_length", "mla_use_nope",
+    "mla_use_output_gate", "model_type", "moe_intermediate_size",
+    "moe_layer_freq", "moe_renormalize", "moe_router_activation_func",
+    "no_repeat_ngram_size", "num_attention_heads", "num_beam_groups",
+    "num_beams", "num_expert_group", "num_experts", "num_experts_per_token",
+    "num_hidden_layers", "num_key_value_heads", "num_nextn_predict_layers",
+    "num_return_sequences", "num_shared_experts", "output_attentions",
+    "output_hidden_states", "output_scores", "pad_token_id", "prefix",
+    "problem_type", "pruned_heads", "q_lora_rank", "qk_nope_head_dim",
+    "qk_rope_head_dim", "quantization_config", "remove_invalid_values",
+    "repetition_penalty", "return_dict", "return_dict_in_generate",
+    "rms_norm_eps", "rope_parameters", "rope_scaling", "rope_theta",
+    "routed_expert_hidden_size", "routed_scaling_factor", "sep_token_id",
+    "suppress_tokens", "task_specific_params", "temperature",
+    "tf_legacy_loss", "tie_encoder_decoder", "tie_word_embeddings",
+    "tokenizer_class", "top_k", "top_p", "topk_group", "topk_method",
+    "torch_dtype", "torchscript", "transformers_version", "typical_p",
+    "use_bfloat16", "use_cache", "use_grouped_topk", "v_head_dim",
+    "vocab_size"};
+
+const char *const kLinearKeys[] = {
+    "full_attn_layers", "gate_lower_bound", "head_dim", "kda_layers",
+    "num_heads", "short_conv_kernel_size", "use_full_rank_gate"};
+
+/// Fails on the first key of `n` not in `known`, suggesting the closest one.
+void checkKnownKeys(Reader &r, const Node &n,
+                    llvm::ArrayRef<const char *> known) {
+  for (auto it = n.obj->begin(); it != n.obj->end() && r.ok(); ++it) {
+    llvm::StringRef key = it.key();
+    if (llvm::is_contained(known, key))
+      continue;
+    std::string hint;
+    unsigned best = 3;
+    for (llvm::StringRef k : known)
+      if (unsigned d = key.edit_distance(k); d < best)
+        best = d, hint = "; did you mean '" + n.keyPath(k) + "'?";
+    r.fail("unknown key '" + n.keyPath(key) + "' (--strict-config" + hint +
+           ")");
+  }
+}
+
 } // namespace
 
 llvm::Expected<TextConfig> mlir::k3::hf::parseConfig(llvm::StringRef text,
-                                                     llvm::StringRef display) {
+                                                     llvm::StringRef display,
+                                                     bool strict) {
   Reader r(display.str());
   SyntaxChecker syntax;
   bool parsed = json::sax_parse(text.begin(), text.end(), &syntax);
@@ -567,20 +636,31 @@ llvm::Expected<TextConfig> mlir::k3::hf::parseConfig(llvm::StringRef text,
       return r.takeError();
   }
 
+  if (strict) {
+    if (text_->obj != &root)
+      checkKnownKeys(r, top, kTopKeys);
+    checkKnownKeys(r, *text_, kTextKeys);
+    if (std::optional<Node> lin = r.object(*text_, "linear_attn_config", false))
+      checkKnownKeys(r, *lin, kLinearKeys);
+    if (!r.ok())
+      return r.takeError();
+  }
+
   std::array<uint8_t, 32> hash =
       llvm::SHA256::hash(llvm::arrayRefFromStringRef(text_->obj->dump()));
   c.configHash = llvm::toHex(hash, /*LowerCase=*/true);
   return c;
 }
 
-llvm::Expected<TextConfig> mlir::k3::hf::loadConfig(llvm::StringRef path) {
+llvm::Expected<TextConfig> mlir::k3::hf::loadConfig(llvm::StringRef path,
+                                                    bool strict) {
   auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
                                          /*RequiresNullTerminator=*/false);
   if (!buf)
     return llvm::createStringError(buf.getError(), "%s: cannot read: %s",
                                    path.str().c_str(),
                                    buf.getError().message().c_str());
-  auto cfg = parseConfig((*buf)->getBuffer(), path);
+  auto cfg = parseConfig((*buf)->getBuffer(), path, strict);
   if (!cfg)
     return cfg.takeError();
   llvm::StringRef dir = llvm::sys::path::parent_path(path);

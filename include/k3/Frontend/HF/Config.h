@@ -93,13 +93,17 @@ struct TextConfig {
 };
 
 /// Parses and validates config.json text. `displayName` prefixes every
-/// message (usually the file path). Errors name the key at fault.
+/// message (usually the file path). Errors name the key at fault. With
+/// `strict`, a key that neither k3c nor the published K3 config knows (a
+/// misspelt optional key, say) is an error naming its path.
 llvm::Expected<TextConfig> parseConfig(llvm::StringRef text,
-                                       llvm::StringRef displayName);
+                                       llvm::StringRef displayName,
+                                       bool strict = false);
 
 /// Reads and parses a config.json; the model name defaults to the name of
 /// the folder holding it.
-llvm::Expected<TextConfig> loadConfig(llvm::StringRef path);
+llvm::Expected<TextConfig> loadConfig(llvm::StringRef path,
+                                      bool strict = false);
 
 } // namespace mlir::k3::hf
 
