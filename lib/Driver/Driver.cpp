@@ -144,6 +144,12 @@ LogicalResult mlir::k3::compile(MLIRContext &context,
   context.appendDialectRegistry(registry);
   context.loadDialect<K3Dialect, func::FuncDialect, tensor::TensorDialect,
                       arith::ArithDialect>();
+  // Errors name the op's location; a dump of the op (for a whole model, the
+  // whole module) only on request.
+  auto &opts = llvm::cl::getRegisteredOptions();
+  auto printOp = opts.find("mlir-print-op-on-diagnostic");
+  if (printOp == opts.end() || !printOp->second->getNumOccurrences())
+    context.printOpOnDiagnostic(false);
   // Messages below name the file themselves.
   Location inputLoc = UnknownLoc::get(&context);
 
