@@ -26,10 +26,15 @@ llvm_config.with_system_environment(["HOME", "TMP", "TEMP", "CUDA_ROOT", "CUDA_H
 # GPU code generation needs the CUDA toolkit's ptxas (no GPU, no driver).
 if os.path.exists("/usr/local/cuda/bin/ptxas"):
     config.available_features.add("ptxas")
+# Running GPU code needs an NVIDIA GPU and its driver (the H200 machine).
+if os.path.exists("/dev/nvidia0") and any(
+        os.path.exists(os.path.join(d, "libcuda.so.1"))
+        for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/local/cuda/compat")):
+    config.available_features.add("cuda-gpu")
 llvm_config.use_default_substitutions()
 llvm_config.add_tool_substitutions(
     ["k3-opt", "k3c", "k3-run", "k3-weights", "k3-serving-check",
-     "k3-linked-check", "k3-state-check"],
+     "k3-linked-check", "k3-state-check", "k3-device-check"],
     [config.k3c_tools_dir])
 # The NumPy reference and the comparison script need numpy; lit runs with
 # the system python3 (Debian's python3-numpy).

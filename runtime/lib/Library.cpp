@@ -1,6 +1,7 @@
 //===- Library.cpp - an opened k3c library --------------------------------===//
 
 #include "Library.h"
+#include "Device.h"
 
 #include <cerrno>
 #include <cstring>
@@ -31,13 +32,21 @@ k3rt_status *k3rt::openLibrary(const char *path, k3rt_library **out) {
   std::string local;
   if (path && !std::strchr(path, '/'))
     local = std::string("./") + path;
+  // A GPU library loads its kernels (mgpuModuleLoad) as it is opened: the
+  // CUDA runtime of k3rt must be there first. It does nothing until called.
+  std::string noCuda;
+  bool haveCuda = preloadCudaRuntime(noCuda);
   // RTLD_LOCAL: two libraries export the same three symbols.
   void *handle =
       ::dlopen(local.empty() ? path : local.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     const char *err = ::dlerror();
+    std::string why = err ? err : "unknown dlopen error";
+    if (!haveCuda && why.find("mgpu") != std::string::npos)
+      why += " (a library compiled for a GPU needs k3rt's CUDA runtime: " +
+             noCuda + ")";
     return makeStatus(K3RT_INVALID_ARGUMENT, "%s: cannot load library: %s",
-                      shown, err ? err : "unknown dlopen error");
+                      shown, why.c_str());
   }
   auto fail = [&](k3rt_status *status) {
     ::dlclose(handle);
@@ -68,6 +77,11 @@ k3rt_status *k3rt::openLibrary(const char *path, k3rt_library **out) {
     delete lib;
     return fail(annotate(s, shown));
   }
+  if (lib->manifest.gpu)
+    if (k3rt_status *s = checkGpu(shown, lib->manifest.targets)) {
+      delete lib;
+      return fail(s);
+    }
   lib->handle = handle;
   lib->path = shown;
   lib->forward = forward;

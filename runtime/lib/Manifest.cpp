@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <limits>
 #include <set>
 #include <tuple>
@@ -280,7 +281,7 @@ parseWeights(const json &root, Manifest &m,
   return nullptr;
 }
 
-/// The targets the library holds code for; this runtime runs "host".
+/// The targets the library holds code for: "host" or NVIDIA GPUs.
 static k3rt_status *parseTargets(const json &root, Manifest &m) {
   const json *targets = member(root, "targets");
   if (!targets || !targets->is_array() || targets->empty())
@@ -291,12 +292,25 @@ static k3rt_status *parseTargets(const json &root, Manifest &m) {
     m.targets.push_back(t.get<std::string>());
     m.targetList += (m.targetList.empty() ? "" : ",") + m.targets.back();
   }
-  if (std::find(m.targets.begin(), m.targets.end(), "host") == m.targets.end())
-    return makeStatus(K3RT_FAILED_PRECONDITION,
-                      "the library was compiled for targets [%s]; this "
-                      "runtime runs host code (compile with k3c "
-                      "--target=host)",
-                      m.targetList.c_str());
+  // "host", or NVIDIA GPUs ("sm_90", "sm_90,sm_100"): one kind per library.
+  bool host = false, gpu = false;
+  for (const std::string &t : m.targets) {
+    bool sm = t.size() > 3 && t.compare(0, 3, "sm_") == 0 &&
+              std::isdigit((unsigned char)t[3]);
+    if (t == "host")
+      host = true;
+    else if (sm)
+      gpu = true;
+    else
+      return makeStatus(K3RT_FAILED_PRECONDITION,
+                        "the library was compiled for target '%s' (targets "
+                        "[%s]); this runtime runs 'host' and NVIDIA 'sm_NN' "
+                        "code",
+                        t.c_str(), m.targetList.c_str());
+  }
+  if (host && gpu)
+    return bad("targets", "mixes host and GPU targets");
+  m.gpu = gpu;
   return nullptr;
 }
 

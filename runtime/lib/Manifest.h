@@ -120,6 +120,8 @@ struct Manifest {
   std::string configSha256;
   /// "targets", and the same comma-separated.
   std::vector<std::string> targets;
+  /// Code for NVIDIA GPUs (targets "sm_NN"), not the host.
+  bool gpu = false;
   std::string targetList;
   /// The layout of kda.recurrent ("" without KDA layers).
   std::string kdaLayout;

@@ -70,8 +70,7 @@ static int32_t takeZeroedPage(k3rt_session *s) {
   s->freePages.pop_back();
   s->pageRefs[size_t(page)] = 1;
   for (size_t p = 0; p < s->pools.size(); ++p)
-    std::memset(pageData(s, p, page), 0,
-                size_t(s->manifest->pageBytesPerLayer));
+    zeroBytes(s->gpu, pageData(s, p, page), s->manifest->pageBytesPerLayer);
   return page;
 }
 
@@ -143,13 +142,11 @@ static uint8_t *snapshotData(const k3rt_session *s, int32_t slot) {
 }
 
 static void copyState(const k3rt_session *s, uint8_t *dst, const uint8_t *src) {
-  if (s->manifest->slotBytes)
-    std::memcpy(dst, src, size_t(s->manifest->slotBytes));
+  copyBytes(s->gpu, dst, src, s->manifest->slotBytes);
 }
 
 static void zeroState(const k3rt_session *s, uint8_t *dst) {
-  if (s->manifest->slotBytes)
-    std::memset(dst, 0, size_t(s->manifest->slotBytes));
+  zeroBytes(s->gpu, dst, s->manifest->slotBytes);
 }
 
 static int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -163,8 +160,8 @@ static uint64_t rowBytes(const k3rt_session *s) {
 static void zeroRows(k3rt_session *s, int32_t page, int64_t from) {
   uint64_t row = rowBytes(s);
   for (size_t p = 0; p < s->pools.size(); ++p)
-    std::memset(pageData(s, p, page) + uint64_t(from) * row, 0,
-                size_t(uint64_t(s->pageSize - from) * row));
+    zeroBytes(s->gpu, pageData(s, p, page) + uint64_t(from) * row,
+              uint64_t(s->pageSize - from) * row);
 }
 
 static void forgetRemoved(k3rt_session *s, int64_t id) {
@@ -483,6 +480,9 @@ k3rt_status *k3rt::createSession(k3rt_library *library, k3rt_weights *weights,
   int64_t interval = OPTION(options, snapshot_interval, 0);
   int64_t snapshotSlots = OPTION(options, snapshot_slots, 0);
   int64_t maxVerify = OPTION(options, max_verify_tokens, 0);
+  int64_t maxStepTokens = OPTION(options, max_step_tokens, 0);
+  int64_t maxStepEntries = OPTION(options, max_step_entries, 0);
+  void *stream = OPTION(options, cuda_stream, nullptr);
   if (maxSequences <= 0)
     return makeStatus(K3RT_INVALID_ARGUMENT,
                       "max_sequences must be positive, got %lld",
@@ -494,6 +494,15 @@ k3rt_status *k3rt::createSession(k3rt_library *library, k3rt_weights *weights,
     return makeStatus(K3RT_INVALID_ARGUMENT,
                       "state_budget_bytes is 0; give the bytes the session "
                       "may use for sequence state");
+  if (maxStepTokens < 0 || maxStepEntries < 0)
+    return makeStatus(K3RT_INVALID_ARGUMENT,
+                      "max_step_tokens and max_step_entries must not be "
+                      "negative");
+  if (stream && !m.gpu)
+    return makeStatus(K3RT_INVALID_ARGUMENT,
+                      "cuda_stream is set, but %s holds host code (targets "
+                      "[%s])",
+                      library->path.c_str(), m.targetList.c_str());
   if (interval < 0 || snapshotSlots < 0 || maxVerify < 0)
     return makeStatus(K3RT_INVALID_ARGUMENT,
                       "snapshot_interval, snapshot_slots and "
@@ -579,14 +588,23 @@ k3rt_status *k3rt::createSession(k3rt_library *library, k3rt_weights *weights,
   s->snapshotInterval = interval;
   s->numSnapshotSlots = snapshotSlots;
   s->maxVerifyTokens = maxVerify;
-  K3RT_RETURN_IF_ERROR(Buffer::allocate(seqTotal, "sequence slots", s->slots));
+  s->maxStepTokens = maxStepTokens;
+  s->maxStepEntries = maxStepEntries ? maxStepEntries : maxSequences;
+  s->gpu = m.gpu;
+  s->stream = stream;
+  s->device = m.gpu ? cudaDeviceDescription() : "host";
+  if (s->gpu)
+    cudaSetStream(stream);
+  Memory::Place place = s->gpu ? Memory::Place::Device : Memory::Place::Host;
   K3RT_RETURN_IF_ERROR(
-      Buffer::allocate(snapTotal, "snapshot slots", s->snapshotSlots));
+      Memory::allocate(seqTotal, "sequence slots", place, s->slots));
+  K3RT_RETURN_IF_ERROR(Memory::allocate(snapTotal, "snapshot slots", place,
+                                        s->snapshotSlots));
   s->pools.resize(m.pagedLayers.size());
   for (size_t p = 0; p < s->pools.size(); ++p)
     K3RT_RETURN_IF_ERROR(
-        Buffer::allocate(uint64_t(numPages) * m.pageBytesPerLayer,
-                         "an MLA page pool", s->pools[p]));
+        Memory::allocate(uint64_t(numPages) * m.pageBytesPerLayer,
+                         "an MLA page pool", place, s->pools[p]));
   for (int64_t i = maxSequences; i-- > 0;)
     s->freeSlots.push_back(int32_t(i));
   for (int64_t i = snapshotSlots; i-- > 0;)
@@ -649,7 +667,7 @@ k3rt_status *k3rt::sessionInfo(k3rt_session *s, k3rt_session_info *info) {
   full.free_slots = int64_t(s->freeSlots.size());
   full.num_sequences = int64_t(s->sequences.size());
   uint64_t bytes = s->slots.size() + s->snapshotSlots.size();
-  for (const Buffer &b : s->pools)
+  for (const Memory &b : s->pools)
     bytes += b.size();
   full.state_bytes = bytes;
   full.snapshot_interval = s->snapshotInterval;
@@ -663,6 +681,9 @@ k3rt_status *k3rt::sessionInfo(k3rt_session *s, k3rt_session_info *info) {
     checkpoints += int64_t(entry.second.checkpoints.size());
   full.checkpoints = checkpoints;
   full.max_verify_tokens = s->maxVerifyTokens;
+  full.max_step_tokens = s->maxStepTokens;
+  full.max_step_entries = s->maxStepEntries;
+  full.device = s->device.c_str();
   if (!copyOut(full, info))
     return makeStatus(K3RT_INVALID_ARGUMENT,
                       "k3rt_session_get_info: info must be non-NULL with "
@@ -1099,20 +1120,33 @@ k3rt_status *k3rt::readState(k3rt_session *s, int64_t id, const char *group,
                       "read_state: the output holds %zu floats, the state "
                       "has %lld",
                       outCount, (long long)count);
+  // GPU: through a host copy of the bytes.
+  std::vector<uint8_t> host;
+  auto hostView = [&](const uint8_t *src, uint64_t bytes) -> const uint8_t * {
+    if (!s->gpu)
+      return src;
+    host.resize(size_t(bytes));
+    copyBytes(true, host.data(), src, bytes);
+    return host.data();
+  };
   if (arg.role == ArgRole::SlotState) {
-    toFloat(slotData(s, seq.slot) + arg.slotOffset, arg.dtype, size_t(count),
-            out);
+    const uint8_t *src =
+        hostView(slotData(s, seq.slot) + arg.slotOffset,
+                 uint64_t(count) * dtypeBits(arg.dtype) / 8);
+    toFloat(src, arg.dtype, size_t(count), out);
     return nullptr;
   }
   // Paged: the first `length` tokens, gathered from the pages in order.
   size_t pool = size_t(s->poolOf[size_t(argIndex)]);
   int64_t width = sg.shape[0];
   uint64_t rowBytes = uint64_t(width) * dtypeBits(sg.dtype) / 8;
-  for (int64_t q = 0; q < seq.length; ++q) {
+  for (int64_t q = 0; q < seq.length; q += s->pageSize) {
     int32_t page = seq.pages[size_t(q / s->pageSize)];
-    const uint8_t *row =
-        pageData(s, pool, page) + uint64_t(q % s->pageSize) * rowBytes;
-    toFloat(row, sg.dtype, size_t(width), out + q * width);
+    int64_t rows = std::min(s->pageSize, seq.length - q);
+    const uint8_t *src = hostView(pageData(s, pool, page), uint64_t(rows) * rowBytes);
+    for (int64_t r = 0; r < rows; ++r)
+      toFloat(src + uint64_t(r) * rowBytes, sg.dtype, size_t(width),
+              out + (q + r) * width);
   }
   return nullptr;
 }
@@ -1161,6 +1195,16 @@ size_t k3rt::logitsRows(const k3rt_step_entry *entries, size_t numEntries) {
 
 namespace {
 /// What validation found that the run needs.
+/// Pages a call's page table can hold: the context window's.
+static int64_t stagePages(const k3rt_session *s) {
+  return s->pageSize ? ceilDiv(s->maxContext, s->pageSize) : 0;
+}
+
+/// Bytes of the GPU stage for calls of up to `tokens` tokens.
+static uint64_t stageBytes(const k3rt_session *s, int64_t tokens) {
+  return sizeof(int64_t) + uint64_t(stagePages(s) + tokens) * sizeof(int32_t);
+}
+
 struct StepPlan {
   uint64_t rows = 0;
   int64_t maxTokens = 0;
@@ -1177,6 +1221,12 @@ static k3rt_status *validateStep(k3rt_session *s,
   if (!entries || n == 0)
     return makeStatus(K3RT_INVALID_ARGUMENT,
                       "step: the batch is empty (no entries)");
+  if (int64_t(n) > s->maxStepEntries)
+    return makeStatus(K3RT_OUT_OF_RANGE,
+                      "step: %zu entries; the session takes at most %lld per "
+                      "step (max_step_entries)",
+                      n, (long long)s->maxStepEntries);
+  int64_t stepTokens = 0;
   std::unordered_map<int64_t, size_t> seen;
   seen.reserve(n);
   plan = StepPlan();
@@ -1200,6 +1250,15 @@ static k3rt_status *validateStep(k3rt_session *s,
                         "step entry %zu (sequence %lld): n_tokens is %lld; an "
                         "entry needs at least one token",
                         i, id, (long long)e.n_tokens);
+    if (s->maxStepTokens &&
+        e.n_tokens > s->maxStepTokens - stepTokens)
+      return makeStatus(K3RT_OUT_OF_RANGE,
+                        "step entry %zu (sequence %lld): %lld tokens bring "
+                        "the step past the session's max_step_tokens of %lld "
+                        "(split the prefill into chunks)",
+                        i, id, (long long)e.n_tokens,
+                        (long long)s->maxStepTokens);
+    stepTokens += e.n_tokens;
     if (!e.tokens)
       return makeStatus(K3RT_INVALID_ARGUMENT,
                         "step entry %zu (sequence %lld): tokens is NULL", i,
@@ -1323,10 +1382,20 @@ static k3rt_status *validateStep(k3rt_session *s,
   // The scratch is the last thing that can fail; it is not state.
   uint64_t need =
       uint64_t(plan.maxTokens) * uint64_t(m.vocabSize) * sizeof(float);
+  Memory::Place place = s->gpu ? Memory::Place::Device : Memory::Place::Host;
   if (s->scratch.size() < need) {
-    Buffer b;
-    K3RT_RETURN_IF_ERROR(Buffer::allocate(need, "the logits scratch", b));
+    Memory b;
+    K3RT_RETURN_IF_ERROR(
+        Memory::allocate(need, "the logits scratch", place, b));
     s->scratch = std::move(b);
+  }
+  // GPU: tokens, page table and length of one call, page-locked.
+  uint64_t stage = stageBytes(s, plan.maxTokens);
+  if (s->gpu && s->stage.size() < stage) {
+    Memory b;
+    K3RT_RETURN_IF_ERROR(Memory::allocate(
+        stage, "the step's token buffer", Memory::Place::Pinned, b));
+    s->stage = std::move(b);
   }
   return nullptr;
 }
@@ -1351,9 +1420,9 @@ static void preparePages(k3rt_session *s, Sequence &seq, int64_t n) {
       s->pageRefs[size_t(page)] = 1;
       uint64_t used = uint64_t(seq.length % P) * rowBytes(s);
       for (size_t p = 0; p < s->pools.size(); ++p) {
-        std::memcpy(pageData(s, p, page), pageData(s, p, old), size_t(used));
-        std::memset(pageData(s, p, page) + used, 0,
-                    size_t(s->manifest->pageBytesPerLayer - used));
+        copyBytes(s->gpu, pageData(s, p, page), pageData(s, p, old), used);
+        zeroBytes(s->gpu, pageData(s, p, page) + used,
+                  s->manifest->pageBytesPerLayer - used);
       }
       dropPage(s, old);
       seq.pages[k] = page;
@@ -1372,6 +1441,20 @@ static void forwardCall(k3rt_session *s, Sequence &seq, const int32_t *tokens,
   const Manifest &m = *s->manifest;
   // One length per call, shared by every paged layer; the kernel reads it.
   int64_t length = seq.length;
+  int64_t *lengthData = &length;
+  int32_t *pageTable = seq.pages.data();
+  if (s->gpu) {
+    // Page-locked copies that the kernels (and the library's host code)
+    // can read: length, then the page table, then the tokens.
+    auto *stage = reinterpret_cast<int64_t *>(s->stage.data());
+    stage[0] = length;
+    lengthData = stage;
+    pageTable = reinterpret_cast<int32_t *>(stage + 1);
+    std::copy(seq.pages.begin(), seq.pages.end(), pageTable);
+    int32_t *staged = pageTable + stagePages(s);
+    std::copy(tokens, tokens + T, staged);
+    tokens = staged;
+  }
   uint8_t *slot = slotData(s, seq.slot);
   float *scratch = reinterpret_cast<float *>(s->scratch.data());
   for (size_t a = 0; a < m.args.size(); ++a) {
@@ -1386,11 +1469,11 @@ static void forwardCall(k3rt_session *s, Sequence &seq, const int32_t *tokens,
       setData(d, slot + arg.slotOffset);
       break;
     case ArgRole::PageTable: // [pages of this call], stride 1
-      setData(d, seq.pages.data());
+      setData(d, pageTable);
       d.dims[0] = ceilDiv(length + T, s->pageSize);
       break;
     case ArgRole::PageLength:
-      setData(d, &length);
+      setData(d, lengthData);
       break;
     case ArgRole::Logits: // [T, V], strides [V, 1]
       setData(d, scratch);
@@ -1402,6 +1485,8 @@ static void forwardCall(k3rt_session *s, Sequence &seq, const int32_t *tokens,
     }
   }
   s->library->forward(s->args.data());
+  if (s->gpu)
+    cudaWorkspaceReset(); // the library synchronised its stream
   seq.length += T;
 }
 
@@ -1471,7 +1556,8 @@ k3rt_status *k3rt::step(k3rt_session *s, const k3rt_step_entry *entries,
       }
       if (count == 0)
         continue;
-      std::memcpy(dst, scratch + first * V, size_t(count * V) * sizeof(float));
+      copyBytes(s->gpu, dst, scratch + first * V,
+                uint64_t(count * V) * sizeof(float));
       if (s->checkLogits && !firstBad) {
         for (int64_t k = 0; k < count * V && !firstBad; ++k)
           if (!std::isfinite(dst[k]))
@@ -1498,4 +1584,25 @@ k3rt_status *k3rt::step(k3rt_session *s, const k3rt_step_entry *entries,
   }
   s->pending.clear();
   return firstBad;
+}
+
+k3rt_status *k3rt::checkDevice(k3rt_session *s, const char *what,
+                               k3rt_status *status) {
+  if (!s->gpu)
+    return status;
+  // A driver error is the process's (the context is gone with a sticky
+  // one): it loses every GPU session.
+  if (s->lost.empty())
+    if (const char *err = cudaError())
+      s->lost = err;
+  if (s->lost.empty()) {
+    cudaSetStream(s->stream);
+    return status;
+  }
+  freeStatus(status);
+  return makeStatus(K3RT_ABORTED,
+                    "%s: the GPU failed: %s; the session is lost "
+                    "(DEVICE_LOST): its state is undefined, release it and "
+                    "restart the process",
+                    what, s->lost.c_str());
 }

@@ -27,10 +27,12 @@
 #ifndef K3RT_LIB_SESSION_H
 #define K3RT_LIB_SESSION_H
 
+#include "Device.h"
 #include "Weights.h"
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -109,9 +111,19 @@ struct k3rt_session {
   int64_t pageSize = 0;
   int64_t numPages = 0;
   bool checkLogits = false;
+  int64_t maxStepTokens = 0;  ///< 0 = no limit
+  int64_t maxStepEntries = 0;
 
-  k3rt::Buffer slots;              ///< maxSequences x slotBytes
-  std::vector<k3rt::Buffer> pools; ///< per paged layer, ABI order
+  /// A GPU library: state, logits and weights live in device memory and
+  /// every copy goes through the driver (Device.h).
+  bool gpu = false;
+  void *stream = nullptr;     ///< the caller's CUstream, or NULL
+  std::string device;         ///< "host" or the GPU's description
+  /// Set by the first device error: every later call fails with ABORTED.
+  std::string lost;
+
+  k3rt::Memory slots;              ///< maxSequences x slotBytes
+  std::vector<k3rt::Memory> pools; ///< per paged layer, ABI order
   std::vector<int32_t> freeSlots;  ///< LIFO
   std::vector<int32_t> freePages;  ///< LIFO
   std::vector<int32_t> pageRefs;   ///< per page
@@ -120,7 +132,7 @@ struct k3rt_session {
   int64_t snapshotInterval = 0;
   int64_t numSnapshotSlots = 0;
   int64_t maxVerifyTokens = 0;
-  k3rt::Buffer snapshotSlots;             ///< numSnapshotSlots x slotBytes
+  k3rt::Memory snapshotSlots;             ///< numSnapshotSlots x slotBytes
   std::vector<int32_t> freeSnapshotSlots; ///< LIFO
   std::unordered_map<int64_t, k3rt::CacheNode> nodes;
   std::unordered_multimap<uint64_t, int64_t> nodesByHash;
@@ -134,7 +146,10 @@ struct k3rt_session {
   size_t removedNext = 0;
 
   /// Logits scratch [T, V] f32, grown on demand.
-  k3rt::Buffer scratch;
+  k3rt::Memory scratch;
+  /// GPU: the per-call inputs in page-locked memory the kernels and the
+  /// library's host code both read: tokens, page table, length.
+  k3rt::Memory stage;
 
   /// k3_forward arguments: constant parts filled at creation.
   std::vector<k3rt::MemRefDesc> descs;
@@ -172,6 +187,12 @@ k3rt_status *rollback(k3rt_session *s, int64_t id, int64_t n);
 k3rt_status *sequenceInfo(k3rt_session *s, int64_t id,
                           k3rt_sequence_info *info);
 size_t logitsRows(const k3rt_step_entry *entries, size_t numEntries);
+
+/// GPU sessions: ABORTED if the session is lost (a device error in an
+/// earlier call); else `status`, or ABORTED (marking the session lost) if
+/// the call left a device error.
+k3rt_status *checkDevice(k3rt_session *s, const char *what,
+                         k3rt_status *status);
 
 } // namespace k3rt
 

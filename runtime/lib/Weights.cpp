@@ -503,7 +503,38 @@ k3rt_status *k3rt::loadWeights(k3rt_library *library, const char *pathArg,
       ++stacks;
   uint64_t stacksDone = 0;
   w->argData.assign(m.args.size(), nullptr);
-  for (size_t a = 0; a < m.args.size(); ++a) {
+  if (m.gpu) {
+    // A GPU library: every weight argument gets device memory, streamed
+    // from the mapping (expert stacks assembled in place); the mappings
+    // are dropped afterwards.
+    uint64_t weightArgs = 0, uploaded = 0;
+    for (const AbiArg &arg : m.args)
+      weightArgs += arg.role == ArgRole::Weight;
+    for (size_t a = 0; a < m.args.size(); ++a) {
+      const AbiArg &arg = m.args[a];
+      if (arg.role != ArgRole::Weight)
+        continue;
+      const TensorSpec &spec = m.tensors[size_t(arg.ref)];
+      const std::vector<Location> &locs = where[size_t(arg.ref)];
+      Memory d;
+      K3RT_RETURN_IF_ERROR(Memory::allocate(
+          arg.bytes, ("weight " + spec.name).c_str(), Memory::Place::Device,
+          d));
+      int64_t parts = std::max<int64_t>(spec.experts, 1);
+      for (int64_t e = 0; e < parts; ++e)
+        copyBytes(true, d.data() + uint64_t(e) * spec.bytes,
+                  dataOf(locs[size_t(e)]), spec.bytes);
+      if (const char *err = cudaError())
+        return makeStatus(K3RT_ABORTED, "uploading weight %s: %s",
+                          spec.name.c_str(), err);
+      w->argData[a] = d.data();
+      w->device.push_back(std::move(d));
+      copied += arg.bytes;
+      progress(options, "upload", ++uploaded, weightArgs);
+    }
+    w->maps.clear();
+  }
+  for (size_t a = 0; a < m.args.size() && !m.gpu; ++a) {
     const AbiArg &arg = m.args[a];
     if (arg.role != ArgRole::Weight)
       continue;

@@ -3,6 +3,7 @@
 #ifndef K3RT_LIB_WEIGHTS_H
 #define K3RT_LIB_WEIGHTS_H
 
+#include "Device.h"
 #include "Library.h"
 #include "Safetensors.h"
 
@@ -14,6 +15,8 @@ struct k3rt_weights {
   k3rt_library *library = nullptr; ///< retained
   std::vector<k3rt::MappedFile> maps;
   std::vector<k3rt::Buffer> buffers;
+  /// A GPU library: the weight arguments in device memory.
+  std::vector<k3rt::Memory> device;
   /// Per ABI argument: the data of a weight argument, nullptr otherwise.
   std::vector<const void *> argData;
   k3rt_weights_info info{};

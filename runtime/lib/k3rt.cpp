@@ -47,6 +47,8 @@ extern "C" const char *k3rt_code_name(k3rt_code code) {
     return "RESOURCE_EXHAUSTED";
   case K3RT_FAILED_PRECONDITION:
     return "FAILED_PRECONDITION";
+  case K3RT_ABORTED:
+    return "ABORTED";
   case K3RT_OUT_OF_RANGE:
     return "OUT_OF_RANGE";
   case K3RT_INTERNAL:
@@ -175,7 +177,8 @@ public:
   BusyGuard(const BusyGuard &) = delete;
   BusyGuard &operator=(const BusyGuard &) = delete;
 
-  /// nullptr if this call owns the session.
+  /// nullptr if this call owns the session (and, on a GPU, the session is
+  /// not lost: RUNTIME_NOTES §3 item 24).
   k3rt_status *check(const char *what) const {
     if (!session)
       return makeStatus(K3RT_INVALID_ARGUMENT, "%s: session is NULL", what);
@@ -184,7 +187,7 @@ public:
                         "%s: the session is in use by another call; a "
                         "session is used by one thread at a time",
                         what);
-    return nullptr;
+    return checkDevice(session, what, nullptr);
   }
 
 private:
@@ -214,21 +217,21 @@ extern "C" k3rt_status *k3rt_session_get_info(k3rt_session *session,
 extern "C" k3rt_status *k3rt_sequence_add(k3rt_session *session, int64_t id) {
   BusyGuard guard(session);
   K3RT_RETURN_IF_ERROR(guard.check("k3rt_sequence_add"));
-  return addSequence(session, id);
+  return checkDevice(session, "k3rt_sequence_add", addSequence(session, id));
 }
 
 extern "C" k3rt_status *k3rt_sequence_remove(k3rt_session *session,
                                              int64_t id) {
   BusyGuard guard(session);
   K3RT_RETURN_IF_ERROR(guard.check("k3rt_sequence_remove"));
-  return removeSequence(session, id);
+  return checkDevice(session, "k3rt_sequence_remove", removeSequence(session, id));
 }
 
 extern "C" k3rt_status *k3rt_sequence_fork(k3rt_session *session,
                                            int64_t parent, int64_t child) {
   BusyGuard guard(session);
   K3RT_RETURN_IF_ERROR(guard.check("k3rt_sequence_fork"));
-  return forkSequence(session, parent, child);
+  return checkDevice(session, "k3rt_sequence_fork", forkSequence(session, parent, child));
 }
 
 extern "C" k3rt_status *k3rt_sequence_length(k3rt_session *session, int64_t id,
@@ -245,7 +248,7 @@ extern "C" k3rt_status *k3rt_sequence_read_state(k3rt_session *session,
                                                  k3rt_state_shape *shape) {
   BusyGuard guard(session);
   K3RT_RETURN_IF_ERROR(guard.check("k3rt_sequence_read_state"));
-  return readState(session, id, group, layer, out, out_count, shape);
+  return checkDevice(session, "k3rt_sequence_read_state", readState(session, id, group, layer, out, out_count, shape));
 }
 
 extern "C" size_t k3rt_step_logits_rows(const k3rt_step_entry *entries,
@@ -259,7 +262,7 @@ k3rt_sequence_add_with_prefix(k3rt_session *session, int64_t id,
                               int64_t *reused) {
   BusyGuard guard(session);
   K3RT_RETURN_IF_ERROR(guard.check("k3rt_sequence_add_with_prefix"));
-  return addWithPrefix(session, id, tokens, n_tokens, reused);
+  return checkDevice(session, "k3rt_sequence_add_with_prefix", addWithPrefix(session, id, tokens, n_tokens, reused));
 }
 
 extern "C" k3rt_status *k3rt_session_match_prefix(k3rt_session *session,
@@ -274,7 +277,7 @@ extern "C" k3rt_status *k3rt_session_match_prefix(k3rt_session *session,
 extern "C" k3rt_status *k3rt_session_drop_snapshots(k3rt_session *session) {
   BusyGuard guard(session);
   K3RT_RETURN_IF_ERROR(guard.check("k3rt_session_drop_snapshots"));
-  return dropSnapshots(session);
+  return checkDevice(session, "k3rt_session_drop_snapshots", dropSnapshots(session));
 }
 
 extern "C" k3rt_status *k3rt_sequence_fork_at(k3rt_session *session,
@@ -282,14 +285,14 @@ extern "C" k3rt_status *k3rt_sequence_fork_at(k3rt_session *session,
                                               int64_t position) {
   BusyGuard guard(session);
   K3RT_RETURN_IF_ERROR(guard.check("k3rt_sequence_fork_at"));
-  return forkAt(session, parent, child, position);
+  return checkDevice(session, "k3rt_sequence_fork_at", forkAt(session, parent, child, position));
 }
 
 extern "C" k3rt_status *k3rt_sequence_rollback(k3rt_session *session,
                                                int64_t id, int64_t n_tokens) {
   BusyGuard guard(session);
   K3RT_RETURN_IF_ERROR(guard.check("k3rt_sequence_rollback"));
-  return rollback(session, id, n_tokens);
+  return checkDevice(session, "k3rt_sequence_rollback", rollback(session, id, n_tokens));
 }
 
 extern "C" k3rt_status *k3rt_sequence_get_info(k3rt_session *session,
@@ -306,7 +309,7 @@ extern "C" k3rt_status *k3rt_session_step(k3rt_session *session,
                                           size_t logits_out_count) {
   BusyGuard guard(session);
   K3RT_RETURN_IF_ERROR(guard.check("k3rt_session_step"));
-  return step(session, entries, n_entries, logits_out, logits_out_count);
+  return checkDevice(session, "k3rt_session_step", step(session, entries, n_entries, logits_out, logits_out_count));
 }
 
 //===----------------------------------------------------------------------===//

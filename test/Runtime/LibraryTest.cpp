@@ -196,9 +196,12 @@ const ManifestCase manifestCases[] = {
     // What the manifest records about targets, layouts and the config.
     {"NoTargets", [](json &m) { m.erase("targets"); }, K3RT_INVALID_ARGUMENT,
      "manifest targets: missing"},
-    {"GpuOnlyTargets", [](json &m) { m["targets"] = {"sm_90", "sm_100"}; },
+    {"UnknownTarget", [](json &m) { m["targets"] = {"tpu_v5"}; },
      K3RT_FAILED_PRECONDITION,
-     "compiled for targets [sm_90,sm_100]; this runtime runs host code"},
+     "compiled for target 'tpu_v5' (targets [tpu_v5]); this runtime runs "
+     "'host' and NVIDIA 'sm_NN' code"},
+    {"HostAndGpuTargets", [](json &m) { m["targets"] = {"host", "sm_90"}; },
+     K3RT_INVALID_ARGUMENT, "manifest targets: mixes host and GPU targets"},
     {"UnknownKdaLayout",
      [](json &m) { m["state"]["groups"][0]["layout"] = "heads_last"; },
      K3RT_FAILED_PRECONDITION,
@@ -232,6 +235,17 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<ManifestCase> &info) {
       return std::string(info.param.name);
     });
+
+// A GPU library on a machine without a driver (K3RT_CUDA_DRIVER names one
+// that does not exist, so that the test means the same on a GPU machine).
+TEST(ManifestTest, GpuTargetsWithoutADriver) {
+  ::setenv("K3RT_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
+  json m = json::parse(fakeManifest(), nullptr, false);
+  m["targets"] = {"sm_90", "sm_100"};
+  EXPECT_ERROR(openFakeWithManifest(m.dump()), K3RT_FAILED_PRECONDITION,
+               "compiled for sm_90,sm_100: no NVIDIA driver: cannot load "
+               "/nonexistent/libcuda.so.1");
+}
 
 TEST(ManifestTest, NotJson) {
   EXPECT_ERROR(openFakeWithManifest("{\"format\": "), K3RT_INVALID_ARGUMENT,

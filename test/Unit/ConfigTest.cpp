@@ -113,6 +113,15 @@ TEST(ConfigTest, DuplicateKeysAreRejected) {
             "cfg: duplicate key 'text_config.hidden_size'");
 }
 
+// Found by fuzz-config (10-minute run): a key with an escaped newline made
+// a two-line message. Input bytes are escaped; the message is one line.
+TEST(ConfigTest, ControlCharactersInKeysAreEscaped) {
+  EXPECT_EQ(errorOf("{\"a\\nb\": 1, \"a\\nb\": 2}"),
+            "cfg: duplicate key 'a\\nb'");
+  EXPECT_EQ(errorOf("{\"x\\u0001\": 1, \"x\\u0001\": 2}"),
+            "cfg: duplicate key 'x\\x01'");
+}
+
 TEST(ConfigTest, UnknownModelType) {
   EXPECT_EQ(errorOf("{\"model_type\": \"llama\"}"),
             "cfg: key 'model_type': unknown model_type 'llama' (k3c compiles "

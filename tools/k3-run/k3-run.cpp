@@ -471,6 +471,10 @@ int main(int argc, char **argv) {
     sopts.state_budget_bytes = 1;
   k3rt_session *session = nullptr;
   check(k3rt_session_create(library, weights, &sopts, &session));
+  k3rt_session_info sinfo{};
+  sinfo.struct_size = sizeof(sinfo);
+  check(k3rt_session_get_info(session, &sinfo));
+  std::printf("device: %s\n", sinfo.device);
 
   if (o.bench) // warm-up, untimed
     run(session, o, V, [] {});

@@ -12,9 +12,11 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/Twine.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/SHA256.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <nlohmann/json.hpp>
 
@@ -130,6 +132,24 @@ std::string describe(const json &v) {
   return std::string(v.type_name()) + " " + s;
 }
 
+/// A message on one line: control characters that came from the input (a
+/// key "a\nb", say) written as escapes.
+std::string oneLine(llvm::StringRef text) {
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  for (unsigned char c : text) {
+    if (c == '\n')
+      os << "\\n";
+    else if (c == '\t')
+      os << "\\t";
+    else if (c < 0x20 || c == 0x7f)
+      os << llvm::format("\\x%02x", c);
+    else
+      os << c;
+  }
+  return out;
+}
+
 class Reader {
 public:
   explicit Reader(std::string display) : display(std::move(display)) {}
@@ -137,7 +157,7 @@ public:
   bool ok() const { return !error; }
   void fail(const llvm::Twine &msg) {
     if (!error)
-      error = display + ": " + msg.str();
+      error = oneLine(display + ": " + msg.str());
   }
   llvm::Error takeError() {
     return llvm::createStringError(llvm::inconvertibleErrorCode(), *error);

@@ -61,7 +61,7 @@ extern "C" {
 /** The API version this header describes. Version 1: libraries, weights,
  * sessions, sequences, steps. Version 2: the function table, snapshots,
  * rollback, verify steps, prefix reuse, config hash checks. */
-#define K3RT_API_VERSION 2
+#define K3RT_API_VERSION 3
 
 /** The compiled library ABI version this runtime implements (docs/ABI.md). */
 #define K3RT_LIBRARY_ABI_VERSION 1
@@ -78,7 +78,13 @@ typedef enum k3rt_code {
   K3RT_ALREADY_EXISTS = 6,      /**< sequence id already in use            */
   K3RT_RESOURCE_EXHAUSTED = 8,  /**< out of slots, pages or memory         */
   K3RT_FAILED_PRECONDITION = 9, /**< wrong version or config, session busy,
-                                     no state to roll back to, ...         */
+                                     no state to roll back to, no GPU or a
+                                     GPU the library has no code for      */
+  K3RT_ABORTED = 10,            /**< DEVICE_LOST: the GPU failed (illegal
+                                     address, launch failure, ...); the
+                                     session is unusable for the rest of
+                                     its life (and the process's GPU
+                                     context with it: restart it)          */
   K3RT_OUT_OF_RANGE = 11,       /**< over the context window or a limit   */
   K3RT_INTERNAL = 13,           /**< a bug or an unexpected system error   */
   K3RT_DATA_LOSS = 15           /**< truncated file, NaN/Inf weights/logits */
@@ -121,8 +127,11 @@ typedef struct k3rt_library k3rt_library;
 /** Opens the compiled library at `path` (dlopen), checks k3_abi_version()
  * and parses and validates k3_manifest_json() before anything else is
  * allocated: the manifest format and version, its internal consistency
- * (every rule of docs/ABI.md), the targets (the library must contain code
- * for "host", the target this runtime runs) and the state layouts (known
+ * (every rule of docs/ABI.md), the targets ("host", or NVIDIA GPUs such as
+ * "sm_90": then libk3rt_cuda.so, k3rt's CUDA runtime, is loaded from
+ * $K3RT_CUDA_RUNTIME or next to libk3rt, the driver with dlopen, and device
+ * 0 must be of a compute capability the library has code for; weights,
+ * state and logits then live in device memory) and the state layouts (known
  * layouts whose dims agree with them: a KDA state in another layout than
  * the one the shape says is a state layout mix-up). With `path` NULL, uses
  * the library linked into the program (its k3_* entry points in the
@@ -130,7 +139,9 @@ typedef struct k3rt_library k3rt_library;
  * Errors: NOT_FOUND (no such file), INVALID_ARGUMENT (not a shared library,
  * not a k3c library, malformed manifest; the message names the manifest
  * key), FAILED_PRECONDITION (library ABI, manifest version, target or state
- * layout this runtime does not implement).
+ * layout this runtime does not implement; a GPU library without a driver,
+ * e.g. "compiled for sm_90: no NVIDIA driver: cannot load libcuda.so.1", or
+ * on another GPU: "compiled for sm_90; device 0 (NAME) is sm_80").
  * Ownership: `*out` is the caller's, released with k3rt_library_release.
  * Thread-safe. */
 K3RT_API K3RT_MUST_USE_RESULT k3rt_status *
@@ -192,7 +203,9 @@ k3rt_library_check_config(const k3rt_library *library, const char *config_path);
 
 typedef struct k3rt_weights k3rt_weights;
 
-/** Progress while loading: `stage` is "validate", "map" or "assemble";
+/** Progress while loading: `stage` is "validate", "map", "assemble" or, for
+ * a library compiled for a GPU, "upload" (weight arguments copied to device
+ * memory);
  * `done` of `total` units (shards or expert stacks). Called on the loading
  * thread. */
 typedef void (*k3rt_progress_fn)(void *user, const char *stage, uint64_t done,
@@ -316,6 +329,18 @@ typedef struct k3rt_session_options {
   /** The longest verify entry (K3RT_STEP_VERIFY) allowed; 0 = verify
    * entries are rejected. At most snapshot_slots. */
   int64_t max_verify_tokens;
+  /* --- API version 3 --- */
+  /** The most tokens one step may carry over all its entries (prefill
+   * chunks and decode tokens together); a step over it fails with
+   * OUT_OF_RANGE before anything runs. 0 = no limit. */
+  int64_t max_step_tokens;
+  /** The most entries (sequences) in one step; 0 = max_sequences. */
+  int64_t max_step_entries;
+  /** A library compiled for a GPU: the CUstream its kernels and the
+   * session's copies run on (NULL: streams of the library's own). Every
+   * call returns with the stream's work complete. INVALID_ARGUMENT for a
+   * host library. */
+  void *cuda_stream;
 } k3rt_session_options;
 
 /** Creates a session over `weights` (which must come from `library`). The
@@ -355,6 +380,12 @@ typedef struct k3rt_session_info {
   int64_t cached_pages;  /**< pages held only by the cache (reclaimable) */
   int64_t checkpoints;   /**< snapshot slots held by verify checkpoints  */
   int64_t max_verify_tokens;
+  /* --- API version 3 --- */
+  int64_t max_step_tokens;  /**< 0 = no limit                           */
+  int64_t max_step_entries;
+  /** "host", or the GPU the session's memory lives on, e.g. "NVIDIA H200
+   * (sm_90, 139.8 GiB, 60.1 GiB free)" at creation. */
+  const char *device;
 } k3rt_session_info;
 
 /** Fills `info`. Errors: INVALID_ARGUMENT, FAILED_PRECONDITION (busy). */

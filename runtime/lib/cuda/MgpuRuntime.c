@@ -12,6 +12,11 @@
  * driver error is kept (k3rt_cuda_last_error) and makes every later call a
  * no-op, so a failed launch never turns into garbage results.
  *
+ * k3rt (runtime/lib/Device.cpp) loads this library before a GPU model
+ * library and uses the k3rt_cuda_* calls below for its own device memory:
+ * weights, state pools, logits and copies between them. A session's caller
+ * stream (k3rt_cuda_set_stream) replaces the streams the library creates.
+ *
  *===----------------------------------------------------------------------===*/
 
 #include <dlfcn.h>
@@ -49,8 +54,17 @@ static struct {
   CUresult (*memAlloc)(CUdeviceptr *, size_t);
   CUresult (*memFree)(CUdeviceptr);
   CUresult (*getErrorString)(CUresult, const char **);
+  CUresult (*deviceGetAttribute)(int *, int, CUdevice);
+  CUresult (*deviceGetName)(char *, int, CUdevice);
+  CUresult (*memGetInfo)(size_t *, size_t *);
+  CUresult (*memAllocHost)(void **, size_t);
+  CUresult (*memFreeHost)(void *);
+  CUresult (*memcpyAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*memsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+  CUdevice device;
   CUdeviceptr arena;
   size_t arenaSize, arenaUsed;
+  CUstream userStream; /* the caller's, or NULL */
 } cu;
 
 static void fail(const char *what, CUresult r) {
@@ -74,10 +88,14 @@ static int load(void) {
   if (cu.ready)
     return !cu.error[0];
   cu.ready = 1;
-  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  /* K3RT_CUDA_DRIVER: another driver library (a test double, say). */
+  const char *driver = getenv("K3RT_CUDA_DRIVER");
+  if (!driver || !*driver)
+    driver = "libcuda.so.1";
+  void *lib = dlopen(driver, RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     snprintf(cu.error, sizeof(cu.error),
-             "no NVIDIA driver: cannot load libcuda.so.1 (%s)", dlerror());
+             "no NVIDIA driver: cannot load %s (%s)", driver, dlerror());
     return 0;
   }
   CUresult (*getProc)(const char *, void **, int, unsigned long long, int *) =
@@ -112,11 +130,19 @@ static int load(void) {
   GET(streamSynchronize, "cuStreamSynchronize");
   GET(memAlloc, "cuMemAlloc");
   GET(memFree, "cuMemFree");
+  GET(deviceGetAttribute, "cuDeviceGetAttribute");
+  GET(deviceGetName, "cuDeviceGetName");
+  GET(memGetInfo, "cuMemGetInfo");
+  GET(memAllocHost, "cuMemAllocHost");
+  GET(memFreeHost, "cuMemFreeHost");
+  GET(memcpyAsync, "cuMemcpyAsync");
+  GET(memsetD8Async, "cuMemsetD8Async");
 #undef GET
-  CUdevice dev;
+  CUdevice dev = 0;
   CUcontext ctx;
   CHECK(cu.init(0), "cuInit");
   CHECK(cu.deviceGet(&dev, 0), "cuDeviceGet");
+  cu.device = dev;
   CHECK(cu.primaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
   CHECK(cu.ctxSetCurrent(ctx), "cuCtxSetCurrent");
   const char *mb = getenv("K3RT_CUDA_WORKSPACE_MB");
@@ -136,6 +162,80 @@ K3_EXPORT void k3rt_cuda_workspace_reset(void) { cu.arenaUsed = 0; }
 
 /* Bytes of the workspace in use (its high-water mark per forward). */
 K3_EXPORT size_t k3rt_cuda_workspace_used(void) { return cu.arenaUsed; }
+
+/* Device 0: compute capability, name and memory. 0, or -1 with the error in
+ * k3rt_cuda_last_error. */
+K3_EXPORT int k3rt_cuda_device(int *major, int *minor, char *name,
+                               size_t nameSize, size_t *freeBytes,
+                               size_t *totalBytes) {
+  if (!load())
+    return -1;
+  CHECK(cu.deviceGetAttribute(major, 75 /* COMPUTE_CAPABILITY_MAJOR */,
+                              cu.device),
+        "cuDeviceGetAttribute");
+  CHECK(cu.deviceGetAttribute(minor, 76 /* COMPUTE_CAPABILITY_MINOR */,
+                              cu.device),
+        "cuDeviceGetAttribute");
+  CHECK(cu.deviceGetName(name, (int)nameSize, cu.device), "cuDeviceGetName");
+  CHECK(cu.memGetInfo(freeBytes, totalBytes), "cuMemGetInfo");
+  return cu.error[0] ? -1 : 0;
+}
+
+/* Device memory (host = 0) or page-locked host memory (host = 1) that
+ * kernels can address. Returns the CUDA error (2: out of memory); an
+ * allocation failure is not sticky. */
+K3_EXPORT int k3rt_cuda_alloc(void **out, size_t bytes, int host) {
+  *out = NULL;
+  if (!load())
+    return -1;
+  if (host)
+    return cu.memAllocHost(out, bytes);
+  CUdeviceptr p = 0;
+  CUresult r = cu.memAlloc(&p, bytes);
+  *out = (void *)(uintptr_t)p;
+  return r;
+}
+
+K3_EXPORT void k3rt_cuda_free(void *ptr, int host) {
+  if (!ptr || !cu.ready || !cu.memFree)
+    return;
+  /* After a sticky error the context is gone; freeing is moot. */
+  if (host)
+    cu.memFreeHost(ptr);
+  else
+    cu.memFree((CUdeviceptr)(uintptr_t)ptr);
+}
+
+/* Copies `bytes` between any two addresses the device can see (unified
+ * addressing) on the session stream and waits for it. */
+K3_EXPORT int k3rt_cuda_copy(void *dst, const void *src, size_t bytes) {
+  if (!load())
+    return -1;
+  if (bytes) {
+    CHECK(cu.memcpyAsync((CUdeviceptr)(uintptr_t)dst,
+                         (CUdeviceptr)(uintptr_t)src, bytes, cu.userStream),
+          "cuMemcpyAsync");
+    CHECK(cu.streamSynchronize(cu.userStream), "cuStreamSynchronize");
+  }
+  return cu.error[0] ? -1 : 0;
+}
+
+/* Zeroes `bytes` of device memory and waits for it. */
+K3_EXPORT int k3rt_cuda_zero(void *dst, size_t bytes) {
+  if (!load())
+    return -1;
+  if (bytes) {
+    CHECK(cu.memsetD8Async((CUdeviceptr)(uintptr_t)dst, 0, bytes,
+                           cu.userStream),
+          "cuMemsetD8Async");
+    CHECK(cu.streamSynchronize(cu.userStream), "cuStreamSynchronize");
+  }
+  return cu.error[0] ? -1 : 0;
+}
+
+/* The stream the library's kernels and k3rt's copies run on; NULL: streams
+ * of their own (the kernels) and the default stream (copies). */
+K3_EXPORT void k3rt_cuda_set_stream(void *stream) { cu.userStream = stream; }
 
 K3_EXPORT void *mgpuModuleLoad(void *data, size_t size) {
   (void)size;
@@ -175,13 +275,15 @@ K3_EXPORT void mgpuLaunchKernel(void *function, intptr_t gx, intptr_t gy,
 
 K3_EXPORT void *mgpuStreamCreate(void) {
   CUstream s = NULL;
+  if (cu.userStream)
+    return cu.userStream;
   if (load())
     CHECK(cu.streamCreate(&s, 0), "cuStreamCreate");
   return s;
 }
 
 K3_EXPORT void mgpuStreamDestroy(void *stream) {
-  if (stream && load())
+  if (stream && stream != cu.userStream && load())
     CHECK(cu.streamDestroy(stream), "cuStreamDestroy");
 }
 

@@ -1,0 +1,183 @@
+/*===- FakeCudaDriver.c - a CUDA driver test double for k3rt's GPU paths --===*
+ *
+ * Loaded in place of libcuda.so.1 through K3RT_CUDA_DRIVER, it lets the
+ * GPU paths of k3rt and libk3rt_cuda run on a machine without a GPU: the
+ * device is host memory, copies are memmove, and kernels do not run.
+ *
+ *   FAKE_CUDA_SM      compute capability as NN (default 90)
+ *   FAKE_CUDA_MEM_MB  device memory (default 4096); allocations past it
+ *                     fail with CUDA_ERROR_OUT_OF_MEMORY (2)
+ *   FAKE_CUDA_LAUNCH  "fail" (default): every launch fails with
+ *                     CUDA_ERROR_LAUNCH_FAILED (719), like a kernel that
+ *                     faulted; "ok": launches succeed and do nothing
+ *
+ * Only the entry points MgpuRuntime.c resolves exist.
+ *===----------------------------------------------------------------------===*/
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+#define EXPORT __attribute__((visibility("default")))
+
+static size_t used, limit;
+
+static long envInt(const char *name, long fallback) {
+  const char *v = getenv(name);
+  return v && *v ? atol(v) : fallback;
+}
+
+static CUresult init(unsigned flags) {
+  (void)flags;
+  limit = (size_t)envInt("FAKE_CUDA_MEM_MB", 4096) << 20;
+  return 0;
+}
+static CUresult deviceGet(int *dev, int ordinal) {
+  *dev = ordinal;
+  return 0;
+}
+static CUresult ctxRetain(void **ctx, int dev) {
+  (void)dev;
+  *ctx = (void *)&used;
+  return 0;
+}
+static CUresult ctxSetCurrent(void *ctx) {
+  (void)ctx;
+  return 0;
+}
+static CUresult moduleLoadData(void **module, const void *image) {
+  *module = (void *)(uintptr_t)image;
+  return 0;
+}
+static CUresult moduleUnload(void *module) {
+  (void)module;
+  return 0;
+}
+static CUresult moduleGetFunction(void **f, void *module, const char *name) {
+  (void)module;
+  *f = (void *)(uintptr_t)name;
+  return 0;
+}
+static CUresult launchKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
+                             unsigned bx, unsigned by, unsigned bz,
+                             unsigned smem, void *stream, void **params,
+                             void **extra) {
+  (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz;
+  (void)smem, (void)stream, (void)params, (void)extra;
+  const char *mode = getenv("FAKE_CUDA_LAUNCH");
+  return mode && !strcmp(mode, "ok") ? 0 : 719;
+}
+static CUresult streamCreate(void **s, unsigned flags) {
+  (void)flags;
+  *s = (void *)&limit;
+  return 0;
+}
+static CUresult streamNop(void *s) {
+  (void)s;
+  return 0;
+}
+/* Each block carries its size in front, so that frees give it back. */
+static CUresult memAlloc(uint64_t *p, size_t bytes) {
+  if (used + bytes > limit)
+    return 2;
+  size_t *block = malloc(bytes + 16);
+  if (!block)
+    return 2;
+  block[0] = bytes;
+  used += bytes;
+  *p = (uint64_t)(uintptr_t)(block + 2);
+  return 0;
+}
+static CUresult memFree(uint64_t p) {
+  if (p) {
+    size_t *block = (size_t *)(uintptr_t)p - 2;
+    used -= block[0];
+    free(block);
+  }
+  return 0;
+}
+static CUresult memAllocHost(void **p, size_t bytes) {
+  *p = malloc(bytes ? bytes : 1);
+  return *p ? 0 : 2;
+}
+static CUresult memFreeHost(void *p) {
+  free(p);
+  return 0;
+}
+static CUresult getErrorString(CUresult r, const char **s) {
+  *s = r == 2     ? "out of memory"
+       : r == 719 ? "unspecified launch failure"
+                  : "fake driver error";
+  return 0;
+}
+static CUresult deviceGetAttribute(int *v, int attr, int dev) {
+  (void)dev;
+  long sm = envInt("FAKE_CUDA_SM", 90);
+  *v = attr == 75 ? (int)(sm / 10) : attr == 76 ? (int)(sm % 10) : 0;
+  return 0;
+}
+static CUresult deviceGetName(char *name, int len, int dev) {
+  (void)dev;
+  snprintf(name, (size_t)len, "Fake GPU");
+  return 0;
+}
+static CUresult memGetInfo(size_t *freeBytes, size_t *total) {
+  *freeBytes = limit - used;
+  *total = limit;
+  return 0;
+}
+static CUresult memcpyAsync(uint64_t dst, uint64_t src, size_t n, void *s) {
+  (void)s;
+  memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+  return 0;
+}
+static CUresult memsetD8Async(uint64_t dst, unsigned char v, size_t n,
+                              void *s) {
+  (void)s;
+  memset((void *)(uintptr_t)dst, v, n);
+  return 0;
+}
+
+EXPORT CUresult cuGetProcAddress_v2(const char *name, void **fn, int version,
+                                    unsigned long long flags, int *status) {
+  (void)version, (void)flags;
+  static const struct {
+    const char *name;
+    void *fn;
+  } table[] = {
+      {"cuInit", (void *)init},
+      {"cuDeviceGet", (void *)deviceGet},
+      {"cuDevicePrimaryCtxRetain", (void *)ctxRetain},
+      {"cuCtxSetCurrent", (void *)ctxSetCurrent},
+      {"cuModuleLoadData", (void *)moduleLoadData},
+      {"cuModuleUnload", (void *)moduleUnload},
+      {"cuModuleGetFunction", (void *)moduleGetFunction},
+      {"cuLaunchKernel", (void *)launchKernel},
+      {"cuStreamCreate", (void *)streamCreate},
+      {"cuStreamDestroy", (void *)streamNop},
+      {"cuStreamSynchronize", (void *)streamNop},
+      {"cuMemAlloc", (void *)memAlloc},
+      {"cuMemFree", (void *)memFree},
+      {"cuMemAllocHost", (void *)memAllocHost},
+      {"cuMemFreeHost", (void *)memFreeHost},
+      {"cuGetErrorString", (void *)getErrorString},
+      {"cuDeviceGetAttribute", (void *)deviceGetAttribute},
+      {"cuDeviceGetName", (void *)deviceGetName},
+      {"cuMemGetInfo", (void *)memGetInfo},
+      {"cuMemcpyAsync", (void *)memcpyAsync},
+      {"cuMemsetD8Async", (void *)memsetD8Async},
+  };
+  for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); ++i)
+    if (!strcmp(table[i].name, name)) {
+      *fn = table[i].fn;
+      if (status)
+        *status = 1;
+      return 0;
+    }
+  *fn = NULL;
+  if (status)
+    *status = 0;
+  return 500; /* CUDA_ERROR_NOT_FOUND */
+}

@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""The end-to-end tests of test/e2e, on a GPU, through k3rt.
+
+The same checks as k3-tiny.test, k3-small.test and k3-tiny-state.test, with
+libraries compiled for sm_90 and run by k3-run and the k3rt check programs
+on device 0 (weights, state and logits in device memory):
+
+  run-e2e.py build --k3c K3C --k3-weights K3W --models DIR --out OUT
+      compiles the libraries and writes the checkpoints (needs no GPU);
+  run-e2e.py run --out OUT --bin BIN
+      runs every check on the GPU; prints one line per check and PASS or
+      FAIL; exit status 1 on any failure.
+
+Tolerances are the host tests' (k3-tiny.test explains them): f32
+activations 1e-4 relative to the float64 reference; bf16 activations 2e-1
+with every logits row correlated above 0.99, because a bf16 rounding
+boundary or a near-tie in the MoE top-k can land on either side in f32 and
+float64 sums, and the GPU kernels sum in another order than the host's.
+Batching, fork, snapshots and rollback must be bit-identical to the
+sequences computed alone, as on the host: the same kernels run in both.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+COMPARE = os.path.join(HERE, "..", "compare.py")
+PROMPT = "5,17,300,42,7,99,123,1,2,{x},64,128,3,77,250,19"
+DECODE16 = "3,9,200,4,5,6,7,8,9,10,11,12,13,14,15,16"
+DECODE4 = "3,9,200,4"
+
+# name: (config, activation dtype, extra k3c flags)
+LIBS = {
+    "tiny-f32": ("k3-tiny", "f32", []),
+    "tiny-bf16": ("k3-tiny", "bf16", []),
+    "tiny-f32c4": ("k3-tiny", "f32", ["--kda-chunk-size=4"]),
+    "tiny-f32p8": ("k3-tiny", "f32", ["--mla-page-size=8", "--kda-chunk-size=8"]),
+    "tiny-bf16p8": ("k3-tiny", "bf16", ["--mla-page-size=8", "--kda-chunk-size=8"]),
+    "small-f32": ("k3-small", "f32", []),
+    "small-bf16": ("k3-small", "bf16", []),
+    "small-f32c4": ("k3-small", "f32", ["--kda-chunk-size=4"]),
+}
+# name: (config, seed)
+WEIGHTS = {"w-tiny": ("k3-tiny", 1), "w-tiny3": ("k3-tiny", 3), "w-small": ("k3-small", 7)}
+
+
+def build(a):
+    os.makedirs(a.out, exist_ok=True)
+    for name, (model, seed) in WEIGHTS.items():
+        subprocess.check_call([a.k3_weights, os.path.join(a.models, model, "config.json"),
+                               "--seed", str(seed), "-o", os.path.join(a.out, name)])
+    for name, (model, dtype, flags) in LIBS.items():
+        subprocess.check_call([a.k3c, os.path.join(a.models, model, "config.json"),
+                               "--target=sm_90", "--activation-dtype=" + dtype, "--quiet",
+                               "-o", os.path.join(a.out, name + ".so")] + flags)
+    return 0
+
+
+def checks(a):
+    out, b = a.out, a.bin
+    k3run = os.path.join(b, "k3-run")
+    models = os.path.join(HERE, "..", "..", "..", "models")
+
+    def lib(n):
+        return os.path.join(out, n + ".so")
+
+    def w(n):
+        return os.path.join(out, n)
+
+    def ref(model, name, weights, mode, prompt, decode, rtol, *extra):
+        return [sys.executable, COMPARE, "ref", "--k3-run", k3run, "--lib", lib(name),
+                "--config", os.path.join(models, model, "config.json"), "--weights", w(weights),
+                "--mode", mode, "--prompt", prompt, "--decode", decode, "--rtol", str(rtol)] + list(extra)
+
+    def self_(name, weights, prompt, ca, cb, rtol):
+        return [sys.executable, COMPARE, "self", "--k3-run", k3run, "--lib", lib(name),
+                "--weights", w(weights), "--prompt", prompt, "--decode", DECODE4,
+                "--chunks-a", ca, "--chunks-b", cb, "--rtol", str(rtol)]
+
+    out_ = []
+    for model, x, wn in (("k3-tiny", "511", "w-tiny"), ("k3-small", "911", "w-small")):
+        s, p = model[3:], PROMPT.format(x=x)
+        out_ += [
+            (s + " f32 vs reference (logits, states)",
+             ref(model, s + "-f32", wn, "f32", p, DECODE16, 1e-4, "--states")),
+            (s + " f32, KDA chunk 4, vs reference",
+             ref(model, s + "-f32c4", wn, "f32", p, DECODE4, 1e-4, "--states")),
+            (s + " f32, uneven chunks, vs reference",
+             ref(model, s + "-f32", wn, "f32", p, DECODE4, 1e-4, "--chunks", "5,1,7,3", "--states")),
+            (s + " f32, one call = token by token", self_(s + "-f32", wn, p, "16", "1", 1e-4)),
+            (s + " f32, one call = uneven chunks", self_(s + "-f32", wn, p, "16", "6,2,5,3", 1e-4)),
+            (s + " bf16, one call = uneven chunks", self_(s + "-bf16", wn, p, "16", "6,2,5,3", 1e-1)),
+            (s + " bf16 vs reference (logits, states)",
+             ref(model, s + "-bf16", wn, "bf16", p, DECODE16, 2e-1, "--states", "--min-corr", "0.99")),
+            (s + " f32 batching and fork (bit-identical)",
+             [os.path.join(b, "k3-serving-check"), lib(s + "-f32"), w(wn)]),
+            (s + " bf16 batching and fork (bit-identical)",
+             [os.path.join(b, "k3-serving-check"), lib(s + "-bf16"), w(wn)]),
+        ]
+    out_ += [
+        ("tiny f32 snapshots, rollback, prefix reuse, fork_at",
+         [os.path.join(b, "k3-state-check"), lib("tiny-f32p8"), w("w-tiny3")]),
+        ("tiny bf16 snapshots, rollback, prefix reuse, fork_at",
+         [os.path.join(b, "k3-state-check"), lib("tiny-bf16p8"), w("w-tiny3")]),
+        ("tiny f32 exact snapshots",
+         [os.path.join(b, "k3-state-check"), lib("tiny-f32"), w("w-tiny3"), "--interval", "64",
+          "--no-interleavings"]),
+        ("tiny device session, status by status",
+         [os.path.join(b, "k3-device-check"), lib("tiny-f32"), w("w-tiny")]),
+    ]
+    return out_
+
+
+def run(a):
+    failed = 0
+    for name, cmd in checks(a):
+        t0 = time.time()
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        text = r.stdout + r.stderr
+        ok = r.returncode == 0 and ("PASS" in text.split() or "device-check" in cmd[0])
+        if "device-check" in cmd[0]:
+            ok = ok and "sum |x| > 0" in text and text.count(": OK") == 8
+        lines = [l for l in text.splitlines() if "max rel err" in l or "diff" in l or "device:" in l]
+        print("%s %s (%.1f s)" % ("ok  " if ok else "FAIL", name, time.time() - t0))
+        for l in lines[:4] if ok else text.splitlines()[-30:]:
+            print("       " + l)
+        sys.stdout.flush()
+        failed += not ok
+    print("PASS" if not failed else "FAIL (%d checks)" % failed)
+    return 1 if failed else 0
+
+
+def main():
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build")
+    b.add_argument("--k3c", required=True)
+    b.add_argument("--k3-weights", required=True)
+    b.add_argument("--models", required=True)
+    b.add_argument("--out", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--out", required=True)
+    r.add_argument("--bin", required=True)
+    a = p.parse_args()
+    return build(a) if a.cmd == "build" else run(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
