@@ -167,6 +167,19 @@ LogicalResult mlir::k3::compile(MLIRContext &context,
         return emitError(inputLoc) << llvm::toString(config.takeError());
       if (!options.modelName.empty())
         config->name = options.modelName;
+      if (options.epDegree != 1) {
+        if (options.epDegree < 1 || !config->numExperts ||
+            config->numExperts % options.epDegree != 0)
+          return emitError(inputLoc)
+                 << "--ep-degree " << options.epDegree << " does not divide "
+                 << "the " << config->numExperts
+                 << " routed experts (num_experts) of " << options.inputPath;
+        return emitError(inputLoc)
+               << "--ep-degree " << options.epDegree
+               << ": expert-parallel libraries are not implemented in this "
+                  "k3c; compile every expert into one library "
+                  "(--ep-degree=1)";
+      }
       module = hf::importModel(context, *config, options.import);
     }
     if (failed(verify(*module)))
@@ -219,10 +232,6 @@ LogicalResult mlir::k3::compile(MLIRContext &context,
   if (gpu && !getenv("CUDA_ROOT") && !getenv("CUDA_HOME") &&
       !getenv("CUDA_PATH") && llvm::sys::fs::exists("/usr/local/cuda"))
     setenv("CUDA_HOME", "/usr/local/cuda", /*overwrite=*/0);
-  if (gpu && options.targets.size() > 1)
-    return emitError(inputLoc)
-           << "--target: one GPU target per library for now, got "
-           << options.targets.size();
 
   // Phase 3: lower. The manifest is taken from the k3 module first.
   {
@@ -239,7 +248,7 @@ LogicalResult mlir::k3::compile(MLIRContext &context,
     pm.enableTiming(phase.timing());
     if (options.emit == EmitKind::Linalg)
       buildK3ToLinalgPipeline(pm);
-    else if (gpu ? failed(buildGPULoweringPipeline(pm, options.targets.front()))
+    else if (gpu ? failed(buildGPULoweringPipeline(pm, options.targets))
                  : failed(buildHostLoweringPipeline(pm)))
       return emitError(inputLoc) << "internal error: bad lowering pipeline";
     if (failed(pm.run(*module)))
@@ -262,7 +271,7 @@ LogicalResult mlir::k3::compile(MLIRContext &context,
 
   // Phases 4 and 5: codegen (object files) and link (shared library).
   std::vector<std::string> objects;
-  auto removeObjects = llvm::make_scope_exit([&] {
+  llvm::scope_exit removeObjects([&] {
     for (const std::string &o : objects)
       llvm::sys::fs::remove(o);
   });

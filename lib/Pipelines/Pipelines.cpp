@@ -9,6 +9,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
+#include "llvm/ADT/StringExtras.h"
 
 using namespace mlir;
 
@@ -58,8 +59,18 @@ static const char *const kGPUBufferize =
 static const char *const kGPUMap =
     "convert-linalg-to-parallel-loops,canonicalize";
 
+/// The PTX ISA version a chip needs (PTX ISA release notes: sm_90 from 7.8,
+/// sm_100 from 8.6, sm_120 from 8.7).
+static std::string ptxFeatures(StringRef chip) {
+  unsigned sm = 0;
+  chip.drop_front(3).take_while(llvm::isDigit).getAsInteger(10, sm);
+  return sm >= 120 ? "+ptx87" : sm >= 100 ? "+ptx86" : "+ptx80";
+}
+
 LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
-                                                 StringRef chip) {
+                                                 ArrayRef<std::string> chips) {
+  if (chips.empty())
+    return failure();
   registerUpstreamPasses();
   buildK3ToLinalgPipeline(pm);
   if (failed(parsePassPipeline(kGPUBufferize, pm)))
@@ -67,6 +78,7 @@ LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
   pm.addPass(createK3MemRefCopyToLinalgPass());
   if (failed(parsePassPipeline(kGPUMap, pm)))
     return failure();
+  pm.addNestedPass<func::FuncOp>(createK3GPUWarpReducePass());
   pm.addNestedPass<func::FuncOp>(createK3GPUTileAndMapPass());
   if (failed(parsePassPipeline("func.func(convert-parallel-loops-to-gpu)", pm)))
     return failure();
@@ -80,11 +92,19 @@ LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
                                "arith-expand{include-bf16=1}",
                                pm)))
     return failure();
-  std::string lower = ("gpu-lower-to-nvvm-pipeline{cubin-chip=" + chip +
-                       " cubin-features=+ptx80 cubin-format=fatbin}")
-                          .str();
+  // One #nvvm.target per chip (the pipeline attaches the first), the PTX of
+  // each, then one fatbin with every cubin and PTX (k3-gpu-fatbin).
+  for (const std::string &chip : chips.drop_front())
+    if (failed(parsePassPipeline("nvvm-attach-target{chip=" + chip +
+                                     " features=" + ptxFeatures(chip) + "}",
+                                 pm)))
+      return failure();
+  std::string lower = "gpu-lower-to-nvvm-pipeline{cubin-chip=" + chips[0] +
+                      " cubin-features=" + ptxFeatures(chips[0]) +
+                      " cubin-format=isa}";
   if (failed(parsePassPipeline(lower, pm)))
     return failure();
+  pm.addPass(createK3GPUFatbinPass());
   pm.addPass(createK3EmitLibraryEntriesPass());
   return success();
 }

@@ -2,6 +2,7 @@
 
 #include "k3/Target/Manifest.h"
 #include "k3/Dialect/K3/IR/K3.h"
+#include "k3/Version.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -378,6 +379,7 @@ std::string mlir::k3::manifestJSON(const ModelInfo &info,
   ojson m;
   m["format"] = "k3c-manifest";
   m["version"] = 1;
+  m["compiler"] = {{"name", "k3c"}, {"version", K3C_VERSION}};
   m["model"] = {{"name", info.name},
                 {"model_type", info.modelType},
                 {"config_sha256", info.configHash},
@@ -402,7 +404,8 @@ std::string mlir::k3::manifestJSON(const ModelInfo &info,
   if (info.numExperts)
     m["moe"] = {{"num_experts", info.numExperts},
                 {"top_k", info.topK},
-                {"expert_format", info.expertFormat}};
+                {"expert_format", info.expertFormat},
+                {"ep_degree", 1}}; // every expert in this library
 
   ojson states = ojson::array();
   int64_t perSequence = 0, perToken = 0;

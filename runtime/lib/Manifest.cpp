@@ -281,6 +281,67 @@ parseWeights(const json &root, Manifest &m,
   return nullptr;
 }
 
+/// "major.minor" of a "major.minor.patch" version, or "" if it is not one.
+static std::string majorMinor(const std::string &v) {
+  size_t a = v.find('.');
+  size_t b = a == std::string::npos ? a : v.find('.', a + 1);
+  if (a == 0 || a == std::string::npos || b == a + 1)
+    return std::string();
+  std::string mm = v.substr(0, b);
+  for (char c : mm)
+    if (c != '.' && !std::isdigit((unsigned char)c))
+      return std::string();
+  return mm;
+}
+
+/// The k3c that compiled the library: this runtime opens libraries of the
+/// k3c it was released with, up to the patch level (RUNTIME_NOTES §3
+/// item 7; MLC's _metadata, TensorRT's engine version check).
+static k3rt_status *parseCompiler(const json &root, Manifest &m) {
+  const json *c = member(root, "compiler");
+  if (!c)
+    return makeStatus(K3RT_FAILED_PRECONDITION,
+                      "the manifest has no 'compiler' (a library from a k3c "
+                      "before 0.5); recompile it with k3c %s",
+                      K3RT_K3C_VERSION);
+  if (!c->is_object())
+    return bad("compiler", "not an object");
+  std::string name;
+  K3RT_RETURN_IF_ERROR(getString(*c, "compiler", "name", name));
+  K3RT_RETURN_IF_ERROR(getString(*c, "compiler", "version", m.compilerVersion));
+  if (name != "k3c")
+    return bad("compiler.name", "'" + name + "', expected 'k3c'");
+  std::string mm = majorMinor(m.compilerVersion);
+  if (mm.empty())
+    return bad("compiler.version",
+               "'" + m.compilerVersion + "' is not MAJOR.MINOR.PATCH");
+  if (mm != majorMinor(K3RT_K3C_VERSION))
+    return makeStatus(K3RT_FAILED_PRECONDITION,
+                      "the library was compiled by k3c %s; this runtime opens "
+                      "libraries of k3c %s.x (recompile it with k3c %s)",
+                      m.compilerVersion.c_str(),
+                      majorMinor(K3RT_K3C_VERSION).c_str(), K3RT_K3C_VERSION);
+  return nullptr;
+}
+
+/// moe.ep_degree: the expert-parallel degree the library was compiled for.
+/// This runtime runs every expert in one process (RUNTIME_NOTES §3 item 25).
+static k3rt_status *parseExpertParallel(const json &root) {
+  const json *moe = member(root, "moe");
+  if (!moe)
+    return nullptr;
+  int64_t degree = 1;
+  K3RT_RETURN_IF_ERROR(getInt(*moe, "moe", "ep_degree", degree, 1,
+                              /*optional=*/true));
+  if (degree != 1)
+    return makeStatus(K3RT_FAILED_PRECONDITION,
+                      "the library was compiled for expert parallelism over "
+                      "%lld ranks (moe.ep_degree); this runtime runs every "
+                      "expert in one process",
+                      (long long)degree);
+  return nullptr;
+}
+
 /// The targets the library holds code for: "host" or NVIDIA GPUs.
 static k3rt_status *parseTargets(const json &root, Manifest &m) {
   const json *targets = member(root, "targets");
@@ -642,7 +703,9 @@ k3rt_status *k3rt::parseManifest(const char *text, Manifest &out) {
                       "manifest version %lld; this runtime reads version 1",
                       (long long)version);
   std::unordered_map<std::string, size_t> byName;
+  K3RT_RETURN_IF_ERROR(parseCompiler(root, m));
   K3RT_RETURN_IF_ERROR(parseModel(root, m));
+  K3RT_RETURN_IF_ERROR(parseExpertParallel(root));
   K3RT_RETURN_IF_ERROR(parseTargets(root, m));
   K3RT_RETURN_IF_ERROR(parseWeights(root, m, byName));
   K3RT_RETURN_IF_ERROR(parseState(root, m));

@@ -120,6 +120,8 @@ struct Manifest {
   std::string configSha256;
   /// "targets", and the same comma-separated.
   std::vector<std::string> targets;
+  /// compiler.version: the k3c that compiled the library.
+  std::string compilerVersion;
   /// Code for NVIDIA GPUs (targets "sm_NN"), not the host.
   bool gpu = false;
   std::string targetList;

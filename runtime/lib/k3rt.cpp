@@ -108,6 +108,7 @@ extern "C" k3rt_status *k3rt_library_get_info(const k3rt_library *library,
   full.kda_state_layout = m.kdaLayout.c_str();
   full.targets = m.targetList.c_str();
   full.kda_chunk_size = m.kdaChunkSize;
+  full.compiler_version = m.compilerVersion.c_str();
   copyOut(full, info);
   return nullptr;
 }

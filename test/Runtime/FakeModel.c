@@ -41,6 +41,7 @@ static const char manifest[] =
     "{\n"
     "  \"format\": \"k3c-manifest\",\n"
     "  \"version\": 1,\n"
+    "  \"compiler\": {\"name\": \"k3c\", \"version\": \"" K3FAKE_K3C_VERSION "\"},\n"
     "  \"model\": {\"name\": \"fake-tiny\", \"model_type\": \"kimi_k3\", "
     "\"config_sha256\": \"" FAKE_CONFIG_SHA256 "\", \"vocab_size\": 32, \"hidden_size\": 4, "
     "\"num_layers\": 4, \"max_context\": 64},\n"

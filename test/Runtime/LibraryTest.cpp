@@ -196,6 +196,29 @@ const ManifestCase manifestCases[] = {
     // What the manifest records about targets, layouts and the config.
     {"NoTargets", [](json &m) { m.erase("targets"); }, K3RT_INVALID_ARGUMENT,
      "manifest targets: missing"},
+    // The k3c that compiled the library (RUNTIME_NOTES §3 item 7).
+    {"NoCompiler", [](json &m) { m.erase("compiler"); },
+     K3RT_FAILED_PRECONDITION,
+     "the manifest has no 'compiler' (a library from a k3c before 0.5)"},
+    {"OtherCompiler", [](json &m) { m["compiler"]["name"] = "tvm"; },
+     K3RT_INVALID_ARGUMENT, "manifest compiler.name: 'tvm', expected 'k3c'"},
+    {"CompilerVersionNotSemver",
+     [](json &m) { m["compiler"]["version"] = "latest"; },
+     K3RT_INVALID_ARGUMENT,
+     "manifest compiler.version: 'latest' is not MAJOR.MINOR.PATCH"},
+    {"OlderCompiler", [](json &m) { m["compiler"]["version"] = "0.4.9"; },
+     K3RT_FAILED_PRECONDITION,
+     "the library was compiled by k3c 0.4.9; this runtime opens libraries "
+     "of k3c 0.5.x"},
+    {"NewerCompiler", [](json &m) { m["compiler"]["version"] = "1.0.0"; },
+     K3RT_FAILED_PRECONDITION, "compiled by k3c 1.0.0"},
+    // Expert parallelism (RUNTIME_NOTES §3 items 5 and 25).
+    {"ExpertParallel", [](json &m) { m["moe"]["ep_degree"] = 8; },
+     K3RT_FAILED_PRECONDITION,
+     "compiled for expert parallelism over 8 ranks (moe.ep_degree); this "
+     "runtime runs every expert in one process"},
+    {"ExpertParallelZero", [](json &m) { m["moe"]["ep_degree"] = 0; },
+     K3RT_INVALID_ARGUMENT, "moe.ep_degree: 0 is below 1"},
     {"UnknownTarget", [](json &m) { m["targets"] = {"tpu_v5"}; },
      K3RT_FAILED_PRECONDITION,
      "compiled for target 'tpu_v5' (targets [tpu_v5]); this runtime runs "

@@ -31,10 +31,10 @@ def run(cmd):
     return r.stdout
 
 
-def k3run(a, tmp, tag, chunks):
+def k3run(a, tmp, tag, chunks, lib=None):
     logits = os.path.join(tmp, tag + ".npy")
     states = os.path.join(tmp, tag + ".npz")
-    cmd = [a.k3_run, a.lib, "--weights", a.weights, "--prompt-ids", a.prompt,
+    cmd = [a.k3_run, lib or a.lib, "--weights", a.weights, "--prompt-ids", a.prompt,
            "--max-new-tokens", str(len(a.decode.split(","))), "--decode-ids", a.decode,
            "--logits-out", logits, "--state-out", states]
     if chunks:
@@ -53,6 +53,21 @@ def reference(a, tmp, variant=None):
         cmd += ["--variant", variant]
     run(cmd)
     return np.load(logits), dict(np.load(states))
+
+
+def min_corr(x, y, floor):
+    corr = min(float(np.corrcoef(x[i].astype(np.float64), y[i].astype(np.float64))[0, 1])
+               for i in range(x.shape[0]))
+    print("logits rows: min correlation %.5f (at least %g)" % (corr, floor))
+    return corr >= floor
+
+
+def per_row(x, y):
+    for i in range(x.shape[0]):
+        xi, yi = x[i].astype(np.float64), y[i].astype(np.float64)
+        print("row %2d: rel err %.3g, correlation %.5f, argmax %s" % (
+            i, np.abs(xi - yi).max() / np.abs(yi).max(), np.corrcoef(xi, yi)[0, 1],
+            "same" if xi.argmax() == yi.argmax() else "differs"))
 
 
 def row_error(x, y):
@@ -82,6 +97,9 @@ def main():
     p.add_argument("--chunks")
     p.add_argument("--chunks-a")
     p.add_argument("--chunks-b")
+    p.add_argument("--lib-b", help="self: run chunks-b with this library")
+    p.add_argument("--per-row", action="store_true",
+                   help="print each logits row's error and correlation")
     p.add_argument("--rtol", type=float, default=1e-4)
     p.add_argument("--min-corr", type=float,
                    help="also require this correlation of every logits row")
@@ -93,10 +111,14 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         if a.what == "self":
             la, sa = k3run(a, tmp, "a", a.chunks_a)
-            lb, sb = k3run(a, tmp, "b", a.chunks_b)
+            lb, sb = k3run(a, tmp, "b", a.chunks_b, a.lib_b)
+            if a.per_row:
+                per_row(la, lb)
             e = row_error(la, lb)
             print("logits %s vs %s: max rel err %.3g (rtol %g)" % (a.chunks_a, a.chunks_b, e, a.rtol))
             ok &= e <= a.rtol
+            if a.min_corr is not None:
+                ok &= min_corr(la, lb, a.min_corr)
             for k in sorted(sa):
                 e = tensor_error(sa[k], sb[k])
                 if e > a.rtol:
@@ -108,14 +130,13 @@ def main():
             if lo.shape != lr.shape:
                 print("logits shapes differ: %s vs %s" % (lo.shape, lr.shape))
                 return 1
+            if a.per_row:
+                per_row(lo, lr)
             e = row_error(lo, lr)
             label = "variant %s" % a.variant if a.variant else "reference"
             print("logits vs %s (%s, %d rows): max rel err %.3g (rtol %g)" % (label, a.mode, lo.shape[0], e, a.rtol))
             if a.min_corr is not None:
-                corr = min(float(np.corrcoef(lo[i].astype(np.float64), lr[i])[0, 1])
-                           for i in range(lo.shape[0]))
-                print("logits rows: min correlation %.5f (at least %g)" % (corr, a.min_corr))
-                ok &= corr >= a.min_corr
+                ok &= min_corr(lo, lr, a.min_corr)
             if a.expect_miss:
                 # A wrong reference must miss the tolerance by a wide margin.
                 ok &= e > 100 * a.rtol

@@ -6,12 +6,14 @@
 //===----------------------------------------------------------------------===//
 
 #include "k3/Driver/Driver.h"
+#include "k3/Version.h"
 
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/Timing.h"
+#include "llvm/Config/llvm-config.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MathExtras.h"
@@ -71,6 +73,11 @@ static cl::opt<bool> strictConfig(
     cl::desc("Reject config keys that neither k3c nor the published K3 "
              "config knows (misspelt optional keys)"),
     cl::cat(k3cCategory));
+static cl::opt<int64_t> epDegree(
+    "ep-degree",
+    cl::desc("Expert-parallel degree (must divide the experts; only 1, every "
+             "expert in one library, is implemented)"),
+    cl::init(1), cl::cat(k3cCategory));
 static cl::opt<bool> quiet("quiet", cl::desc("No progress lines on stderr"),
                            cl::cat(k3cCategory));
 
@@ -85,6 +92,10 @@ int main(int argc, char **argv) {
   registerMLIRContextCLOptions();
   registerPassManagerCLOptions();
   registerDefaultTimingManagerCLOptions();
+  cl::SetVersionPrinter([](raw_ostream &os) {
+    os << "k3c " << K3C_VERSION << " (LLVM/MLIR " << LLVM_VERSION_STRING
+       << ")\n";
+  });
   cl::ParseCommandLineOptions(argc, argv, "k3c: the Kimi K3 compiler\n");
 
   k3::CompileOptions options;
@@ -96,6 +107,7 @@ int main(int argc, char **argv) {
     options.emit = k3::EmitKind::Library;
   options.modelName = modelName;
   options.strictConfig = strictConfig;
+  options.epDegree = epDegree;
   options.progress = !quiet;
   Expected<std::vector<std::string>> targets = k3::parseTargets(targetSpec);
   if (!targets)

@@ -84,6 +84,48 @@ def K3GPUDeviceAllocPass : Pass<"k3-gpu-device-alloc", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::gpu::GPUDialect"];
 }
 
+def K3GPUWarpReducePass : Pass<"k3-gpu-warp-reduce"> {
+  let summary = "Split each kernel's reduction loop over the 32 lanes of a warp";
+  let description = [{
+    Before `k3-gpu-tile-and-map`: an outermost `scf.parallel` whose body is
+    side-effect-free setup, one `scf.for` that only sums (the linalg form:
+    `C[i] = C[i] + x(k)` through a load and a store of the same element, or
+    `iter_args` started at 0.0 and yielding `arg + x(k)`), then anything
+    using the sums, gets a new innermost dimension `lane` in [0, 32): lane
+    `l` sums the iterations `k = lb + l·step, lb + (l + 32)·step, ...`, the
+    32 partial sums are combined with `gpu.shuffle xor` (offsets 16 to 1),
+    and lane 0 alone runs what followed the loop. A warp then reads 32
+    consecutive elements of a weight row per iteration (coalesced) instead
+    of 32 rows, and a decode-time GEMV, RMS norm or attention score is
+    spread over 32 threads instead of one. The new loop carries
+    `k3.warp_lanes = 32`; `k3-gpu-tile-and-map` maps the lane dimension to
+    thread x. f32 sums are reassociated (a different, not a less exact,
+    order).
+
+    ```mlir
+    scf.parallel (%j) = (%c0) to (%n) step (%c1) {
+      scf.for %k = %c0 to %K step %c1 {
+        %c = memref.load %C[%j]
+        ... %x = ...
+        %s = arith.addf %c, %x : f32
+        memref.store %s, %C[%j]
+      }
+    }
+    // becomes
+    scf.parallel (%j, %lane) = (%c0, %c0) to (%n, %c32) step (%c1, %c1) {
+      %part = scf.for %k = %lane to %K step %c32 iter_args(%a = %zero) {
+        ... scf.yield (%a + %x)
+      }
+      %sum = ... gpu.shuffle xor ... (5 times)
+      scf.if (%lane == 0) { C[%j] = C[%j] + %sum }
+    } {k3.warp_lanes = 32 : i64}
+    ```
+  }];
+  let dependentDialects = ["::mlir::gpu::GPUDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::scf::SCFDialect"];
+}
+
 def K3GPUTileAndMapPass : Pass<"k3-gpu-tile-and-map"> {
   let summary = "Tile parallel loops and map them to GPU blocks and threads";
   let description = [{
@@ -103,6 +145,33 @@ def K3GPUTileAndMapPass : Pass<"k3-gpu-tile-and-map"> {
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::affine::AffineDialect",
                            "::mlir::arith::ArithDialect"];
+}
+
+def K3GPUFatbinPass : Pass<"k3-gpu-fatbin", "::mlir::ModuleOp"> {
+  let summary = "One fatbin per GPU binary: a cubin and PTX for each target";
+  let description = [{
+    Runs after `gpu-module-to-binary{format=isa}`: each `gpu.binary` then
+    holds the PTX of its `gpu.module` for every `#nvvm.target` attached to it
+    (`--target=sm_90,sm_100` attaches two). For each target the PTX is
+    assembled with the CUDA toolkit's `ptxas` into a cubin; `fatbinary`
+    packs all cubins together with all PTX (uncompressed, the JIT fallback
+    for newer GPUs) into one fatbin, which replaces the objects. The driver
+    picks the cubin of the GPU it runs on. The toolkit is found through
+    CUDA_HOME, CUDA_ROOT or CUDA_PATH, else /usr/local/cuda, else PATH.
+    Compiling needs no GPU and no driver.
+
+    ```mlir
+    gpu.binary @k [#gpu.object<#nvvm.target<chip = "sm_90">, assembly = "...">,
+                   #gpu.object<#nvvm.target<chip = "sm_100">, assembly = "...">]
+    // becomes
+    gpu.binary @k [#gpu.object<#nvvm.target<chip = "sm_90">, "fatbin bytes">]
+    ```
+  }];
+  let options = [
+    Option<"optLevel", "opt-level", "unsigned", "3",
+           "ptxas optimisation level">
+  ];
+  let dependentDialects = ["::mlir::gpu::GPUDialect"];
 }
 
 #endif // K3_CONVERSION_PASSES_TD

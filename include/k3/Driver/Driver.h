@@ -41,6 +41,9 @@ struct CompileOptions {
   std::vector<std::string> targets = {"host"};
   std::string modelName;        ///< overrides the config folder's name
   bool strictConfig = false;    ///< unknown config keys are errors
+  /// Expert-parallel degree the library is compiled for: must divide the
+  /// experts (RUNTIME_NOTES §3 item 5); only 1 is implemented.
+  int64_t epDegree = 1;
   hf::ImportOptions import;
   bool progress = false;        ///< one line per phase on stderr
 };

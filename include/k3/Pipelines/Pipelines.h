@@ -5,6 +5,8 @@
 
 #include "mlir/Support/LLVM.h"
 
+#include <string>
+
 namespace mlir {
 class OpPassManager;
 } // namespace mlir
@@ -21,10 +23,12 @@ void buildK3ToLinalgPipeline(OpPassManager &pm);
 /// library's entry points; the module needs a `k3.manifest` attribute.
 LogicalResult buildHostLoweringPipeline(OpPassManager &pm);
 
-/// Phase 3 for an NVIDIA GPU `chip` (sm_90): the host glue and kernel
-/// launches in the LLVM dialect, the kernels compiled to a fatbin (cubin and
-/// PTX) per GPU module; the module needs a `k3.manifest` attribute.
-LogicalResult buildGPULoweringPipeline(OpPassManager &pm, StringRef chip);
+/// Phase 3 for NVIDIA GPUs `chips` (sm_90, or several): the host glue and
+/// kernel launches in the LLVM dialect, the kernels compiled to one fatbin
+/// per GPU module with a cubin and the PTX of every chip; the module needs a
+/// `k3.manifest` attribute.
+LogicalResult buildGPULoweringPipeline(OpPassManager &pm,
+                                       ArrayRef<std::string> chips);
 
 /// Registers the upstream passes the pipelines name (idempotent).
 void registerUpstreamPasses();

@@ -6,6 +6,9 @@
 // of a kernel's output, e.g. the 163,840-token vocabulary of the LM head,
 // lands on block x (limit 2^31 - 1; y and z are limited to 65535). Further
 // grid dimensions and nested parallel loops run sequentially in each thread.
+// A loop from k3-gpu-warp-reduce (k3.warp_lanes) keeps its lane dimension
+// whole on thread x and takes 8 outputs per block on thread y. The tile
+// sizes chosen are recorded on the grid loop (k3.tile_sizes).
 //
 //===----------------------------------------------------------------------===//
 
@@ -25,6 +28,9 @@ namespace mlir::k3 {
 
 using namespace mlir;
 using gpu::Processor;
+
+/// Warps (outputs) per block for a k3-gpu-warp-reduce loop.
+static constexpr int64_t kWarpsPerBlock = 8;
 
 namespace {
 struct K3GPUTileAndMapPass
@@ -54,19 +60,35 @@ struct K3GPUTileAndMapPass
     });
     for (scf::ParallelOp root : roots) {
       unsigned n = root.getNumLoops();
+      // Warp loops: the lane dimension (last) is thread x, whole; the one
+      // before it thread y.
+      bool warp = root->hasAttr("k3.warp_lanes") && n >= 2;
       SmallVector<int64_t> tiles(n, 1);
-      tiles.back() = tileSize;
+      if (warp) {
+        tiles[n - 1] = cast<IntegerAttr>(root->getAttr("k3.warp_lanes")).getInt();
+        tiles[n - 2] = kWarpsPerBlock;
+      } else {
+        tiles.back() = tileSize;
+      }
       auto [grid, block] =
           scf::tileParallelLoop(root, tiles, /*noMinMaxBounds=*/true);
-      auto gridProc = [n](unsigned i) {
-        unsigned fromInner = n - 1 - i;
+      grid->setAttr("k3.tile_sizes",
+                    DenseI64ArrayAttr::get(grid.getContext(), tiles));
+      // Grid dimensions innermost first (a warp loop's lane tile is one).
+      unsigned inner = warp ? n - 2 : n - 1;
+      auto gridProc = [inner](unsigned i) {
+        if (i > inner)
+          return Processor::Sequential;
+        unsigned fromInner = inner - i;
         return fromInner < 3 ? static_cast<Processor>(
                                    static_cast<unsigned>(Processor::BlockX) +
                                    fromInner)
                              : Processor::Sequential;
       };
-      auto threadProc = [n](unsigned i) {
-        return i == n - 1 ? Processor::ThreadX : Processor::Sequential;
+      auto threadProc = [n, warp](unsigned i) {
+        if (i == n - 1)
+          return Processor::ThreadX;
+        return warp && i == n - 2 ? Processor::ThreadY : Processor::Sequential;
       };
       if (failed(map(grid, gridProc)) || failed(map(block, threadProc))) {
         grid.emitError("k3-gpu-tile-and-map: invalid mapping");

@@ -172,6 +172,8 @@ typedef struct k3rt_model_info {
   const char *targets;          /**< manifest targets, comma-separated     */
   int64_t kda_chunk_size; /**< the KDA chunk size if the manifest records
                                it, else 0                                 */
+  /* --- API version 3 --- */
+  const char *compiler_version; /**< the k3c that compiled the library     */
 } k3rt_model_info;
 
 /** Fills `info` (up to info->struct_size). INVALID_ARGUMENT if `library`

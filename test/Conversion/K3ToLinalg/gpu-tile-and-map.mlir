@@ -10,7 +10,7 @@
 // CHECK: scf.parallel ({{.*}}) = {{.*}} to ({{.*}}, %c163840) step (%{{.+}}, %[[S]])
 // CHECK: scf.parallel
 // CHECK: } {mapping = [#gpu.loop_dim_map<processor = sequential, {{.*}}>, #gpu.loop_dim_map<processor = thread_x, {{.*}}>]}
-// CHECK: } {mapping = [#gpu.loop_dim_map<processor = block_y, {{.*}}>, #gpu.loop_dim_map<processor = block_x, {{.*}}>]}
+// CHECK: } {k3.tile_sizes = array<i64: 1, 64>, mapping = [#gpu.loop_dim_map<processor = block_y, {{.*}}>, #gpu.loop_dim_map<processor = block_x, {{.*}}>]}
 // T128-LABEL: func.func @lm_head
 // T128: arith.constant 128 : index
 // BAD: tile-size must be in [1, 1024], got 2048
@@ -35,7 +35,7 @@ func.func @lm_head(%out: memref<?x163840xf32>) {
 // CHECK: scf.parallel
 // CHECK: } {mapping = [#gpu.loop_dim_map<processor = sequential, {{.*}}>]}
 // CHECK: } {mapping = [#gpu.loop_dim_map<processor = sequential, {{.*}}>, #gpu.loop_dim_map<processor = sequential, {{.*}}>, #gpu.loop_dim_map<processor = sequential, {{.*}}>, #gpu.loop_dim_map<processor = thread_x, {{.*}}>]}
-// CHECK: } {mapping = [#gpu.loop_dim_map<processor = sequential, {{.*}}>, #gpu.loop_dim_map<processor = block_z, {{.*}}>, #gpu.loop_dim_map<processor = block_y, {{.*}}>, #gpu.loop_dim_map<processor = block_x, {{.*}}>]}
+// CHECK: } {k3.tile_sizes = array<i64: 1, 1, 1, 64>, mapping = [#gpu.loop_dim_map<processor = sequential, {{.*}}>, #gpu.loop_dim_map<processor = block_z, {{.*}}>, #gpu.loop_dim_map<processor = block_y, {{.*}}>, #gpu.loop_dim_map<processor = block_x, {{.*}}>]}
 func.func @rank4(%out: memref<2x3x4x5xf32>) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
@@ -51,5 +51,28 @@ func.func @rank4(%out: memref<2x3x4x5xf32>) {
     }
     scf.reduce
   }
+  return
+}
+
+// A warp loop (k3-gpu-warp-reduce): the 32 lanes are thread x, whole; 8
+// outputs per block on thread y; the output tiles on block x.
+// CHECK-LABEL: func.func @warp
+// CHECK: scf.parallel
+// CHECK: scf.parallel
+// CHECK: gpu.shuffle xor
+// CHECK: } {mapping = [#gpu.loop_dim_map<processor = thread_y, {{.*}}>, #gpu.loop_dim_map<processor = thread_x, {{.*}}>]}
+// CHECK: } {k3.tile_sizes = array<i64: 8, 32>, mapping = [#gpu.loop_dim_map<processor = block_x, {{.*}}>, #gpu.loop_dim_map<processor = sequential, {{.*}}>]}
+func.func @warp(%y: memref<?xf32>, %n: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c32 = arith.constant 32 : index
+  %c1i = arith.constant 1 : i32
+  %c32i = arith.constant 32 : i32
+  %one = arith.constant 1.0 : f32
+  scf.parallel (%j, %lane) = (%c0, %c0) to (%n, %c32) step (%c1, %c1) {
+    %s, %v = gpu.shuffle xor %one, %c1i, %c32i : f32
+    memref.store %s, %y[%j] : memref<?xf32>
+    scf.reduce
+  } {k3.warp_lanes = 32 : i64}
   return
 }

@@ -12,10 +12,18 @@ on device 0 (weights, state and logits in device memory):
       FAIL; exit status 1 on any failure.
 
 Tolerances are the host tests' (k3-tiny.test explains them): f32
-activations 1e-4 relative to the float64 reference; bf16 activations 2e-1
-with every logits row correlated above 0.99, because a bf16 rounding
-boundary or a near-tie in the MoE top-k can land on either side in f32 and
-float64 sums, and the GPU kernels sum in another order than the host's.
+activations 1e-4 relative to the float64 reference; bf16 activations 2e-1,
+because a bf16 rounding boundary or a near-tie in the MoE top-k can land on
+either side in f32 and float64 sums. The correlation floor of every bf16
+logits row is 0.98 on the GPU (0.99 on the host), measured on the H200 on
+k3-small (16 experts, top-4): the GPU library is bit-identical to the host
+library for the prompt and the first 8 decode steps, then the two differ at
+the ulp level in f32 (libdevice's exp and friends are not glibc's), bf16
+rounding amplifies that into a flipped routing near-tie, and the last row
+ends at correlation 0.986 with the host library and 0.985 with the
+reference (max rel err 0.143 and 0.135; the host library's own worst row
+against the reference: 0.105, 0.996); the argmax agrees in every row, and
+the same kernels in f32 match the reference to 3.4e-5.
 Batching, fork, snapshots and rollback must be bit-identical to the
 sequences computed alone, as on the host: the same kernels run in both.
 """
@@ -41,6 +49,10 @@ LIBS = {
     "small-f32": ("k3-small", "f32", []),
     "small-bf16": ("k3-small", "bf16", []),
     "small-f32c4": ("k3-small", "f32", ["--kda-chunk-size=4"]),
+    # One library for two GPU generations: the driver takes the sm_90 cubin.
+    "tiny-f32-multi": ("k3-tiny", "f32", ["--target=sm_90,sm_100"]),
+    # The host library, run next to the GPU one on the same inputs.
+    "small-bf16-host": ("k3-small", "bf16", ["--target=host"]),
 }
 # name: (config, seed)
 WEIGHTS = {"w-tiny": ("k3-tiny", 1), "w-tiny3": ("k3-tiny", 3), "w-small": ("k3-small", 7)}
@@ -52,9 +64,10 @@ def build(a):
         subprocess.check_call([a.k3_weights, os.path.join(a.models, model, "config.json"),
                                "--seed", str(seed), "-o", os.path.join(a.out, name)])
     for name, (model, dtype, flags) in LIBS.items():
+        target = [] if any(f.startswith("--target") for f in flags) else ["--target=sm_90"]
         subprocess.check_call([a.k3c, os.path.join(a.models, model, "config.json"),
-                               "--target=sm_90", "--activation-dtype=" + dtype, "--quiet",
-                               "-o", os.path.join(a.out, name + ".so")] + flags)
+                               "--activation-dtype=" + dtype, "--quiet",
+                               "-o", os.path.join(a.out, name + ".so")] + target + flags)
     return 0
 
 
@@ -93,13 +106,22 @@ def checks(a):
             (s + " f32, one call = uneven chunks", self_(s + "-f32", wn, p, "16", "6,2,5,3", 1e-4)),
             (s + " bf16, one call = uneven chunks", self_(s + "-bf16", wn, p, "16", "6,2,5,3", 1e-1)),
             (s + " bf16 vs reference (logits, states)",
-             ref(model, s + "-bf16", wn, "bf16", p, DECODE16, 2e-1, "--states", "--min-corr", "0.99")),
+             ref(model, s + "-bf16", wn, "bf16", p, DECODE16, 2e-1, "--states", "--min-corr", "0.98")),
             (s + " f32 batching and fork (bit-identical)",
              [os.path.join(b, "k3-serving-check"), lib(s + "-f32"), w(wn)]),
             (s + " bf16 batching and fork (bit-identical)",
              [os.path.join(b, "k3-serving-check"), lib(s + "-bf16"), w(wn)]),
         ]
+    p = PROMPT.format(x="911")
     out_ += [
+        ("small bf16, GPU library vs host library",
+         [sys.executable, COMPARE, "self", "--k3-run", k3run, "--lib", lib("small-bf16"),
+          "--lib-b", lib("small-bf16-host"), "--weights", w("w-small"), "--prompt", p,
+          "--decode", DECODE16, "--chunks-a", "16", "--chunks-b", "16", "--rtol", "0.2",
+          "--min-corr", "0.98"]),
+        ("tiny f32, library for sm_90 and sm_100, vs reference",
+         ref("k3-tiny", "tiny-f32-multi", "w-tiny", "f32", PROMPT.format(x="511"), DECODE4, 1e-4,
+             "--states")),
         ("tiny f32 snapshots, rollback, prefix reuse, fork_at",
          [os.path.join(b, "k3-state-check"), lib("tiny-f32p8"), w("w-tiny3")]),
         ("tiny bf16 snapshots, rollback, prefix reuse, fork_at",

@@ -1,0 +1,125 @@
+// RUN: k3-opt %s --pass-pipeline='builtin.module(func.func(k3-gpu-warp-reduce))' | FileCheck %s
+
+// The linalg form (a matrix-vector product after
+// convert-linalg-to-parallel-loops): lane l sums k = l, l + 32, ...; five
+// xor shuffles combine the lanes; lane 0 adds the sum to the output element.
+// CHECK-LABEL: func.func @matvec
+// CHECK: %[[C32:.+]] = arith.constant 32 : index
+// CHECK: scf.parallel (%[[J:.+]], %[[LANE:.+]]) = ({{.*}}) to (%{{.+}}, %[[C32]])
+// CHECK:   %[[LB:.+]] = arith.addi %c0, %{{.+}} : index
+// CHECK:   %[[STRIDE:.+]] = arith.muli %c1, %[[C32]] : index
+// CHECK:   %[[PART:.+]] = scf.for %[[K:.+]] = %[[LB]] to %{{.+}} step %[[STRIDE]] iter_args(%[[A:.+]] = %{{.+}}) -> (f32)
+// CHECK:     memref.load %{{.+}}[%[[J]], %[[K]]]
+// CHECK-NOT: memref.store
+// CHECK:     scf.yield
+// CHECK:   gpu.shuffle  xor %[[PART]], %c16_i32, %c32_i32 : f32
+// CHECK:   gpu.shuffle  xor {{.*}}, %c8_i32, %c32_i32
+// CHECK:   gpu.shuffle  xor {{.*}}, %c4_i32, %c32_i32
+// CHECK:   gpu.shuffle  xor {{.*}}, %c2_i32, %c32_i32
+// CHECK:   gpu.shuffle  xor {{.*}}, %c1_i32, %c32_i32
+// CHECK:   %[[SUM:.+]] = arith.addf
+// CHECK:   %[[FIRST:.+]] = arith.cmpi eq, %[[LANE]], %c0
+// CHECK:   scf.if %[[FIRST]] {
+// CHECK:     %[[OLD:.+]] = memref.load %{{.+}}[%[[J]]]
+// CHECK:     %[[NEW:.+]] = arith.addf %[[OLD]], %[[SUM]] : f32
+// CHECK:     memref.store %[[NEW]], %{{.+}}[%[[J]]]
+// CHECK: } {k3.warp_lanes = 32 : i64}
+func.func @matvec(%w: memref<?x?xf32>, %x: memref<?xf32>, %y: memref<?xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %w, %c0 : memref<?x?xf32>
+  %k = memref.dim %w, %c1 : memref<?x?xf32>
+  scf.parallel (%j) = (%c0) to (%n) step (%c1) {
+    scf.for %i = %c0 to %k step %c1 {
+      %a = memref.load %w[%j, %i] : memref<?x?xf32>
+      %b = memref.load %x[%i] : memref<?xf32>
+      %p = arith.mulf %a, %b : f32
+      %c = memref.load %y[%j] : memref<?xf32>
+      %s = arith.addf %c, %p : f32
+      memref.store %s, %y[%j] : memref<?xf32>
+    }
+    scf.reduce
+  }
+  return
+}
+
+// The iter_args form with two sums and an epilogue: the epilogue (a call and
+// a store) runs in lane 0 on the combined sums.
+// CHECK-LABEL: func.func @two_sums
+// CHECK: scf.parallel
+// CHECK:   %[[P:.+]]:2 = scf.for {{.*}} iter_args(%{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}) -> (f32, f32)
+// CHECK:   gpu.shuffle  xor %[[P]]#0, %c16_i32
+// CHECK:   gpu.shuffle  xor %[[P]]#1, %c16_i32
+// CHECK:   scf.if
+// CHECK:     func.call @act
+// CHECK:     memref.store
+// CHECK: } {k3.warp_lanes = 32 : i64}
+func.func private @act(%a: f32, %b: f32) -> f32 {
+  %p = arith.mulf %a, %b : f32
+  return %p : f32
+}
+func.func @two_sums(%w: memref<?x?xf32>, %x: memref<?xf32>, %y: memref<?xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %zero = arith.constant 0.0 : f32
+  %n = memref.dim %w, %c0 : memref<?x?xf32>
+  %k = memref.dim %w, %c1 : memref<?x?xf32>
+  scf.parallel (%j) = (%c0) to (%n) step (%c1) {
+    %g, %u = scf.for %i = %c0 to %k step %c1 iter_args(%ga = %zero, %ua = %zero) -> (f32, f32) {
+      %a = memref.load %w[%j, %i] : memref<?x?xf32>
+      %b = memref.load %x[%i] : memref<?xf32>
+      %p = arith.mulf %a, %b : f32
+      %g2 = arith.addf %ga, %p : f32
+      %u2 = arith.addf %a, %ua : f32
+      scf.yield %g2, %u2 : f32, f32
+    }
+    %h = func.call @act(%g, %u) : (f32, f32) -> f32
+    memref.store %h, %y[%j] : memref<?xf32>
+    scf.reduce
+  }
+  return
+}
+
+// Not a sum (a running maximum), a loop that writes memory, and setup that
+// writes memory: left alone.
+// CHECK-LABEL: func.func @not_sums
+// CHECK-NOT: gpu.shuffle
+// CHECK-NOT: k3.warp_lanes
+// CHECK: return
+func.func @not_sums(%w: memref<?x?xf32>, %y: memref<?xf32>, %z: memref<?x?xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %ninf = arith.constant 0xFF800000 : f32
+  %n = memref.dim %w, %c0 : memref<?x?xf32>
+  %k = memref.dim %w, %c1 : memref<?x?xf32>
+  scf.parallel (%j) = (%c0) to (%n) step (%c1) {
+    %m = scf.for %i = %c0 to %k step %c1 iter_args(%a = %ninf) -> (f32) {
+      %v = memref.load %w[%j, %i] : memref<?x?xf32>
+      %b = arith.maximumf %a, %v : f32
+      scf.yield %b : f32
+    }
+    memref.store %m, %y[%j] : memref<?xf32>
+    scf.reduce
+  }
+  scf.parallel (%j) = (%c0) to (%n) step (%c1) {
+    %s = scf.for %i = %c0 to %k step %c1 iter_args(%a = %ninf) -> (f32) {
+      %v = memref.load %w[%j, %i] : memref<?x?xf32>
+      memref.store %v, %z[%j, %i] : memref<?x?xf32>
+      %b = arith.addf %a, %v : f32
+      scf.yield %b : f32
+    }
+    memref.store %s, %y[%j] : memref<?xf32>
+    scf.reduce
+  }
+  scf.parallel (%j) = (%c0) to (%n) step (%c1) {
+    memref.store %ninf, %y[%j] : memref<?xf32>
+    %s = scf.for %i = %c0 to %k step %c1 iter_args(%a = %ninf) -> (f32) {
+      %v = memref.load %w[%j, %i] : memref<?x?xf32>
+      %b = arith.addf %a, %v : f32
+      scf.yield %b : f32
+    }
+    memref.store %s, %y[%j] : memref<?xf32>
+    scf.reduce
+  }
+  return
+}
