@@ -67,6 +67,29 @@ def timed(fn, reps, warmup=2):
     return stats(out)
 
 
+def kernel_profile(fn, steps=3, top=20):
+    """Per-kernel GPU time of `fn` (one decode step) from the CUDA activity
+    trace (torch.profiler / CUPTI sees the library's driver-API launches):
+    [(kernel, ms per step, launches per step, share of the kernel time)]."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages():
+        us = getattr(e, "device_time_total", None)
+        if us is None:
+            us = getattr(e, "cuda_time_total", 0)
+        if us > 0 and not e.key.startswith("Memcpy") and not e.key.startswith("Memset"):
+            rows.append((e.key, us / 1e3 / steps, e.count / steps))
+    total = sum(r[1] for r in rows) or 1.0
+    rows.sort(key=lambda r: -r[1])
+    return [(k, ms, n, ms / total) for k, ms, n in rows[:top]], total
+
+
 def copy_bandwidth(gib=4, reps=20):
     n = gib << 30
     a = torch.empty(n, dtype=torch.uint8, device="cuda").random_()
@@ -261,6 +284,10 @@ def main():
     ap.add_argument("--peer-dtype", default="bfloat16",
                     help="the peer's activation dtype: bfloat16, or float32 with an f32 library")
     ap.add_argument("--prefill-budget-s", type=float, default=120.0)
+    ap.add_argument("--fla", action="store_true",
+                    help="also the peer with fla-core's KDA kernels (needs fla-core)")
+    ap.add_argument("--profile", action="store_true",
+                    help="per-kernel breakdown of one batch-1 decode step")
     ap.add_argument("--json")
     a = ap.parse_args()
     dev = torch.cuda.get_device_name()
@@ -282,12 +309,19 @@ def main():
     g = torch.Generator(device="cuda").manual_seed(1)
     gen = torch.Generator().manual_seed(2)
 
-    peer = None
-    if a.peer:
+    peer = fla = None
+    if a.peer or a.fla:
         sys.path.insert(0, HERE)
         import torch_k3
+    if a.peer:
         peer = torch_k3.make_peer(a.config, lib.weight_dict(),
                                   compute_dtype=getattr(torch, a.peer_dtype))
+    if a.fla:
+        # The same PyTorch peer with its KDA core in fla-core's Triton kernels
+        # (chunk_kda for prefill, fused_recurrent_kda for decode).
+        fla = torch_k3.make_peer(a.config, lib.weight_dict(),
+                                 compute_dtype=getattr(torch, a.peer_dtype),
+                                 kda_backend="fla")
 
     def row(kind, shape, impl, s, nbytes=None, flops=None, tokens=1):
         r = {"kind": kind, "shape": shape, "impl": impl, **s,
@@ -311,25 +345,32 @@ def main():
                 json.dump(res, f, indent=1)
 
     # Same weights, same tokens, fresh state: our logits against the peer's.
-    if peer is not None and a.compare_prompt > 0:
+    def compare(p, name):
         toks = torch.randint(3, lib.vocab, (a.compare_prompt + 2,), dtype=torch.int32, generator=gen)
         st = lib.new_state(a.compare_prompt // ps + 2)
-        pst = peer.m.new_state(1, a.compare_prompt + 4)
+        pst = p.m.new_state(1, a.compare_prompt + 4)
         ours, theirs = [], []
         with torch.no_grad():
             for part in (toks[:-2], toks[-2:-1], toks[-1:]):
                 run, logits = lib.call(part.clone().pin_memory(), st)
                 run()
                 ours.append(logits[-1].double())
-                theirs.append(peer.m.forward(part.long()[None].cuda(), pst)[0, -1].double())
+                theirs.append(p.m.forward(part.long()[None].cuda(), pst)[0, -1].double())
         errs = [float((o - t).abs().max() / t.abs().max()) for o, t in zip(ours, theirs)]
         corr = [float(torch.corrcoef(torch.stack([o, t]))[0, 1]) for o, t in zip(ours, theirs)]
         agree = [int(o.argmax()) == int(t.argmax()) for o, t in zip(ours, theirs)]
-        res["compare"] = {"prompt": a.compare_prompt, "rel_err": errs, "corr": corr, "argmax_agree": agree}
-        print("k3c vs torch (" + a.peer_dtype + ", %d-token prompt then 2 decode steps): max rel err %s, corr %s, argmax agree %s"
-              % (a.compare_prompt, ["%.3g" % e for e in errs], ["%.4f" % c for c in corr], agree), flush=True)
+        res["compare" + ("" if name == "torch" else "_" + name)] = {
+            "prompt": a.compare_prompt, "rel_err": errs, "corr": corr, "argmax_agree": agree}
+        print("k3c vs %s (%s, %d-token prompt then 2 decode steps): max rel err %s, corr %s, argmax agree %s"
+              % (name, a.peer_dtype, a.compare_prompt, ["%.3g" % e for e in errs],
+                 ["%.4f" % c for c in corr], agree), flush=True)
         del st, pst
         torch.cuda.empty_cache()
+
+    if a.compare_prompt > 0:
+        for p, name in ((peer, "torch"), (fla, "torch-fla")):
+            if p is not None:
+                compare(p, name)
 
     # Decode: B sequences, CONTEXT tokens each already in the cache.
     def k3c_decode(B):
@@ -340,7 +381,16 @@ def main():
         toks = [torch.randint(3, lib.vocab, (1,), dtype=torch.int32, generator=gen).pin_memory()
                 for _ in range(B)]
         runs = [lib.call(toks[b], sts[b])[0] for b in range(B)]
-        return timed(lambda: [r() for r in runs], a.reps, warmup=1)
+        s = timed(lambda: [r() for r in runs], a.reps, warmup=1)
+        if a.profile and B == 1:
+            kernels, total = kernel_profile(lambda: [r() for r in runs])
+            print("decode B=1 kernels: %.3f ms of kernel time per step (wall %.3f ms)"
+                  % (total, s["median_s"] * 1e3))
+            for k, ms, n, share in kernels:
+                print("  %-44s %9.3f ms %5.0f launches %5.1f%%" % (k[:44], ms, n, 100 * share))
+            res["profile_decode_b1"] = {"kernel_ms": total, "kernels": [
+                {"name": k, "ms": ms, "launches": n, "share": share} for k, ms, n, share in kernels]}
+        return s
 
     for B in [int(x) for x in a.batches.split(",") if x]:
         shape, nbytes = "B=%d ctx=%d" % (B, a.context), decode_bytes(m, B, a.context)
@@ -348,23 +398,23 @@ def main():
             row("decode", shape, "k3c", k3c_decode(B), nbytes=nbytes, tokens=B)
         else:
             print("decode %s k3c: skipped (--k3c-max-batch %d)" % (shape, a.k3c_max_batch))
-        for mode in ("eager", "compile") if peer is not None else ():
+        peers = [(peer, "eager", "torch-eager"), (peer, "compile", "torch-compile"),
+                 (fla, "eager", "torch-fla-eager")]
+        for p, mode, name in peers:
+            if p is None:
+                continue
             try:
-                s = peer.time_decode(B, a.context, a.reps, mode)
-                row("decode", shape, "torch-" + mode, s, nbytes=nbytes, tokens=B)
+                s = p.time_decode(B, a.context, a.reps, mode)
+                row("decode", shape, name, s, nbytes=nbytes, tokens=B)
             except Exception as e:  # report, keep measuring the rest
-                print("decode %s torch-%s: failed: %s" % (shape, mode, str(e)[:300]), flush=True)
+                print("decode %s %s: failed: %s" % (shape, name, str(e)[:300]), flush=True)
         torch.cuda.empty_cache()
 
     # Prefill: one sequence of T tokens from an empty state.
     last = None
-    for T in [int(x) for x in a.prefill.split(",") if x]:
-        if last is not None:
-            est = last[1] * (T / last[0]) ** 2
-            if est > a.prefill_budget_s:
-                print("prefill T=%d: skipped, estimated %.0f s per call from T=%d (budget %.0f s)"
-                      % (T, est, last[0], a.prefill_budget_s), flush=True)
-                continue
+
+    def k3c_prefill(T):
+        nonlocal last
         st = lib.new_state(T // ps + 2)
         tok = torch.randint(3, lib.vocab, (T,), dtype=torch.int32, generator=gen).pin_memory()
         run, _ = lib.call(tok, st)
@@ -383,13 +433,24 @@ def main():
         last = (T, s["median_s"])
         del run, st
         torch.cuda.empty_cache()
-        if peer is not None:
-            for mode in ("eager",):
-                try:
-                    s = peer.time_prefill(T, reps, mode)
-                    row("prefill", "T=%d" % T, "torch-" + mode, s, flops=prefill_flops(m, T), tokens=T)
-                except Exception as e:
-                    print("prefill T=%d torch-%s: failed: %s" % (T, mode, str(e)[:300]), flush=True)
+        return reps
+
+    for T in [int(x) for x in a.prefill.split(",") if x]:
+        reps = 3
+        est = last[1] * (T / last[0]) ** 2 if last is not None else 0.0
+        if est > a.prefill_budget_s:
+            print("prefill T=%d k3c: skipped, estimated %.0f s per call from T=%d (budget %.0f s)"
+                  % (T, est, last[0], a.prefill_budget_s), flush=True)
+        else:
+            reps = k3c_prefill(T)
+        for p, name in ((peer, "torch-eager"), (fla, "torch-fla-eager")):
+            if p is None:
+                continue
+            try:
+                s = p.time_prefill(T, reps, "eager")
+                row("prefill", "T=%d" % T, name, s, flops=prefill_flops(m, T), tokens=T)
+            except Exception as e:
+                print("prefill T=%d %s: failed: %s" % (T, name, str(e)[:300]), flush=True)
             torch.cuda.empty_cache()
 
     if a.json:

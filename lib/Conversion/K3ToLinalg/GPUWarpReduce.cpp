@@ -17,6 +17,7 @@
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
@@ -73,63 +74,79 @@ bool isZero(Value v) {
 struct Reduction {
   scf::ForOp loop;
   /// Per sum: the term added each iteration (an iter_arg's, or, in the
-  /// linalg form, the one summed into `store`'s element).
+  /// linalg form, the one summed into a stored element).
   SmallVector<Value> terms;
-  /// The linalg form: `C[idx] = C[idx] + term` through these.
-  memref::LoadOp load;
-  memref::StoreOp store;
-  bool loadFirst = true;
+  /// Per sum: a maximum (arith.maximumf, exact in any order) instead of a
+  /// sum.
+  SmallVector<bool> isMax;
+  /// The linalg form (one pair per output of the linalg.generic):
+  /// `C[idx] = C[idx] + term` through these.
+  SmallVector<memref::LoadOp> loads;
+  SmallVector<memref::StoreOp> stores;
+  SmallVector<bool> loadFirst;
   /// Ops of the loop body that the split loop does not clone.
   llvm::SmallPtrSet<Operation *, 8> skip;
 };
 
-/// The linalg form: a loop without results whose body reads and writes one
-/// element (indices invariant in the loop) as `C = C + term`.
+/// The linalg form: a loop without results whose body reads and writes
+/// elements (indices invariant in the loop, one per output of the
+/// linalg.generic) as `C = C + term`.
 bool matchLinalgForm(Reduction &r) {
   scf::ForOp loop = r.loop;
   for (Operation &op : loop.getBody()->without_terminator()) {
-    if (auto store = dyn_cast<memref::StoreOp>(op)) {
-      if (r.store)
-        return false;
-      r.store = store;
-    } else if (!readOnly(&op)) {
+    if (auto store = dyn_cast<memref::StoreOp>(op))
+      r.stores.push_back(store);
+    else if (!readOnly(&op))
       return false;
-    }
   }
-  if (!r.store || !r.store.getValue().getType().isF32())
+  if (r.stores.empty())
     return false;
-  auto add = r.store.getValue().getDefiningOp<arith::AddFOp>();
-  if (!add || add->getBlock() != loop.getBody() || !add->hasOneUse())
-    return false;
-  for (unsigned i = 0; i < 2; ++i) {
-    auto load = add->getOperand(i).getDefiningOp<memref::LoadOp>();
-    if (load && load.getMemRef() == r.store.getMemRef() &&
-        llvm::equal(load.getIndices(), r.store.getIndices()) &&
-        load->hasOneUse()) {
-      r.load = load;
-      r.loadFirst = i == 0;
-      r.terms.push_back(add->getOperand(1 - i));
-    }
-  }
-  if (!r.load)
-    return false;
-  for (Value index : r.store.getIndices())
-    if (!loop.isDefinedOutsideOfLoop(index))
+  for (memref::StoreOp store : r.stores) {
+    if (!store.getValue().getType().isF32())
       return false;
-  if (!loop.isDefinedOutsideOfLoop(r.store.getMemRef()))
-    return false;
-  // The element is not read in the loop other than through `load`.
-  for (Operation &op : loop.getBody()->without_terminator())
-    if (auto other = dyn_cast<memref::LoadOp>(op))
-      if (other != r.load && other.getMemRef() == r.store.getMemRef())
+    auto add = store.getValue().getDefiningOp<arith::AddFOp>();
+    if (!add || add->getBlock() != loop.getBody() || !add->hasOneUse())
+      return false;
+    memref::LoadOp found;
+    for (unsigned i = 0; i < 2 && !found; ++i) {
+      auto load = add->getOperand(i).getDefiningOp<memref::LoadOp>();
+      if (load && load.getMemRef() == store.getMemRef() &&
+          llvm::equal(load.getIndices(), store.getIndices()) &&
+          load->hasOneUse()) {
+        found = load;
+        r.loadFirst.push_back(i == 0);
+        r.terms.push_back(add->getOperand(1 - i));
+        r.isMax.push_back(false);
+      }
+    }
+    if (!found)
+      return false;
+    r.loads.push_back(found);
+    for (Value index : store.getIndices())
+      if (!loop.isDefinedOutsideOfLoop(index))
         return false;
-  r.skip.insert(r.load);
-  r.skip.insert(add);
-  r.skip.insert(r.store);
+    if (!loop.isDefinedOutsideOfLoop(store.getMemRef()))
+      return false;
+    r.skip.insert(found);
+    r.skip.insert(add);
+    r.skip.insert(store);
+  }
+  // The elements are read in the loop only through their own loads, and
+  // two outputs are distinct buffers.
+  for (auto [i, store] : llvm::enumerate(r.stores)) {
+    for (Operation &op : loop.getBody()->without_terminator())
+      if (auto other = dyn_cast<memref::LoadOp>(op))
+        if (other != r.loads[i] && other.getMemRef() == store.getMemRef())
+          return false;
+    for (memref::StoreOp later : ArrayRef(r.stores).drop_front(i + 1))
+      if (later.getMemRef() == store.getMemRef())
+        return false;
+  }
   return true;
 }
 
-/// The iter_args form: f32 sums `acc = acc + term`, read after the loop.
+/// The iter_args form: f32 sums `acc = acc + term` or maxima
+/// `acc = maximumf(acc, term)`, read after the loop.
 bool matchIterArgsForm(Reduction &r) {
   scf::ForOp loop = r.loop;
   auto yield = cast<scf::YieldOp>(loop.getBody()->getTerminator());
@@ -139,18 +156,62 @@ bool matchIterArgsForm(Reduction &r) {
   for (auto [i, arg] : llvm::enumerate(loop.getRegionIterArgs())) {
     if (!arg.getType().isF32() || !arg.hasOneUse())
       return false;
-    auto add = yield.getOperand(i).getDefiningOp<arith::AddFOp>();
-    if (!add || add->getBlock() != loop.getBody() || !add->hasOneUse())
+    Operation *combine = yield.getOperand(i).getDefiningOp();
+    if (!combine || !isa<arith::AddFOp, arith::MaximumFOp>(combine) ||
+        combine->getBlock() != loop.getBody() || !combine->hasOneUse())
       return false;
-    if (add.getLhs() == arg)
-      r.terms.push_back(add.getRhs());
-    else if (add.getRhs() == arg)
-      r.terms.push_back(add.getLhs());
+    if (combine->getOperand(0) == arg)
+      r.terms.push_back(combine->getOperand(1));
+    else if (combine->getOperand(1) == arg)
+      r.terms.push_back(combine->getOperand(0));
     else
       return false;
-    r.skip.insert(add);
+    r.isMax.push_back(isa<arith::MaximumFOp>(combine));
+    r.skip.insert(combine);
   }
   return true;
+}
+
+/// True if `v` is computed (within `scope`) from `iv`.
+bool dependsOn(Value v, Value iv, Block *scope, unsigned depth = 0) {
+  if (v == iv)
+    return true;
+  Operation *def = v.getDefiningOp();
+  if (!def || depth > 8 || !scope->getParentOp()->isAncestor(def))
+    return false;
+  for (Value operand : def->getOperands())
+    if (dependsOn(operand, iv, scope, depth + 1))
+      return true;
+  return false;
+}
+
+/// Whether splitting the loop over lanes makes the warp's reads contiguous:
+/// some load walks its last (contiguous) dimension with the loop, and none
+/// of the loads that move with the loop has the innermost parallel
+/// dimension in its last index, which thread x already makes contiguous
+/// (e.g. ō = Σ_j p_j c_j over a [tokens, rank] cache).
+bool splitCoalesces(scf::ParallelOp root, scf::ForOp loop) {
+  Value inner = root.getInductionVars().back();
+  Block *scope = root.getBody();
+  bool alongLoop = false;
+  WalkResult result = loop.getBody()->walk([&](Operation *op) {
+    Value last;
+    if (auto load = dyn_cast<memref::LoadOp>(op))
+      last = load.getIndices().empty() ? Value() : load.getIndices().back();
+    else if (auto extract = dyn_cast<tensor::ExtractOp>(op))
+      last = extract.getIndices().empty() ? Value()
+                                          : extract.getIndices().back();
+    bool moves = llvm::any_of(op->getOperands(), [&](Value v) {
+      return dependsOn(v, loop.getInductionVar(), scope);
+    });
+    if (!last || !moves)
+      return WalkResult::advance();
+    if (dependsOn(last, inner, scope))
+      return WalkResult::interrupt();
+    alongLoop |= dependsOn(last, loop.getInductionVar(), scope);
+    return WalkResult::advance();
+  });
+  return !result.wasInterrupted() && alongLoop;
 }
 
 /// The body of `root`: read-only setup, the reduction loop, then anything.
@@ -166,23 +227,31 @@ std::optional<Reduction> match(scf::ParallelOp root) {
     if (!readOnly(&op))
       return std::nullopt;
   }
-  if (!r.loop)
+  if (!r.loop || !splitCoalesces(root, r.loop))
     return std::nullopt;
   bool ok = r.loop.getNumResults() == 0 ? matchLinalgForm(r)
                                         : matchIterArgsForm(r);
   return ok ? std::optional<Reduction>(std::move(r)) : std::nullopt;
 }
 
-/// Sum of `v` over the 32 lanes of the warp, in every lane.
-Value warpSum(OpBuilder &b, Location loc, Value v) {
+/// Sum (or maximum) of `v` over the 32 lanes of the warp, in every lane.
+Value warpCombine(OpBuilder &b, Location loc, Value v, bool max) {
   Value width = arith::ConstantIntOp::create(b, loc, kLanes, 32);
   for (int64_t offset = kLanes / 2; offset > 0; offset /= 2) {
     Value off = arith::ConstantIntOp::create(b, loc, offset, 32);
     auto shuffle =
         gpu::ShuffleOp::create(b, loc, v, off, width, gpu::ShuffleMode::XOR);
-    v = arith::AddFOp::create(b, loc, v, shuffle.getShuffleResult());
+    Value other = shuffle.getShuffleResult();
+    v = max ? arith::MaximumFOp::create(b, loc, v, other).getResult()
+            : arith::AddFOp::create(b, loc, v, other).getResult();
   }
   return v;
+}
+
+bool isNegInf(Value v) {
+  FloatAttr attr;
+  return matchPattern(v, m_Constant(&attr)) && attr.getValue().isInfinity() &&
+         attr.getValue().isNegative();
 }
 
 void split(scf::ParallelOp root, Reduction &r) {
@@ -218,7 +287,11 @@ void split(scf::ParallelOp root, Reduction &r) {
   Value stride = arith::MulIOp::create(nb, loc, step, lanes);
   Value zero = arith::ConstantFloatOp::create(nb, loc, nb.getF32Type(),
                                               APFloat(0.0f));
-  SmallVector<Value> inits(r.terms.size(), zero);
+  Value ninf = arith::ConstantFloatOp::create(
+      nb, loc, nb.getF32Type(), APFloat::getInf(APFloat::IEEEsingle(), true));
+  SmallVector<Value> inits;
+  for (bool max : r.isMax)
+    inits.push_back(max ? ninf : zero);
   auto split = scf::ForOp::create(
       nb, loc, lb, map.lookupOrDefault(loop.getUpperBound()), stride, inits,
       [&](OpBuilder &fb, Location l, Value iv, ValueRange acc) {
@@ -227,38 +300,49 @@ void split(scf::ParallelOp root, Reduction &r) {
           if (!r.skip.contains(&op))
             fb.clone(op, map);
         SmallVector<Value> next;
-        for (auto [a, term] : llvm::zip(acc, r.terms))
-          next.push_back(
-              arith::AddFOp::create(fb, l, a, map.lookupOrDefault(term)));
+        for (auto [a, term, max] : llvm::zip(acc, r.terms, r.isMax)) {
+          Value t = map.lookupOrDefault(term);
+          next.push_back(max ? arith::MaximumFOp::create(fb, l, a, t).getResult()
+                             : arith::AddFOp::create(fb, l, a, t).getResult());
+        }
         scf::YieldOp::create(fb, l, next);
       });
 
   SmallVector<Value> sums;
-  for (Value partial : split.getResults())
-    sums.push_back(warpSum(nb, loc, partial));
+  for (auto [partial, max] : llvm::zip(split.getResults(), r.isMax))
+    sums.push_back(warpCombine(nb, loc, partial, max));
 
   // Lane 0 finishes the iteration as the original did.
   Value first = arith::CmpIOp::create(nb, loc, arith::CmpIPredicate::eq, lane,
                                       c0);
   auto once = scf::IfOp::create(nb, loc, first, /*withElseRegion=*/false);
   OpBuilder tb = OpBuilder::atBlockTerminator(once.thenBlock());
-  if (r.store) {
-    Value memref = map.lookupOrDefault(r.store.getMemRef());
-    SmallVector<Value> idx;
-    for (Value i : r.store.getIndices())
-      idx.push_back(map.lookupOrDefault(i));
-    Value c = memref::LoadOp::create(tb, loc, memref, idx);
-    Value s = r.loadFirst ? arith::AddFOp::create(tb, loc, c, sums[0])
-                          : arith::AddFOp::create(tb, loc, sums[0], c);
-    memref::StoreOp::create(tb, loc, s, memref, idx);
+  if (!r.stores.empty()) {
+    for (auto [store, first, sum] : llvm::zip(r.stores, r.loadFirst, sums)) {
+      Value memref = map.lookupOrDefault(store.getMemRef());
+      SmallVector<Value> idx;
+      for (Value i : store.getIndices())
+        idx.push_back(map.lookupOrDefault(i));
+      Value c = memref::LoadOp::create(tb, loc, memref, idx);
+      Value s = first ? arith::AddFOp::create(tb, loc, c, sum)
+                      : arith::AddFOp::create(tb, loc, sum, c);
+      memref::StoreOp::create(tb, loc, s, memref, idx);
+    }
   } else {
-    for (auto [result, init, sum] :
-         llvm::zip(loop.getResults(), loop.getInitArgs(), sums))
-      map.map(result, isZero(init) ? sum
-                                   : arith::AddFOp::create(
-                                         tb, loc, map.lookupOrDefault(init),
-                                         sum)
-                                         .getResult());
+    for (auto [result, init, sum, max] :
+         llvm::zip(loop.getResults(), loop.getInitArgs(), sums, r.isMax)) {
+      Value start = map.lookupOrDefault(init);
+      if (max)
+        map.map(result, isNegInf(init) ? sum
+                                       : arith::MaximumFOp::create(
+                                             tb, loc, start, sum)
+                                             .getResult());
+      else
+        map.map(result, isZero(init) ? sum
+                                     : arith::AddFOp::create(tb, loc, start,
+                                                             sum)
+                                           .getResult());
+    }
   }
   for (++it; it != root.getBody()->end(); ++it)
     if (!isa<scf::ReduceOp>(*it))

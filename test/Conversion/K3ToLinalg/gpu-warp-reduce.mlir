@@ -80,8 +80,91 @@ func.func @two_sums(%w: memref<?x?xf32>, %x: memref<?xf32>, %y: memref<?xf32>) {
   return
 }
 
-// Not a sum (a running maximum), a loop that writes memory, and setup that
-// writes memory: left alone.
+// Two outputs of one linalg.generic (AttnRes: sum of squares and a
+// projection): two partial sums, both combined, both stored by lane 0.
+// CHECK-LABEL: func.func @two_outputs
+// CHECK: %{{.+}}:2 = scf.for {{.*}} -> (f32, f32)
+// CHECK: scf.if
+// CHECK:   memref.store {{.*}}[%{{.+}}] : memref<?xf32>
+// CHECK:   memref.store {{.*}}[%{{.+}}] : memref<?xf32>
+// CHECK: } {k3.warp_lanes = 32 : i64}
+func.func @two_outputs(%w: memref<?x?xf32>, %ss: memref<?xf32>, %q: memref<?xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %w, %c0 : memref<?x?xf32>
+  %k = memref.dim %w, %c1 : memref<?x?xf32>
+  scf.parallel (%j) = (%c0) to (%n) step (%c1) {
+    scf.for %i = %c0 to %k step %c1 {
+      %a = memref.load %w[%j, %i] : memref<?x?xf32>
+      %sq = arith.mulf %a, %a : f32
+      %s0 = memref.load %ss[%j] : memref<?xf32>
+      %s1 = arith.addf %s0, %sq : f32
+      %q0 = memref.load %q[%j] : memref<?xf32>
+      %q1 = arith.addf %q0, %a : f32
+      memref.store %s1, %ss[%j] : memref<?xf32>
+      memref.store %q1, %q[%j] : memref<?xf32>
+    }
+    scf.reduce
+  }
+  return
+}
+
+// A maximum (exact in any order): lanes start at -inf and combine with
+// maximumf; the loop's own start value joins in lane 0.
+// CHECK-LABEL: func.func @row_max
+// CHECK: %[[NINF:.+]] = arith.constant 0xFF800000 : f32
+// CHECK: scf.for {{.*}} iter_args(%{{.+}} = %[[NINF]]) -> (f32)
+// CHECK:   arith.maximumf
+// CHECK: %[[S:.+]], %{{.+}} = gpu.shuffle  xor
+// CHECK: arith.maximumf %{{.+}}, %[[S]] : f32
+// CHECK: scf.if
+// CHECK:   arith.maximumf %{{.+}}, %{{.+}} : f32
+// CHECK:   memref.store
+// CHECK: } {k3.warp_lanes = 32 : i64}
+func.func @row_max(%w: memref<?x?xf32>, %y: memref<?xf32>, %m0: f32) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %w, %c0 : memref<?x?xf32>
+  %k = memref.dim %w, %c1 : memref<?x?xf32>
+  scf.parallel (%j) = (%c0) to (%n) step (%c1) {
+    %m = scf.for %i = %c0 to %k step %c1 iter_args(%a = %m0) -> (f32) {
+      %v = memref.load %w[%j, %i] : memref<?x?xf32>
+      %b = arith.maximumf %a, %v : f32
+      scf.yield %b : f32
+    }
+    memref.store %m, %y[%j] : memref<?xf32>
+    scf.reduce
+  }
+  return
+}
+
+// Thread x already reads contiguously (o[e] = Σ_j p[j] c[j, e], e innermost):
+// splitting j over lanes would make the reads strided, so no split.
+// CHECK-LABEL: func.func @strided
+// CHECK-NOT: gpu.shuffle
+// CHECK: return
+func.func @strided(%p: memref<?xf32>, %c: memref<?x?xf32>, %o: memref<?xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %zero = arith.constant 0.0 : f32
+  %t = memref.dim %c, %c0 : memref<?x?xf32>
+  %r = memref.dim %c, %c1 : memref<?x?xf32>
+  scf.parallel (%e) = (%c0) to (%r) step (%c1) {
+    %acc = scf.for %j = %c0 to %t step %c1 iter_args(%a = %zero) -> (f32) {
+      %pj = memref.load %p[%j] : memref<?xf32>
+      %cv = memref.load %c[%j, %e] : memref<?x?xf32>
+      %pr = arith.mulf %pj, %cv : f32
+      %a2 = arith.addf %a, %pr : f32
+      scf.yield %a2 : f32
+    }
+    memref.store %acc, %o[%e] : memref<?xf32>
+    scf.reduce
+  }
+  return
+}
+
+// Not a sum or a maximum (a product), a loop that writes memory, and setup
+// that writes memory: left alone.
 // CHECK-LABEL: func.func @not_sums
 // CHECK-NOT: gpu.shuffle
 // CHECK-NOT: k3.warp_lanes
@@ -95,7 +178,7 @@ func.func @not_sums(%w: memref<?x?xf32>, %y: memref<?xf32>, %z: memref<?x?xf32>)
   scf.parallel (%j) = (%c0) to (%n) step (%c1) {
     %m = scf.for %i = %c0 to %k step %c1 iter_args(%a = %ninf) -> (f32) {
       %v = memref.load %w[%j, %i] : memref<?x?xf32>
-      %b = arith.maximumf %a, %v : f32
+      %b = arith.mulf %a, %v : f32
       scf.yield %b : f32
     }
     memref.store %m, %y[%j] : memref<?xf32>

@@ -122,17 +122,26 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
       %sc = arith.mulf %s, %scale : f32
       memref.store %sc, %p[%h, %j] : memref<?x?xf32>
     }
+    // Softmax per head: the maximum, exp(s - max) in place, the sum.
+    %rowmax = memref.alloc(%nh) : memref<?xf32>
     scf.parallel (%h) = (%c0) to (%nh) step (%c1) {
       %mx = scf.for %j = %c0 to %ntok step %c1 iter_args(%m = %ninf) -> (f32) {
         %sc = memref.load %p[%h, %j] : memref<?x?xf32>
         %m2 = arith.maximumf %m, %sc : f32
         scf.yield %m2 : f32
       }
+      memref.store %mx, %rowmax[%h] : memref<?xf32>
+    }
+    scf.parallel (%h, %j) = (%c0, %c0) to (%nh, %ntok) step (%c1, %c1) {
+      %s = memref.load %p[%h, %j] : memref<?x?xf32>
+      %mx = memref.load %rowmax[%h] : memref<?xf32>
+      %d = arith.subf %s, %mx : f32
+      %e = math.exp %d : f32
+      memref.store %e, %p[%h, %j] : memref<?x?xf32>
+    }
+    scf.parallel (%h) = (%c0) to (%nh) step (%c1) {
       %sum = scf.for %j = %c0 to %ntok step %c1 iter_args(%a = %zero) -> (f32) {
-        %s = memref.load %p[%h, %j] : memref<?x?xf32>
-        %d = arith.subf %s, %mx : f32
-        %e = math.exp %d : f32
-        memref.store %e, %p[%h, %j] : memref<?x?xf32>
+        %e = memref.load %p[%h, %j] : memref<?x?xf32>
         %s2 = arith.addf %a, %e : f32
         scf.yield %s2 : f32
       }

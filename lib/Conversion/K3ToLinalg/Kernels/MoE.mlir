@@ -54,47 +54,66 @@ func.func private @k3k_mxfp4_at(%packed: tensor<?x?x?xi8>, %scale: tensor<?x?x?x
 
 // Selection of the top-k experts of every token by s + b (the bias only
 // selects); weights ω = s / (Σ_sel s + 1e-20) · scaling when `renorm`.
-// Returns (indices [T, k], weights [T, k]).
+// Returns (indices [T, k], weights [T, k]), in the order of the keys
+// (descending; equal keys by expert index), as picking the best remaining
+// expert k times would give them. Computed in parallel: an expert's slot is
+// its rank, the number of experts before it in that order.
 func.func private @k3k_route(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf16>, %bias: tensor<?xf32>, %topk: index,
                              %renorm: i1, %scaling: f32) -> (memref<?x?xi64>, memref<?x?xf32>) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %zero = arith.constant 0.0 : f32
   %tiny = arith.constant 1.0e-20 : f32
-  %ninf = arith.constant 0xFF800000 : f32
-  %false = arith.constant false
-  %true = arith.constant true
+  %zero64 = arith.constant 0 : i64
   %t = tensor.dim %x, %c0 : tensor<?x?x!act>
   %ne = tensor.dim %wr, %c0 : tensor<?x?xbf16>
   %logits = func.call @k3k_matmul_f32(%x, %wr) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?xf32>
   %idx = memref.alloc(%t, %topk) : memref<?x?xi64>
   %wts = memref.alloc(%t, %topk) : memref<?x?xf32>
-  %taken = memref.alloc(%t, %ne) : memref<?x?xi1>
-  scf.parallel (%i) = (%c0) to (%t) step (%c1) {
-    scf.for %e = %c0 to %ne step %c1 {
-      memref.store %false, %taken[%i, %e] : memref<?x?xi1>
+  // Scores s = σ(logit) and keys s + b of every (token, expert); the slots
+  // start as expert 0 with weight 0 (a NaN key takes no slot).
+  %probs = memref.alloc(%t, %ne) : memref<?x?xf32>
+  %keys = memref.alloc(%t, %ne) : memref<?x?xf32>
+  scf.parallel (%i, %e) = (%c0, %c0) to (%t, %ne) step (%c1, %c1) {
+    %l = tensor.extract %logits[%i, %e] : tensor<?x?xf32>
+    %sg = func.call @k3k_sigmoid(%l) : (f32) -> f32
+    %b = tensor.extract %bias[%e] : tensor<?xf32>
+    %key = arith.addf %sg, %b : f32
+    memref.store %sg, %probs[%i, %e] : memref<?x?xf32>
+    memref.store %key, %keys[%i, %e] : memref<?x?xf32>
+    %slot = arith.cmpi ult, %e, %topk : index
+    scf.if %slot {
+      memref.store %zero64, %idx[%i, %e] : memref<?x?xi64>
+      memref.store %zero, %wts[%i, %e] : memref<?x?xf32>
     }
+  }
+  scf.parallel (%i, %e) = (%c0, %c0) to (%t, %ne) step (%c1, %c1) {
+    %key = memref.load %keys[%i, %e] : memref<?x?xf32>
+    %rank = scf.for %o = %c0 to %ne step %c1 iter_args(%r = %c0) -> (index) {
+      %ko = memref.load %keys[%i, %o] : memref<?x?xf32>
+      %gt = arith.cmpf ogt, %ko, %key : f32
+      %eq = arith.cmpf oeq, %ko, %key : f32
+      %lower = arith.cmpi ult, %o, %e : index
+      %tie = arith.andi %eq, %lower : i1
+      %before = arith.ori %gt, %tie : i1
+      %inc = arith.select %before, %c1, %c0 : index
+      %r2 = arith.addi %r, %inc : index
+      scf.yield %r2 : index
+    }
+    %valid = arith.cmpf ord, %key, %key : f32
+    %in = arith.cmpi ult, %rank, %topk : index
+    %sel = arith.andi %valid, %in : i1
+    scf.if %sel {
+      %e64 = arith.index_cast %e : index to i64
+      %sg = memref.load %probs[%i, %e] : memref<?x?xf32>
+      memref.store %e64, %idx[%i, %rank] : memref<?x?xi64>
+      memref.store %sg, %wts[%i, %rank] : memref<?x?xf32>
+    }
+  }
+  scf.parallel (%i) = (%c0) to (%t) step (%c1) {
     %total = scf.for %s = %c0 to %topk step %c1 iter_args(%tot = %zero) -> (f32) {
-      %best, %bv = scf.for %e = %c0 to %ne step %c1 iter_args(%bi = %c0, %bm = %ninf) -> (index, f32) {
-        %tk = memref.load %taken[%i, %e] : memref<?x?xi1>
-        %l = tensor.extract %logits[%i, %e] : tensor<?x?xf32>
-        %sg = func.call @k3k_sigmoid(%l) : (f32) -> f32
-        %b = tensor.extract %bias[%e] : tensor<?xf32>
-        %key = arith.addf %sg, %b : f32
-        %better = arith.cmpf ogt, %key, %bm : f32
-        %nt = arith.xori %tk, %true : i1
-        %take = arith.andi %better, %nt : i1
-        %ni = arith.select %take, %e, %bi : index
-        %nm = arith.select %take, %key, %bm : f32
-        scf.yield %ni, %nm : index, f32
-      }
-      memref.store %true, %taken[%i, %best] : memref<?x?xi1>
-      %l = tensor.extract %logits[%i, %best] : tensor<?x?xf32>
-      %sg = func.call @k3k_sigmoid(%l) : (f32) -> f32
-      %best64 = arith.index_cast %best : index to i64
-      memref.store %best64, %idx[%i, %s] : memref<?x?xi64>
-      memref.store %sg, %wts[%i, %s] : memref<?x?xf32>
-      %tot2 = arith.addf %tot, %sg : f32
+      %w = memref.load %wts[%i, %s] : memref<?x?xf32>
+      %tot2 = arith.addf %tot, %w : f32
       scf.yield %tot2 : f32
     }
     %den = arith.addf %total, %tiny : f32
