@@ -34,26 +34,29 @@ int main(int argc, char **argv) {
   }
   k3rt_library *lib = NULL;
   k3rt_weights *weights = NULL;
-  k3rt_status *s = k3rt_library_open(argv[1], &lib);
-  show("open", s ? s : NULL);
+  show("open", k3rt_library_open(argv[1], &lib));
   if (!lib)
     return 1;
-  s = k3rt_weights_load(lib, argv[2], NULL, &weights);
-  show("weights", s);
-  if (!weights)
+  show("weights", k3rt_weights_load(lib, argv[2], NULL, &weights));
+  if (!weights) {
+    k3rt_library_release(lib);
     return 1;
-  k3rt_model_info li = {sizeof(li)};
+  }
+  k3rt_model_info li = {.struct_size = sizeof(li)};
   k3rt_status_free(k3rt_library_get_info(lib, &li));
 
-  k3rt_session_options o = {sizeof(o)};
+  k3rt_session_options o = {.struct_size = sizeof(o)};
   o.max_sequences = 4;
   o.state_budget_bytes = (uint64_t)64 << 20;
   o.max_step_tokens = 16;
   k3rt_session *session = NULL;
   show("session", k3rt_session_create(lib, weights, &o, &session));
-  if (!session)
+  if (!session) {
+    k3rt_weights_release(weights);
+    k3rt_library_release(lib);
     return 1;
-  k3rt_session_info si = {sizeof(si)};
+  }
+  k3rt_session_info si = {.struct_size = sizeof(si)};
   k3rt_status_free(k3rt_session_get_info(session, &si));
   printf("device: %s\n", si.device ? si.device : "?");
 
@@ -63,8 +66,7 @@ int main(int argc, char **argv) {
   k3rt_step_entry e = {1, 4, tokens, K3RT_LOGITS_LAST};
   show("step 4 tokens", k3rt_session_step(session, &e, 1, logits,
                                           (size_t)li.vocab_size));
-  k3rt_state_shape shape = {sizeof(shape)};
-  float state[1];
+  k3rt_state_shape shape = {.struct_size = sizeof(shape)};
   k3rt_status *rs =
       k3rt_sequence_read_state(session, 1, "kda.recurrent", 0, NULL, 0, &shape);
   if (!rs) {
@@ -79,7 +81,6 @@ int main(int argc, char **argv) {
              (long long)shape.count, sum > 0 ? ">" : "=");
     free(all);
   }
-  (void)state;
   show("read state", rs);
   e.n_tokens = 17;
   show("step 17 tokens", k3rt_session_step(session, &e, 1, logits,
