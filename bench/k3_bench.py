@@ -287,7 +287,7 @@ def main():
     ap.add_argument("--fla", action="store_true",
                     help="also the peer with fla-core's KDA kernels (needs fla-core)")
     ap.add_argument("--profile", action="store_true",
-                    help="per-kernel breakdown of one batch-1 decode step")
+                    help="per-kernel breakdown of a batch-1 decode step and of each k3c prefill")
     ap.add_argument("--json")
     a = ap.parse_args()
     dev = torch.cuda.get_device_name()
@@ -431,6 +431,13 @@ def main():
         s = timed(once, reps, warmup=0)
         row("prefill", "T=%d" % T, "k3c", s, flops=prefill_flops(m, T), tokens=T)
         last = (T, s["median_s"])
+        if a.profile:
+            kernels, total = kernel_profile(once, steps=1, top=12)
+            print("prefill T=%d kernels: %.1f ms of kernel time" % (T, total))
+            for k, ms, n, share in kernels:
+                print("  %-44s %9.3f ms %5.0f launches %5.1f%%" % (k[:44], ms, n, 100 * share))
+            res["profile_prefill_%d" % T] = {"kernel_ms": total, "kernels": [
+                {"name": k, "ms": ms, "launches": n, "share": share} for k, ms, n, share in kernels]}
         del run, st
         torch.cuda.empty_cache()
         return reps

@@ -273,160 +273,152 @@ func.func private @k3k_kda_chunked(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf32
   %xm = memref.alloc(%nh, %chunk, %chunk) : memref<?x?x?xf32>
   %wm = memref.alloc(%nh, %chunk, %dk) : memref<?x?x?xf32>
   %um = memref.alloc(%nh, %chunk, %dv) : memref<?x?x?xf32>
+  // Per chunk, one parallel loop per stage (one GPU kernel each), over the
+  // heads and the stage's independent dimensions; every element is summed in
+  // the same order as a per-head loop would.
   scf.for %start = %c0 to %t step %chunk {
     %rest = arith.subi %t, %start : index
     %n = arith.minui %rest, %chunk : index
-    scf.parallel (%h) = (%c0) to (%nh) step (%c1) {
-      // Γ: cumulative log-decay within the chunk.
-      scf.for %j = %c0 to %dk step %c1 {
-        %acc = scf.for %r = %c0 to %n step %c1 iter_args(%a = %zero) -> (f32) {
-          %tr = arith.addi %start, %r : index
-          %g = memref.load %gg[%tr, %h, %j] : memref<?x?x?xf32>
-          %s = arith.addf %a, %g : f32
-          memref.store %s, %gam[%h, %r, %j] : memref<?x?x?xf32>
-          scf.yield %s : f32
-        }
+    // Γ: cumulative log-decay within the chunk.
+    scf.parallel (%h, %j) = (%c0, %c0) to (%nh, %dk) step (%c1, %c1) {
+      %acc = scf.for %r = %c0 to %n step %c1 iter_args(%a = %zero) -> (f32) {
+        %tr = arith.addi %start, %r : index
+        %g = memref.load %gg[%tr, %h, %j] : memref<?x?x?xf32>
+        %s = arith.addf %a, %g : f32
+        memref.store %s, %gam[%h, %r, %j] : memref<?x?x?xf32>
+        scf.yield %s : f32
       }
-      // L (strictly lower, scaled by β_r) and A (lower with diagonal).
-      scf.for %r = %c0 to %n step %c1 {
+    }
+    // L (strictly lower, scaled by β_r) and A (lower with diagonal), s ≤ r.
+    scf.parallel (%h, %r, %s) = (%c0, %c0, %c0) to (%nh, %n, %n) step (%c1, %c1, %c1) {
+      %lower = arith.cmpi ule, %s, %r : index
+      scf.if %lower {
+        %tr = arith.addi %start, %r : index
+        %ts = arith.addi %start, %s : index
+        %br = memref.load %bb[%tr, %h] : memref<?x?xf32>
+        %lsum, %asum = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero, %b = %zero) -> (f32, f32) {
+          %gr = memref.load %gam[%h, %r, %j] : memref<?x?x?xf32>
+          %gs = memref.load %gam[%h, %s, %j] : memref<?x?x?xf32>
+          %dg = arith.subf %gr, %gs : f32
+          %e = math.exp %dg : f32
+          %kr = memref.load %kn[%tr, %h, %j] : memref<?x?x?xf32>
+          %ks = memref.load %kn[%ts, %h, %j] : memref<?x?x?xf32>
+          %qr = memref.load %qn[%tr, %h, %j] : memref<?x?x?xf32>
+          %ke = arith.mulf %ks, %e : f32
+          %lk = arith.mulf %kr, %ke : f32
+          %aq = arith.mulf %qr, %ke : f32
+          %a2 = arith.addf %a, %lk : f32
+          %b2 = arith.addf %b, %aq : f32
+          scf.yield %a2, %b2 : f32, f32
+        }
+        %lv = arith.mulf %br, %lsum : f32
+        memref.store %lv, %lm[%h, %r, %s] : memref<?x?x?xf32>
+        memref.store %asum, %am[%h, %r, %s] : memref<?x?x?xf32>
+      }
+    }
+    // X = (I + L)⁻¹ Diag(β) by forward substitution, each column c down its
+    // rows: X[r, c] = β_r [r = c] − Σ_{c≤s<r} L[r, s] X[s, c] (X lower
+    // triangular).
+    scf.parallel (%h, %c) = (%c0, %c0) to (%nh, %n) step (%c1, %c1) {
+      scf.for %r = %c to %n step %c1 {
         %tr = arith.addi %start, %r : index
         %br = memref.load %bb[%tr, %h] : memref<?x?xf32>
-        %r1 = arith.addi %r, %c1 : index
-        scf.for %s = %c0 to %r1 step %c1 {
-          %ts = arith.addi %start, %s : index
-          %lsum, %asum = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero, %b = %zero) -> (f32, f32) {
-            %gr = memref.load %gam[%h, %r, %j] : memref<?x?x?xf32>
-            %gs = memref.load %gam[%h, %s, %j] : memref<?x?x?xf32>
-            %dg = arith.subf %gr, %gs : f32
-            %e = math.exp %dg : f32
-            %kr = memref.load %kn[%tr, %h, %j] : memref<?x?x?xf32>
-            %ks = memref.load %kn[%ts, %h, %j] : memref<?x?x?xf32>
-            %qr = memref.load %qn[%tr, %h, %j] : memref<?x?x?xf32>
-            %ke = arith.mulf %ks, %e : f32
-            %lk = arith.mulf %kr, %ke : f32
-            %aq = arith.mulf %qr, %ke : f32
-            %a2 = arith.addf %a, %lk : f32
-            %b2 = arith.addf %b, %aq : f32
-            scf.yield %a2, %b2 : f32, f32
-          }
-          %lv = arith.mulf %br, %lsum : f32
-          memref.store %lv, %lm[%h, %r, %s] : memref<?x?x?xf32>
-          memref.store %asum, %am[%h, %r, %s] : memref<?x?x?xf32>
+        %diag = arith.cmpi eq, %r, %c : index
+        %init = arith.select %diag, %br, %zero : f32
+        %x = scf.for %s = %c to %r step %c1 iter_args(%a = %init) -> (f32) {
+          %l = memref.load %lm[%h, %r, %s] : memref<?x?x?xf32>
+          %xs = memref.load %xm[%h, %s, %c] : memref<?x?x?xf32>
+          %p = arith.mulf %l, %xs : f32
+          %d = arith.subf %a, %p : f32
+          scf.yield %d : f32
         }
+        memref.store %x, %xm[%h, %r, %c] : memref<?x?x?xf32>
       }
-      // X = (I + L)⁻¹ Diag(β) by forward substitution, row by row:
-      // X[r, c] = β_r [r = c] − Σ_{s<r} L[r, s] X[s, c]  (X lower triangular).
-      scf.for %r = %c0 to %n step %c1 {
-        %tr = arith.addi %start, %r : index
-        %br = memref.load %bb[%tr, %h] : memref<?x?xf32>
-        %r1 = arith.addi %r, %c1 : index
-        scf.for %c = %c0 to %r1 step %c1 {
-          %diag = arith.cmpi eq, %r, %c : index
-          %init = arith.select %diag, %br, %zero : f32
-          %x = scf.for %s = %c to %r step %c1 iter_args(%a = %init) -> (f32) {
-            %l = memref.load %lm[%h, %r, %s] : memref<?x?x?xf32>
-            %xs = memref.load %xm[%h, %s, %c] : memref<?x?x?xf32>
-            %p = arith.mulf %l, %xs : f32
-            %d = arith.subf %a, %p : f32
-            scf.yield %d : f32
-          }
-          memref.store %x, %xm[%h, %r, %c] : memref<?x?x?xf32>
-        }
+    }
+    // W = X (e^Γ ⊙ K).
+    scf.parallel (%h, %r, %j) = (%c0, %c0, %c0) to (%nh, %n, %dk) step (%c1, %c1, %c1) {
+      %r1 = arith.addi %r, %c1 : index
+      %w = scf.for %s = %c0 to %r1 step %c1 iter_args(%a = %zero) -> (f32) {
+        %ts = arith.addi %start, %s : index
+        %x = memref.load %xm[%h, %r, %s] : memref<?x?x?xf32>
+        %gs = memref.load %gam[%h, %s, %j] : memref<?x?x?xf32>
+        %e = math.exp %gs : f32
+        %ks = memref.load %kn[%ts, %h, %j] : memref<?x?x?xf32>
+        %ke = arith.mulf %e, %ks : f32
+        %p = arith.mulf %x, %ke : f32
+        %d = arith.addf %a, %p : f32
+        scf.yield %d : f32
       }
-      // W = X (e^Γ ⊙ K), U = X V.
-      scf.for %r = %c0 to %n step %c1 {
-        %r1 = arith.addi %r, %c1 : index
-        scf.for %j = %c0 to %dk step %c1 {
-          %w = scf.for %s = %c0 to %r1 step %c1 iter_args(%a = %zero) -> (f32) {
-            %ts = arith.addi %start, %s : index
-            %x = memref.load %xm[%h, %r, %s] : memref<?x?x?xf32>
-            %gs = memref.load %gam[%h, %s, %j] : memref<?x?x?xf32>
-            %e = math.exp %gs : f32
-            %ks = memref.load %kn[%ts, %h, %j] : memref<?x?x?xf32>
-            %ke = arith.mulf %e, %ks : f32
-            %p = arith.mulf %x, %ke : f32
-            %d = arith.addf %a, %p : f32
-            scf.yield %d : f32
-          }
-          memref.store %w, %wm[%h, %r, %j] : memref<?x?x?xf32>
-        }
-        scf.for %c = %c0 to %dv step %c1 {
-          %u = scf.for %s = %c0 to %r1 step %c1 iter_args(%a = %zero) -> (f32) {
-            %ts = arith.addi %start, %s : index
-            %x = memref.load %xm[%h, %r, %s] : memref<?x?x?xf32>
-            %vs = memref.load %vf[%ts, %h, %c] : memref<?x?x?xf32>
-            %p = arith.mulf %x, %vs : f32
-            %d = arith.addf %a, %p : f32
-            scf.yield %d : f32
-          }
-          memref.store %u, %um[%h, %r, %c] : memref<?x?x?xf32>
-        }
+      memref.store %w, %wm[%h, %r, %j] : memref<?x?x?xf32>
+    }
+    // U = X V, then V' = U − W S0 (stored over U).
+    scf.parallel (%h, %r, %c) = (%c0, %c0, %c0) to (%nh, %n, %dv) step (%c1, %c1, %c1) {
+      %r1 = arith.addi %r, %c1 : index
+      %u = scf.for %s = %c0 to %r1 step %c1 iter_args(%a = %zero) -> (f32) {
+        %ts = arith.addi %start, %s : index
+        %x = memref.load %xm[%h, %r, %s] : memref<?x?x?xf32>
+        %vs = memref.load %vf[%ts, %h, %c] : memref<?x?x?xf32>
+        %p = arith.mulf %x, %vs : f32
+        %d = arith.addf %a, %p : f32
+        scf.yield %d : f32
       }
-      // V' = U − W S0 (stored over U), then O = (Q ⊙ e^Γ) S0 + A V'.
-      scf.for %r = %c0 to %n step %c1 {
-        scf.for %c = %c0 to %dv step %c1 {
-          %ws = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero) -> (f32) {
-            %x, %y = func.call @k3k_state_index(%j, %c, %vfirst) : (index, index, i1) -> (index, index)
-            %s0 = memref.load %state[%h, %x, %y] : memref<?x?x?xf32>
-            %w = memref.load %wm[%h, %r, %j] : memref<?x?x?xf32>
-            %p = arith.mulf %w, %s0 : f32
-            %d = arith.addf %a, %p : f32
-            scf.yield %d : f32
-          }
-          %u = memref.load %um[%h, %r, %c] : memref<?x?x?xf32>
-          %vn = arith.subf %u, %ws : f32
-          memref.store %vn, %um[%h, %r, %c] : memref<?x?x?xf32>
-        }
+      %ws = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero) -> (f32) {
+        %x, %y = func.call @k3k_state_index(%j, %c, %vfirst) : (index, index, i1) -> (index, index)
+        %s0 = memref.load %state[%h, %x, %y] : memref<?x?x?xf32>
+        %w = memref.load %wm[%h, %r, %j] : memref<?x?x?xf32>
+        %p = arith.mulf %w, %s0 : f32
+        %d = arith.addf %a, %p : f32
+        scf.yield %d : f32
       }
-      scf.for %r = %c0 to %n step %c1 {
-        %tr = arith.addi %start, %r : index
-        %r1 = arith.addi %r, %c1 : index
-        scf.for %c = %c0 to %dv step %c1 {
-          %inter = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero) -> (f32) {
-            %x, %y = func.call @k3k_state_index(%j, %c, %vfirst) : (index, index, i1) -> (index, index)
-            %s0 = memref.load %state[%h, %x, %y] : memref<?x?x?xf32>
-            %qr = memref.load %qn[%tr, %h, %j] : memref<?x?x?xf32>
-            %gr = memref.load %gam[%h, %r, %j] : memref<?x?x?xf32>
-            %e = math.exp %gr : f32
-            %qe = arith.mulf %qr, %e : f32
-            %p = arith.mulf %qe, %s0 : f32
-            %d = arith.addf %a, %p : f32
-            scf.yield %d : f32
-          }
-          %tot = scf.for %s = %c0 to %r1 step %c1 iter_args(%a = %inter) -> (f32) {
-            %av = memref.load %am[%h, %r, %s] : memref<?x?x?xf32>
-            %vn = memref.load %um[%h, %s, %c] : memref<?x?x?xf32>
-            %p = arith.mulf %av, %vn : f32
-            %d = arith.addf %a, %p : f32
-            scf.yield %d : f32
-          }
-          memref.store %tot, %o[%tr, %h, %c] : memref<?x?x?xf32>
-        }
+      %vn = arith.subf %u, %ws : f32
+      memref.store %vn, %um[%h, %r, %c] : memref<?x?x?xf32>
+    }
+    // O = (Q ⊙ e^Γ) S0 + A V'.
+    scf.parallel (%h, %r, %c) = (%c0, %c0, %c0) to (%nh, %n, %dv) step (%c1, %c1, %c1) {
+      %tr = arith.addi %start, %r : index
+      %r1 = arith.addi %r, %c1 : index
+      %inter = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero) -> (f32) {
+        %x, %y = func.call @k3k_state_index(%j, %c, %vfirst) : (index, index, i1) -> (index, index)
+        %s0 = memref.load %state[%h, %x, %y] : memref<?x?x?xf32>
+        %qr = memref.load %qn[%tr, %h, %j] : memref<?x?x?xf32>
+        %gr = memref.load %gam[%h, %r, %j] : memref<?x?x?xf32>
+        %e = math.exp %gr : f32
+        %qe = arith.mulf %qr, %e : f32
+        %p = arith.mulf %qe, %s0 : f32
+        %d = arith.addf %a, %p : f32
+        scf.yield %d : f32
       }
-      // S = Diag(e^{Γ_n}) S0 + Σ_s (e^{Γ_n − Γ_s} ⊙ k_s) V'[s]ᵀ, in place.
-      %last = arith.subi %n, %c1 : index
-      scf.for %j = %c0 to %dk step %c1 {
-        %gn = memref.load %gam[%h, %last, %j] : memref<?x?x?xf32>
-        %en = math.exp %gn : f32
-        scf.for %c = %c0 to %dv step %c1 {
-          %x, %y = func.call @k3k_state_index(%j, %c, %vfirst) : (index, index, i1) -> (index, index)
-          %s0 = memref.load %state[%h, %x, %y] : memref<?x?x?xf32>
-          %init = arith.mulf %en, %s0 : f32
-          %sn = scf.for %s = %c0 to %n step %c1 iter_args(%a = %init) -> (f32) {
-            %ts = arith.addi %start, %s : index
-            %gs = memref.load %gam[%h, %s, %j] : memref<?x?x?xf32>
-            %dg = arith.subf %gn, %gs : f32
-            %e = math.exp %dg : f32
-            %ks = memref.load %kn[%ts, %h, %j] : memref<?x?x?xf32>
-            %vn = memref.load %um[%h, %s, %c] : memref<?x?x?xf32>
-            %ke = arith.mulf %e, %ks : f32
-            %p = arith.mulf %ke, %vn : f32
-            %d = arith.addf %a, %p : f32
-            scf.yield %d : f32
-          }
-          memref.store %sn, %state[%h, %x, %y] : memref<?x?x?xf32>
-        }
+      %tot = scf.for %s = %c0 to %r1 step %c1 iter_args(%a = %inter) -> (f32) {
+        %av = memref.load %am[%h, %r, %s] : memref<?x?x?xf32>
+        %vn = memref.load %um[%h, %s, %c] : memref<?x?x?xf32>
+        %p = arith.mulf %av, %vn : f32
+        %d = arith.addf %a, %p : f32
+        scf.yield %d : f32
       }
+      memref.store %tot, %o[%tr, %h, %c] : memref<?x?x?xf32>
+    }
+    // S = Diag(e^{Γ_n}) S0 + Σ_s (e^{Γ_n − Γ_s} ⊙ k_s) V'[s]ᵀ, in place
+    // (each element reads only itself of S0).
+    %last = arith.subi %n, %c1 : index
+    scf.parallel (%h, %j, %c) = (%c0, %c0, %c0) to (%nh, %dk, %dv) step (%c1, %c1, %c1) {
+      %gn = memref.load %gam[%h, %last, %j] : memref<?x?x?xf32>
+      %en = math.exp %gn : f32
+      %x, %y = func.call @k3k_state_index(%j, %c, %vfirst) : (index, index, i1) -> (index, index)
+      %s0 = memref.load %state[%h, %x, %y] : memref<?x?x?xf32>
+      %init = arith.mulf %en, %s0 : f32
+      %sn = scf.for %s = %c0 to %n step %c1 iter_args(%a = %init) -> (f32) {
+        %ts = arith.addi %start, %s : index
+        %gs = memref.load %gam[%h, %s, %j] : memref<?x?x?xf32>
+        %dg = arith.subf %gn, %gs : f32
+        %e = math.exp %dg : f32
+        %ks = memref.load %kn[%ts, %h, %j] : memref<?x?x?xf32>
+        %vn = memref.load %um[%h, %s, %c] : memref<?x?x?xf32>
+        %ke = arith.mulf %e, %ks : f32
+        %p = arith.mulf %ke, %vn : f32
+        %d = arith.addf %a, %p : f32
+        scf.yield %d : f32
+      }
+      memref.store %sn, %state[%h, %x, %y] : memref<?x?x?xf32>
     }
   }
   return
