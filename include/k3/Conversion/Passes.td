@@ -97,10 +97,13 @@ def K3GPUWarpReducePass : Pass<"k3-gpu-warp-reduce"> {
     and lane 0 alone runs what followed the loop. A warp then reads 32
     consecutive elements of a weight row per iteration (coalesced) instead
     of 32 rows, and a decode-time GEMV, RMS norm or attention score is
-    spread over 32 threads instead of one. The new loop carries
-    `k3.warp_lanes = 32`; `k3-gpu-tile-and-map` maps the lane dimension to
-    thread x. f32 sums are reassociated (a different, not a less exact,
-    order).
+    spread over 32 threads instead of one. Each lane takes `unroll` of its
+    terms per iteration while they are all in range (their loads issued
+    together, so that a lane has that many in flight), then the rest one at
+    a time. The new loop carries `k3.warp_lanes = 32` and `k3.warp_unroll`;
+    `k3-gpu-tile-and-map` maps the lane dimension to thread x. f32 sums are
+    reassociated (a different, not a less exact, order); maxima are exact in
+    any order.
 
     ```mlir
     scf.parallel (%j) = (%c0) to (%n) step (%c1) {
@@ -121,6 +124,10 @@ def K3GPUWarpReducePass : Pass<"k3-gpu-warp-reduce"> {
     } {k3.warp_lanes = 32 : i64}
     ```
   }];
+  let options = [
+    Option<"unroll", "unroll", "int64_t", "4",
+           "Terms per lane per iteration of the main loop">
+  ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::arith::ArithDialect",
                            "::mlir::scf::SCFDialect"];

@@ -254,7 +254,7 @@ bool isNegInf(Value v) {
          attr.getValue().isNegative();
 }
 
-void split(scf::ParallelOp root, Reduction &r) {
+void split(scf::ParallelOp root, Reduction &r, int64_t unroll) {
   Location loc = root.getLoc();
   OpBuilder b(root);
   Value c0 = arith::ConstantIndexOp::create(b, loc, 0);
@@ -267,6 +267,7 @@ void split(scf::ParallelOp root, Reduction &r) {
   steps.push_back(c1);
   auto par = scf::ParallelOp::create(b, loc, lbs, ubs, steps);
   par->setAttr("k3.warp_lanes", b.getI64IntegerAttr(kLanes));
+  par->setAttr("k3.warp_unroll", b.getI64IntegerAttr(unroll));
 
   IRMapping map;
   for (auto [from, to] :
@@ -292,20 +293,60 @@ void split(scf::ParallelOp root, Reduction &r) {
   SmallVector<Value> inits;
   for (bool max : r.isMax)
     inits.push_back(max ? ninf : zero);
-  auto split = scf::ForOp::create(
-      nb, loc, lb, map.lookupOrDefault(loop.getUpperBound()), stride, inits,
+  // `copies` consecutive terms of this lane (k, k + stride, ...): all
+  // their loads first, so that a lane has `copies` loads in flight, then
+  // combined in order.
+  auto terms = [&](OpBuilder &fb, Location l, Value iv, ValueRange acc,
+                   int64_t copies) {
+    SmallVector<SmallVector<Value>> perCopy;
+    for (int64_t u = 0; u < copies; ++u) {
+      Value k = u == 0 ? iv
+                       : arith::AddIOp::create(
+                             fb, l, iv,
+                             arith::MulIOp::create(
+                                 fb, l, stride,
+                                 arith::ConstantIndexOp::create(fb, l, u)));
+      map.map(loop.getInductionVar(), k);
+      for (Operation &op : loop.getBody()->without_terminator())
+        if (!r.skip.contains(&op))
+          fb.clone(op, map);
+      perCopy.emplace_back();
+      for (Value term : r.terms)
+        perCopy.back().push_back(map.lookupOrDefault(term));
+    }
+    SmallVector<Value> next(acc);
+    for (ArrayRef<Value> copy : perCopy)
+      for (auto [a, t, max] : llvm::zip(next, copy, r.isMax))
+        a = max ? arith::MaximumFOp::create(fb, l, a, t).getResult()
+                : arith::AddFOp::create(fb, l, a, t).getResult();
+    scf::YieldOp::create(fb, l, next);
+  };
+  // The main loop takes `unroll` terms per iteration while all are in range;
+  // the rest loop the remaining ones, one per iteration.
+  Value ub = map.lookupOrDefault(loop.getUpperBound());
+  Value unrollC = arith::ConstantIndexOp::create(nb, loc, unroll);
+  Value strideU = arith::MulIOp::create(nb, loc, stride, unrollC);
+  Value ubMain = arith::SubIOp::create(
+      nb, loc, ub,
+      arith::MulIOp::create(nb, loc, stride,
+                            arith::ConstantIndexOp::create(nb, loc,
+                                                           unroll - 1)));
+  auto mainLoop = scf::ForOp::create(
+      nb, loc, lb, ubMain, strideU, inits,
       [&](OpBuilder &fb, Location l, Value iv, ValueRange acc) {
-        map.map(loop.getInductionVar(), iv);
-        for (Operation &op : loop.getBody()->without_terminator())
-          if (!r.skip.contains(&op))
-            fb.clone(op, map);
-        SmallVector<Value> next;
-        for (auto [a, term, max] : llvm::zip(acc, r.terms, r.isMax)) {
-          Value t = map.lookupOrDefault(term);
-          next.push_back(max ? arith::MaximumFOp::create(fb, l, a, t).getResult()
-                             : arith::AddFOp::create(fb, l, a, t).getResult());
-        }
-        scf::YieldOp::create(fb, l, next);
+        terms(fb, l, iv, acc, unroll);
+      });
+  Value span = arith::SubIOp::create(nb, loc, ubMain, lb);
+  Value any = arith::CmpIOp::create(nb, loc, arith::CmpIPredicate::sgt, span,
+                                    c0);
+  Value trips = arith::SelectOp::create(
+      nb, loc, any, arith::CeilDivSIOp::create(nb, loc, span, strideU), c0);
+  Value rest = arith::AddIOp::create(
+      nb, loc, lb, arith::MulIOp::create(nb, loc, trips, strideU));
+  auto split = scf::ForOp::create(
+      nb, loc, rest, ub, stride, mainLoop.getResults(),
+      [&](OpBuilder &fb, Location l, Value iv, ValueRange acc) {
+        terms(fb, l, iv, acc, 1);
       });
 
   SmallVector<Value> sums;
@@ -359,9 +400,15 @@ struct K3GPUWarpReducePass
       if (!op->getParentOfType<scf::ParallelOp>())
         roots.push_back(op);
     });
+    if (unroll < 1 || unroll > 16) {
+      getOperation()->emitError("k3-gpu-warp-reduce: unroll must be in "
+                                "[1, 16], got ")
+          << static_cast<int64_t>(unroll);
+      return signalPassFailure();
+    }
     for (scf::ParallelOp root : roots)
       if (std::optional<Reduction> r = match(root))
-        split(root, *r);
+        split(root, *r, unroll);
   }
 };
 } // namespace

@@ -1,17 +1,37 @@
 // RUN: k3-opt %s --pass-pipeline='builtin.module(func.func(k3-gpu-warp-reduce))' | FileCheck %s
+// RUN: k3-opt %s --pass-pipeline='builtin.module(func.func(k3-gpu-warp-reduce{unroll=1}))' | FileCheck %s --check-prefix=U1
+// RUN: not k3-opt %s --pass-pipeline='builtin.module(func.func(k3-gpu-warp-reduce{unroll=0}))' 2>&1 | FileCheck %s --check-prefix=BAD
+// U1-LABEL: func.func @matvec
+// U1: k3.warp_unroll = 1 : i64
+// BAD: unroll must be in [1, 16], got 0
 
 // The linalg form (a matrix-vector product after
-// convert-linalg-to-parallel-loops): lane l sums k = l, l + 32, ...; five
-// xor shuffles combine the lanes; lane 0 adds the sum to the output element.
+// convert-linalg-to-parallel-loops): lane l sums k = l, l + 32, ...: four
+// terms per iteration (loads first) while all four are in range, then one
+// at a time; five xor shuffles combine the lanes; lane 0 adds the sum to the
+// output element.
 // CHECK-LABEL: func.func @matvec
 // CHECK: %[[C32:.+]] = arith.constant 32 : index
 // CHECK: scf.parallel (%[[J:.+]], %[[LANE:.+]]) = ({{.*}}) to (%{{.+}}, %[[C32]])
 // CHECK:   %[[LB:.+]] = arith.addi %c0, %{{.+}} : index
 // CHECK:   %[[STRIDE:.+]] = arith.muli %c1, %[[C32]] : index
-// CHECK:   %[[PART:.+]] = scf.for %[[K:.+]] = %[[LB]] to %{{.+}} step %[[STRIDE]] iter_args(%[[A:.+]] = %{{.+}}) -> (f32)
+// CHECK:   %[[STRIDE4:.+]] = arith.muli %[[STRIDE]], %c4 : index
+// CHECK:   %[[MAIN:.+]] = scf.for %[[K:.+]] = %[[LB]] to %{{.+}} step %[[STRIDE4]] iter_args(%{{.+}} = %{{.+}}) -> (f32)
 // CHECK:     memref.load %{{.+}}[%[[J]], %[[K]]]
+// CHECK:     memref.load
+// CHECK:     memref.load
+// CHECK:     memref.load
+// CHECK:     memref.load
+// CHECK:     memref.load
+// CHECK:     memref.load
+// CHECK:     memref.load
+// CHECK:     arith.addf
+// CHECK:     arith.addf
+// CHECK:     arith.addf
+// CHECK:     arith.addf
 // CHECK-NOT: memref.store
 // CHECK:     scf.yield
+// CHECK:   %[[PART:.+]] = scf.for %{{.+}} = %{{.+}} to %{{.+}} step %[[STRIDE]] iter_args(%{{.+}} = %[[MAIN]]) -> (f32)
 // CHECK:   gpu.shuffle  xor %[[PART]], %c16_i32, %c32_i32 : f32
 // CHECK:   gpu.shuffle  xor {{.*}}, %c8_i32, %c32_i32
 // CHECK:   gpu.shuffle  xor {{.*}}, %c4_i32, %c32_i32
@@ -23,7 +43,7 @@
 // CHECK:     %[[OLD:.+]] = memref.load %{{.+}}[%[[J]]]
 // CHECK:     %[[NEW:.+]] = arith.addf %[[OLD]], %[[SUM]] : f32
 // CHECK:     memref.store %[[NEW]], %{{.+}}[%[[J]]]
-// CHECK: } {k3.warp_lanes = 32 : i64}
+// CHECK: } {k3.warp_lanes = 32 : i64, k3.warp_unroll = 4 : i64}
 func.func @matvec(%w: memref<?x?xf32>, %x: memref<?xf32>, %y: memref<?xf32>) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
@@ -47,13 +67,14 @@ func.func @matvec(%w: memref<?x?xf32>, %x: memref<?xf32>, %y: memref<?xf32>) {
 // a store) runs in lane 0 on the combined sums.
 // CHECK-LABEL: func.func @two_sums
 // CHECK: scf.parallel
-// CHECK:   %[[P:.+]]:2 = scf.for {{.*}} iter_args(%{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}) -> (f32, f32)
+// CHECK:   %[[M:.+]]:2 = scf.for {{.*}} iter_args(%{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}) -> (f32, f32)
+// CHECK:   %[[P:.+]]:2 = scf.for {{.*}} iter_args(%{{.+}} = %[[M]]#0, %{{.+}} = %[[M]]#1) -> (f32, f32)
 // CHECK:   gpu.shuffle  xor %[[P]]#0, %c16_i32
 // CHECK:   gpu.shuffle  xor %[[P]]#1, %c16_i32
 // CHECK:   scf.if
 // CHECK:     func.call @act
 // CHECK:     memref.store
-// CHECK: } {k3.warp_lanes = 32 : i64}
+// CHECK: } {k3.warp_lanes = 32 : i64, k3.warp_unroll = 4 : i64}
 func.func private @act(%a: f32, %b: f32) -> f32 {
   %p = arith.mulf %a, %b : f32
   return %p : f32
@@ -87,7 +108,7 @@ func.func @two_sums(%w: memref<?x?xf32>, %x: memref<?xf32>, %y: memref<?xf32>) {
 // CHECK: scf.if
 // CHECK:   memref.store {{.*}}[%{{.+}}] : memref<?xf32>
 // CHECK:   memref.store {{.*}}[%{{.+}}] : memref<?xf32>
-// CHECK: } {k3.warp_lanes = 32 : i64}
+// CHECK: } {k3.warp_lanes = 32 : i64, k3.warp_unroll = 4 : i64}
 func.func @two_outputs(%w: memref<?x?xf32>, %ss: memref<?xf32>, %q: memref<?xf32>) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
@@ -120,7 +141,7 @@ func.func @two_outputs(%w: memref<?x?xf32>, %ss: memref<?xf32>, %q: memref<?xf32
 // CHECK: scf.if
 // CHECK:   arith.maximumf %{{.+}}, %{{.+}} : f32
 // CHECK:   memref.store
-// CHECK: } {k3.warp_lanes = 32 : i64}
+// CHECK: } {k3.warp_lanes = 32 : i64, k3.warp_unroll = 4 : i64}
 func.func @row_max(%w: memref<?x?xf32>, %y: memref<?xf32>, %m0: f32) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
