@@ -58,16 +58,14 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
   %ntok = arith.addi %len, %t : index
   %w = arith.addi %r, %dr : index
   %all = memref.alloc(%ntok, %w) : memref<?x?xf32>
-  scf.parallel (%j) = (%c0) to (%ntok) step (%c1) {
+  scf.parallel (%j, %e) = (%c0, %c0) to (%ntok, %w) step (%c1, %c1) {
     %pg = arith.divui %j, %psz : index
     %off = arith.remui %j, %psz : index
     %pid32 = memref.load %table[%pg] : memref<?xi32>
     %pid = arith.index_cast %pid32 : i32 to index
-    scf.for %e = %c0 to %w step %c1 {
-      %v = memref.load %pool[%pid, %off, %e] : memref<?x?x?x!act>
-      %vf = func.call @k3k_widen(%v) : (!act) -> f32
-      memref.store %vf, %all[%j, %e] : memref<?x?xf32>
-    }
+    %v = memref.load %pool[%pid, %off, %e] : memref<?x?x?x!act>
+    %vf = func.call @k3k_widen(%v) : (!act) -> f32
+    memref.store %vf, %all[%j, %e] : memref<?x?xf32>
   }
 
   %hv = arith.muli %nh, %dvh : index
@@ -147,12 +145,29 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
       }
       memref.store %sum, %rowsum[%h] : memref<?xf32>
     }
-    scf.parallel (%h, %e) = (%c0, %c0) to (%nh, %r) step (%c1, %c1) {
-      %acc = scf.for %j = %c0 to %ntok step %c1 iter_args(%a = %zero) -> (f32) {
+    // ō over the cached tokens in %parts slices (flash-decoding style:
+    // each slice a partial sum, the slices added in order), for
+    // parallelism over a long context.
+    %parts = arith.constant 16 : index
+    %slice = arith.ceildivui %ntok, %parts : index
+    %partial = memref.alloc(%nh, %r, %parts) : memref<?x?x?xf32>
+    scf.parallel (%h, %pt, %e) = (%c0, %c0, %c0) to (%nh, %parts, %r) step (%c1, %c1, %c1) {
+      %j0 = arith.muli %pt, %slice : index
+      %j1u = arith.addi %j0, %slice : index
+      %j1 = arith.minui %j1u, %ntok : index
+      %acc = scf.for %j = %j0 to %j1 step %c1 iter_args(%a = %zero) -> (f32) {
         %pj = memref.load %p[%h, %j] : memref<?x?xf32>
         %cv = memref.load %all[%j, %e] : memref<?x?xf32>
         %pr = arith.mulf %pj, %cv : f32
         %s2 = arith.addf %a, %pr : f32
+        scf.yield %s2 : f32
+      }
+      memref.store %acc, %partial[%h, %e, %pt] : memref<?x?x?xf32>
+    }
+    scf.parallel (%h, %e) = (%c0, %c0) to (%nh, %r) step (%c1, %c1) {
+      %acc = scf.for %pt = %c0 to %parts step %c1 iter_args(%a = %zero) -> (f32) {
+        %v = memref.load %partial[%h, %e, %pt] : memref<?x?x?xf32>
+        %s2 = arith.addf %a, %v : f32
         scf.yield %s2 : f32
       }
       %sum = memref.load %rowsum[%h] : memref<?xf32>
