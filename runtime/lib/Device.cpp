@@ -2,13 +2,11 @@
 
 #include "Device.h"
 
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
 #include <mutex>
-#include <sys/mman.h>
 #include <utility>
 #include <vector>
 
@@ -109,6 +107,25 @@ void k3rt::cudaSetStream(void *stream) {
     api().setStream(stream);
 }
 
+namespace {
+/// Device 0 as the driver reports it.
+struct DeviceInfo {
+  int major = 0, minor = 0;
+  char name[256] = {0};
+  size_t freeBytes = 0, total = 0;
+};
+
+/// Fills `info` (the runtime must be loaded); false with the driver's error
+/// in `why` otherwise.
+bool queryDevice(DeviceInfo &info, std::string &why) {
+  if (api().device(&info.major, &info.minor, info.name, sizeof(info.name) - 1,
+                   &info.freeBytes, &info.total) == 0)
+    return true;
+  why = api().lastError() ? api().lastError() : "no CUDA device";
+  return false;
+}
+} // namespace
+
 /// "sm_90" -> 90; 0 for anything else.
 static int smNumber(const std::string &target) {
   if (target.rfind("sm_", 0) != 0 || target.size() < 5)
@@ -120,17 +137,12 @@ static int smNumber(const std::string &target) {
 
 std::string k3rt::cudaDeviceDescription() {
   std::string why;
-  if (!preloadCudaRuntime(why))
+  DeviceInfo d;
+  if (!preloadCudaRuntime(why) || !queryDevice(d, why))
     return why;
-  int major = 0, minor = 0;
-  char name[256] = {0};
-  size_t freeBytes = 0, total = 0;
-  if (api().device(&major, &minor, name, sizeof(name) - 1, &freeBytes,
-                   &total) != 0)
-    return api().lastError() ? api().lastError() : "no CUDA device";
-  return format("%s (sm_%d%d, %.1f GiB, %.1f GiB free)", name, major, minor,
-                double(total) / double(1ull << 30),
-                double(freeBytes) / double(1ull << 30));
+  return format("%s (sm_%d%d, %.1f GiB, %.1f GiB free)", d.name, d.major,
+                d.minor, double(d.total) / double(1ull << 30),
+                double(d.freeBytes) / double(1ull << 30));
 }
 
 k3rt_status *k3rt::checkGpu(const std::string &library,
@@ -144,32 +156,23 @@ k3rt_status *k3rt::checkGpu(const std::string &library,
     if (sm && (!lowest || sm < lowest))
       lowest = sm;
   }
-  if (!preloadCudaRuntime(why))
-    return makeStatus(K3RT_FAILED_PRECONDITION,
-                      "%s: compiled for %s: %s", library.c_str(),
-                      list.c_str(), why.c_str());
-  int major = 0, minor = 0;
-  char name[256] = {0};
-  size_t freeBytes = 0, total = 0;
-  if (api().device(&major, &minor, name, sizeof(name) - 1, &freeBytes,
-                   &total) != 0)
+  DeviceInfo d;
+  if (!preloadCudaRuntime(why) || !queryDevice(d, why))
     return makeStatus(K3RT_FAILED_PRECONDITION, "%s: compiled for %s: %s",
-                      library.c_str(), list.c_str(),
-                      api().lastError() ? api().lastError()
-                                        : "no CUDA device");
-  int sm = major * 10 + minor;
-  if (sm < lowest)
+                      library.c_str(), list.c_str(), why.c_str());
+  if (d.major * 10 + d.minor < lowest)
     return makeStatus(K3RT_FAILED_PRECONDITION,
                       "%s: compiled for %s; device 0 (%s) is sm_%d%d (compile "
                       "with k3c --target=sm_%d%d)",
-                      library.c_str(), list.c_str(), name, major, minor, major,
-                      minor);
+                      library.c_str(), list.c_str(), d.name, d.major, d.minor,
+                      d.major, d.minor);
   // The library's module loaded when it was opened: a failure there (no
   // code for this GPU, say) is the driver's first error.
   if (const char *err = api().lastError())
     return makeStatus(K3RT_FAILED_PRECONDITION,
                       "%s: compiled for %s; on device 0 (%s, sm_%d%d): %s",
-                      library.c_str(), list.c_str(), name, major, minor, err);
+                      library.c_str(), list.c_str(), d.name, d.major, d.minor,
+                      err);
   return nullptr;
 }
 
@@ -178,12 +181,14 @@ k3rt_status *k3rt::checkGpu(const std::string &library,
 //===----------------------------------------------------------------------===//
 
 Memory::Memory(Memory &&other) noexcept
-    : addr(other.addr), length(other.length), where(other.where) {
+    : host(std::move(other.host)), addr(other.addr), length(other.length),
+      where(other.where) {
   other.addr = nullptr;
   other.length = 0;
 }
 
 Memory &Memory::operator=(Memory &&other) noexcept {
+  std::swap(host, other.host);
   std::swap(addr, other.addr);
   std::swap(length, other.length);
   std::swap(where, other.where);
@@ -193,11 +198,7 @@ Memory &Memory::operator=(Memory &&other) noexcept {
 Memory::~Memory() { release(); }
 
 void Memory::release() {
-  if (!addr)
-    return;
-  if (where == Place::Host)
-    ::munmap(addr, length);
-  else
+  if (addr && where != Place::Host)
     api().free(addr, where == Place::Pinned);
   addr = nullptr;
   length = 0;
@@ -216,14 +217,8 @@ k3rt_status *Memory::allocate(uint64_t bytes, const char *what, Place place,
                       "cannot allocate %llu bytes for %s",
                       (unsigned long long)bytes, what);
   if (place == Place::Host) {
-    void *p = ::mmap(nullptr, size_t(bytes), PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-      return makeStatus(K3RT_RESOURCE_EXHAUSTED,
-                        "cannot allocate %llu bytes for %s: %s",
-                        (unsigned long long)bytes, what,
-                        std::strerror(errno));
-    m.addr = p;
+    K3RT_RETURN_IF_ERROR(Buffer::allocate(bytes, what, m.host));
+    m.addr = m.host.data();
     m.length = bytes;
     out = std::move(m);
     return nullptr;
@@ -237,10 +232,9 @@ k3rt_status *Memory::allocate(uint64_t bytes, const char *what, Place place,
     m.addr = nullptr;
     if (const char *err = api().lastError())
       return makeStatus(K3RT_ABORTED, "%s: %s", what, err);
-    int major, minor;
-    char name[8];
-    size_t freeBytes = 0, total = 0;
-    api().device(&major, &minor, name, sizeof(name) - 1, &freeBytes, &total);
+    DeviceInfo d;
+    std::string ignored;
+    queryDevice(d, ignored);
     if (pinned)
       return makeStatus(K3RT_RESOURCE_EXHAUSTED,
                         "cannot allocate %llu bytes of page-locked host "
@@ -250,8 +244,8 @@ k3rt_status *Memory::allocate(uint64_t bytes, const char *what, Place place,
                       "cannot allocate %llu bytes of device memory for %s "
                       "(CUDA error %d; %.2f GiB of %.2f GiB free)",
                       (unsigned long long)bytes, what, r,
-                      double(freeBytes) / double(1ull << 30),
-                      double(total) / double(1ull << 30));
+                      double(d.freeBytes) / double(1ull << 30),
+                      double(d.total) / double(1ull << 30));
   }
   m.length = bytes;
   if (pinned)

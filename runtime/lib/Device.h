@@ -11,6 +11,7 @@
 #ifndef K3RT_LIB_DEVICE_H
 #define K3RT_LIB_DEVICE_H
 
+#include "Safetensors.h"
 #include "Status.h"
 
 #include <cstddef>
@@ -45,7 +46,7 @@ void cudaSetStream(void *stream);
 /// "NVIDIA H200 (sm_90, 139.8 GiB, 138.2 GiB free)" for device 0.
 std::string cudaDeviceDescription();
 
-/// Memory on the host (mmap) or the GPU (device memory, or page-locked
+/// Memory on the host (a Buffer) or the GPU (device memory, or page-locked
 /// host memory the kernels can read).
 class Memory {
 public:
@@ -69,6 +70,7 @@ public:
 
 private:
   void release();
+  Buffer host; ///< Place::Host
   void *addr = nullptr;
   uint64_t length = 0;
   Place where = Place::Host;

@@ -21,6 +21,7 @@
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SmallPtrSet.h"
 
 namespace mlir::k3 {
@@ -33,36 +34,48 @@ using namespace mlir;
 namespace {
 constexpr int64_t kLanes = 32;
 
-/// True if `op` (and everything it calls or holds) at most reads memory: it
-/// may run in every lane, or once per term, without changing the result.
-bool readOnly(Operation *op, unsigned depth = 0) {
-  if (depth > 16)
-    return false;
-  if (auto call = dyn_cast<func::CallOp>(op)) {
-    auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
-        op, call.getCalleeAttr());
-    if (!callee || callee.isExternal())
+/// Whether an op (and everything it calls or holds) at most reads memory:
+/// it may run in every lane, or once per term, without changing the result.
+/// Callees are looked at once per pass run.
+class ReadOnly {
+public:
+  bool operator()(Operation *op, unsigned depth = 0) {
+    if (depth > 16)
       return false;
-    for (Operation &inner : callee.getBody().getOps())
-      if (!readOnly(&inner, depth + 1))
+    if (auto call = dyn_cast<func::CallOp>(op)) {
+      auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
+          op, call.getCalleeAttr());
+      if (!callee || callee.isExternal())
         return false;
+      auto [it, fresh] = callees.try_emplace(callee, false);
+      if (!fresh)
+        return it->second;
+      bool ok = llvm::all_of(callee.getBody().getOps(), [&](Operation &inner) {
+        return (*this)(&inner, depth + 1);
+      });
+      callees[callee] = ok;
+      return ok;
+    }
+    if (auto iface = dyn_cast<MemoryEffectOpInterface>(op)) {
+      SmallVector<MemoryEffects::EffectInstance> effects;
+      iface.getEffects(effects);
+      for (const MemoryEffects::EffectInstance &e : effects)
+        if (!isa<MemoryEffects::Read>(e.getEffect()))
+          return false;
+    } else if (!op->hasTrait<OpTrait::HasRecursiveMemoryEffects>()) {
+      return false;
+    }
+    for (Region &region : op->getRegions())
+      for (Operation &inner : region.getOps())
+        if (!(*this)(&inner, depth + 1))
+          return false;
     return true;
   }
-  if (auto iface = dyn_cast<MemoryEffectOpInterface>(op)) {
-    SmallVector<MemoryEffects::EffectInstance> effects;
-    iface.getEffects(effects);
-    for (const MemoryEffects::EffectInstance &e : effects)
-      if (!isa<MemoryEffects::Read>(e.getEffect()))
-        return false;
-  } else if (!op->hasTrait<OpTrait::HasRecursiveMemoryEffects>()) {
-    return false;
-  }
-  for (Region &region : op->getRegions())
-    for (Operation &inner : region.getOps())
-      if (!readOnly(&inner, depth + 1))
-        return false;
-  return true;
-}
+
+private:
+  /// A callee being looked at counts as not read-only (recursion).
+  llvm::DenseMap<Operation *, bool> callees;
+};
 
 bool isZero(Value v) {
   FloatAttr attr;
@@ -91,7 +104,7 @@ struct Reduction {
 /// The linalg form: a loop without results whose body reads and writes
 /// elements (indices invariant in the loop, one per output of the
 /// linalg.generic) as `C = C + term`.
-bool matchLinalgForm(Reduction &r) {
+bool matchLinalgForm(Reduction &r, ReadOnly &readOnly) {
   scf::ForOp loop = r.loop;
   for (Operation &op : loop.getBody()->without_terminator()) {
     if (auto store = dyn_cast<memref::StoreOp>(op))
@@ -147,7 +160,7 @@ bool matchLinalgForm(Reduction &r) {
 
 /// The iter_args form: f32 sums `acc = acc + term` or maxima
 /// `acc = maximumf(acc, term)`, read after the loop.
-bool matchIterArgsForm(Reduction &r) {
+bool matchIterArgsForm(Reduction &r, ReadOnly &readOnly) {
   scf::ForOp loop = r.loop;
   auto yield = cast<scf::YieldOp>(loop.getBody()->getTerminator());
   for (Operation &op : loop.getBody()->without_terminator())
@@ -215,7 +228,7 @@ bool splitCoalesces(scf::ParallelOp root, scf::ForOp loop) {
 }
 
 /// The body of `root`: read-only setup, the reduction loop, then anything.
-std::optional<Reduction> match(scf::ParallelOp root) {
+std::optional<Reduction> match(scf::ParallelOp root, ReadOnly &readOnly) {
   if (root.getNumReductions() != 0 || root->hasAttr("k3.warp_lanes"))
     return std::nullopt;
   Reduction r;
@@ -229,8 +242,8 @@ std::optional<Reduction> match(scf::ParallelOp root) {
   }
   if (!r.loop || !splitCoalesces(root, r.loop))
     return std::nullopt;
-  bool ok = r.loop.getNumResults() == 0 ? matchLinalgForm(r)
-                                        : matchIterArgsForm(r);
+  bool ok = r.loop.getNumResults() == 0 ? matchLinalgForm(r, readOnly)
+                                        : matchIterArgsForm(r, readOnly);
   return ok ? std::optional<Reduction>(std::move(r)) : std::nullopt;
 }
 
@@ -406,8 +419,9 @@ struct K3GPUWarpReducePass
           << static_cast<int64_t>(unroll);
       return signalPassFailure();
     }
+    ReadOnly readOnly;
     for (scf::ParallelOp root : roots)
-      if (std::optional<Reduction> r = match(root))
+      if (std::optional<Reduction> r = match(root, readOnly))
         split(root, *r, unroll);
   }
 };
