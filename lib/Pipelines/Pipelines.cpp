@@ -59,11 +59,17 @@ static const char *const kGPUBufferize =
 static const char *const kGPUMap =
     "convert-linalg-to-parallel-loops,canonicalize";
 
+/// The compute capability of "sm_NN[a]" (x10).
+static int64_t smOf(StringRef chip) {
+  int64_t sm = 0;
+  chip.drop_front(3).take_while(llvm::isDigit).getAsInteger(10, sm);
+  return sm;
+}
+
 /// The PTX ISA version a chip needs (PTX ISA release notes: sm_90 from 7.8,
 /// sm_100 from 8.6, sm_120 from 8.7).
 static std::string ptxFeatures(StringRef chip) {
-  unsigned sm = 0;
-  chip.drop_front(3).take_while(llvm::isDigit).getAsInteger(10, sm);
+  int64_t sm = smOf(chip);
   return sm >= 120 ? "+ptx87" : sm >= 100 ? "+ptx86" : "+ptx80";
 }
 
@@ -76,6 +82,11 @@ LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
   if (failed(parsePassPipeline(kGPUBufferize, pm)))
     return failure();
   pm.addPass(createK3MemRefCopyToLinalgPass());
+  K3GPUMMAPassOptions mma;
+  mma.sm = smOf(chips[0]);
+  for (const std::string &chip : chips)
+    mma.sm = std::min(mma.sm, smOf(chip));
+  pm.addNestedPass<func::FuncOp>(createK3GPUMMAPass(mma));
   if (failed(parsePassPipeline(kGPUMap, pm)))
     return failure();
   pm.addNestedPass<func::FuncOp>(createK3GPUWarpReducePass());

@@ -133,6 +133,55 @@ def K3GPUWarpReducePass : Pass<"k3-gpu-warp-reduce"> {
                            "::mlir::scf::SCFDialect"];
 }
 
+def K3GPUMMAPass : Pass<"k3-gpu-mma"> {
+  let summary = "bf16 matrix products of many rows on the tensor cores";
+  let description = [{
+    Before `convert-linalg-to-parallel-loops`: a `linalg.generic` that is
+    `C[i, j] += extf(X[i, k]) * extf(W[j, k])` with bf16 X [T, K] and W [N, K]
+    and f32 C (a linear layer of a bf16 library; `extf` directly or through a
+    function that is only `arith.extf`) gets a second kernel, chosen at run
+    time by `scf.if`: when T >= `min-rows`, K % 32 == 0 and X and W are
+    16-byte aligned, a `gpu.launch` with one block of 128 threads per 64 x 64
+    tile of C, the 64 x 32 tiles of X and W staged through shared memory
+    (workgroup attributions, rows padded to 40 elements against bank
+    conflicts) with 16-byte `vector.load`s, and each warp computing 32 x 32
+    of C with `nvvm.mma.sync` m16n8k16 (bf16 operands, f32 accumulators);
+    otherwise the generic as before (a decode step's few rows go to
+    `k3-gpu-warp-reduce`). bf16 mma.sync needs sm_80: with `sm` below 80
+    (the oldest target of the library) nothing changes. The launch records `k3.tile_sizes = [64, 64, 32]`
+    and `k3.mma_shape = [16, 8, 16]`. The products are exact in f32; the f32
+    sums are taken in a different order than the scalar kernel's.
+
+    ```mlir
+    linalg.generic {C[i, j] += extf(X[i, k]) * extf(W[j, k])}
+    // becomes
+    scf.if %T >= 16 && %K % 32 == 0 && aligned(X) && aligned(W) {
+      gpu.launch blocks(ceil(T / 64), ceil(N / 64), 1) threads(128, 1, 1)
+          workgroup(%xs : memref<64x40xbf16, 3>, %ws : memref<64x40xbf16, 3>) {
+        scf.for %k0 = 0 to %K step 32 { stage X, W; barrier; 16 mma.sync; barrier }
+        C[m, n] += D  (inside the bounds)
+      } {k3.tile_sizes = array<i64: 64, 64, 32>}
+    } else {
+      linalg.generic ...
+    }
+    ```
+  }];
+  let options = [
+    Option<"minRows", "min-rows", "int64_t", "16",
+           "Fewest rows (tokens in the step) that take the tensor-core kernel">,
+    Option<"sm", "sm", "int64_t", "90",
+           "Oldest compute capability the library targets (x10); below 80 "
+           "there is no bf16 mma.sync and the pass changes nothing">
+  ];
+  let dependentDialects = ["::mlir::gpu::GPUDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::LLVM::LLVMDialect",
+                           "::mlir::NVVM::NVVMDialect",
+                           "::mlir::memref::MemRefDialect",
+                           "::mlir::vector::VectorDialect",
+                           "::mlir::scf::SCFDialect"];
+}
+
 def K3GPUTileAndMapPass : Pass<"k3-gpu-tile-and-map"> {
   let summary = "Tile parallel loops and map them to GPU blocks and threads";
   let description = [{

@@ -1,0 +1,349 @@
+//===- GPUMMA.cpp - bf16 matrix products on tensor cores ------------------===//
+//
+// A k3 linear layer in a bf16 library is, after bufferization, the
+// linalg.generic C[i, j] += f32(X[i, k]) * f32(W[j, k]) over bf16 X [T, K],
+// bf16 W [N, K] and f32 C [T, N] (k3k_matmul_f32). At decode (a few rows)
+// k3-gpu-warp-reduce streams W through the warps; a prefill of many rows
+// re-reads W per row that way. This pass gives the product a second kernel,
+// taken at run time when T >= min-rows, K % 32 == 0 and X and W are 16-byte
+// aligned: one block per 64x64 tile of C, four warps of 32x32, the X and W
+// tiles (64 x 32 each) staged in shared memory with 16-byte global loads,
+// and the products on the tensor cores with mma.sync m16n8k16 (bf16 in, f32
+// accumulate: bf16 x bf16 products are exact in f32, so only the order of
+// the f32 sums differs from the scalar kernel). Otherwise the generic runs as
+// before.
+//
+// Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16" with
+// .bf16): lane = 4 g + t; A (16 x 16, row) a0 = A[g][2t, 2t+1],
+// a1 = A[g+8][2t, 2t+1], a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9];
+// B (16 x 8, col) b0 = B[2t, 2t+1][g], b1 = B[2t+8, 2t+9][g]; since W is
+// [N, K] row-major, B[k][n] = W[n][k] and each register is two adjacent
+// elements of a W row. D (16 x 8 f32) d0, d1 = D[g][2t, 2t+1],
+// d2, d3 = D[g+8][2t, 2t+1].
+//
+//===----------------------------------------------------------------------===//
+
+#include "k3/Conversion/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/SymbolTable.h"
+
+namespace mlir::k3 {
+#define GEN_PASS_DEF_K3GPUMMAPASS
+#include "k3/Conversion/Passes.h.inc"
+} // namespace mlir::k3
+
+using namespace mlir;
+
+namespace {
+// Block tile (rows of X, rows of W, K step), warps, shared row padding.
+constexpr int64_t kTileM = 64, kTileN = 64, kTileK = 32;
+constexpr int64_t kThreads = 128;
+constexpr int64_t kWarpM = 32, kWarpN = 32;
+// Shared rows of 40 bf16 (80 bytes): the 8 rows a fragment load touches fall
+// in distinct banks, and every row stays 16-byte aligned.
+constexpr int64_t kPad = 8;
+
+/// `v` is `arith.extf` of `arg` from bf16, or a call of a function that is
+/// exactly that (k3k_widen of a bf16 library).
+bool isWiden(Value v, Value arg) {
+  Operation *def = v.getDefiningOp();
+  if (!def || def->getNumOperands() != 1 || def->getOperand(0) != arg)
+    return false;
+  if (isa<arith::ExtFOp>(def))
+    return true;
+  auto call = dyn_cast<func::CallOp>(def);
+  if (!call)
+    return false;
+  auto callee =
+      SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(call, call.getCalleeAttr());
+  if (!callee || callee.isExternal() || !callee.getBody().hasOneBlock())
+    return false;
+  Block &body = callee.getBody().front();
+  if (body.getOperations().size() != 2)
+    return false;
+  auto ext = dyn_cast<arith::ExtFOp>(body.front());
+  auto ret = dyn_cast<func::ReturnOp>(body.back());
+  return ext && ret && ext.getIn() == body.getArgument(0) &&
+         ret.getNumOperands() == 1 && ret.getOperand(0) == ext.getResult();
+}
+
+/// C[i, j] += widen(X[i, k]) * widen(W[j, k]), bf16 X and W, f32 C.
+bool isBF16Product(linalg::GenericOp op) {
+  if (!op.hasPureBufferSemantics() || op.getNumDpsInputs() != 2 ||
+      op.getNumDpsInits() != 1 || op.getNumLoops() != 3)
+    return false;
+  auto type = [&](Value v) { return cast<MemRefType>(v.getType()); };
+  MemRefType x = type(op.getDpsInputs()[0]), w = type(op.getDpsInputs()[1]),
+             c = type(op.getDpsInits()[0]);
+  if (!x.getElementType().isBF16() || !w.getElementType().isBF16() ||
+      !c.getElementType().isF32() || x.getRank() != 2 || w.getRank() != 2 ||
+      c.getRank() != 2 || !x.getLayout().isIdentity() ||
+      !w.getLayout().isIdentity() || !c.getLayout().isIdentity())
+    return false;
+  MLIRContext *ctx = op.getContext();
+  AffineExpr i, j, k;
+  bindDims(ctx, i, j, k);
+  SmallVector<AffineMap> maps = {AffineMap::get(3, 0, {i, k}, ctx),
+                                 AffineMap::get(3, 0, {j, k}, ctx),
+                                 AffineMap::get(3, 0, {i, j}, ctx)};
+  if (op.getIndexingMapsArray() != maps)
+    return false;
+  SmallVector<utils::IteratorType> iters = op.getIteratorTypesArray();
+  if (iters[0] != utils::IteratorType::parallel ||
+      iters[1] != utils::IteratorType::parallel ||
+      iters[2] != utils::IteratorType::reduction)
+    return false;
+  Block &body = op.getRegion().front();
+  auto yield = cast<linalg::YieldOp>(body.getTerminator());
+  auto add = yield.getOperand(0).getDefiningOp<arith::AddFOp>();
+  if (!add)
+    return false;
+  Value acc = body.getArgument(2), a = body.getArgument(0),
+        b = body.getArgument(1);
+  Value prod = add.getLhs() == acc ? add.getRhs()
+               : add.getRhs() == acc ? add.getLhs()
+                                     : Value();
+  auto mul = prod ? prod.getDefiningOp<arith::MulFOp>() : nullptr;
+  if (!mul)
+    return false;
+  return (isWiden(mul.getLhs(), a) && isWiden(mul.getRhs(), b)) ||
+         (isWiden(mul.getLhs(), b) && isWiden(mul.getRhs(), a));
+}
+
+/// Builds the tensor-core kernel for `op` (X, W, C) in the current block.
+class MMAKernel {
+public:
+  MMAKernel(OpBuilder &b, Location loc, Value x, Value w, Value c)
+      : b(b), loc(loc), x(x), w(w), c(c) {}
+
+  void build(Value rows, Value cols, Value depth);
+
+private:
+  Value idx(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
+  Value add(Value l, Value r) { return arith::AddIOp::create(b, loc, l, r); }
+  Value mul(Value l, Value r) { return arith::MulIOp::create(b, loc, l, r); }
+  Value add(Value l, int64_t r) { return r ? add(l, idx(r)) : l; }
+
+  /// Copies rows [r0, r0 + 64) x [k0, k0 + 32) of `src` (rows < `limit`,
+  /// zero beyond) into `tile`, 16 bytes per thread and load.
+  void stage(Value src, Value tile, Value r0, Value k0, Value limit);
+  /// Two adjacent bf16 of a shared tile as the i32 a fragment register holds.
+  Value pair(Value tile, Value row, Value col);
+
+  OpBuilder &b;
+  Location loc;
+  Value x, w, c;
+  Value tid;
+};
+
+void MMAKernel::stage(Value src, Value tile, Value r0, Value k0,
+                      Value limit) {
+  auto vec8 = VectorType::get({8}, b.getBF16Type());
+  constexpr int64_t chunks = kTileM * kTileK / 8; // 16-byte pieces per tile
+  for (int64_t part = 0; part < chunks / kThreads; ++part) {
+    Value piece = add(tid, part * kThreads);
+    Value r = arith::DivUIOp::create(b, loc, piece, idx(kTileK / 8));
+    Value col = mul(arith::RemUIOp::create(b, loc, piece, idx(kTileK / 8)),
+                    idx(8));
+    Value row = add(r0, r);
+    Value in = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, row,
+                                     limit);
+    Value kc = add(k0, col);
+    auto ifOp = scf::IfOp::create(
+        b, loc, in,
+        [&](OpBuilder &tb, Location l) {
+          Value v = vector::LoadOp::create(tb, l, vec8, src,
+                                           ValueRange{row, kc},
+                                           /*nontemporal=*/false,
+                                           llvm::MaybeAlign(16));
+          scf::YieldOp::create(tb, l, v);
+        },
+        [&](OpBuilder &eb, Location l) {
+          Value zero = arith::ConstantOp::create(
+              eb, l, DenseElementsAttr::get(vec8, b.getZeroAttr(b.getBF16Type())));
+          scf::YieldOp::create(eb, l, zero);
+        });
+    vector::StoreOp::create(b, loc, ifOp.getResult(0), tile,
+                            ValueRange{r, col}, /*nontemporal=*/false,
+                            llvm::MaybeAlign(16));
+  }
+}
+
+Value MMAKernel::pair(Value tile, Value row, Value col) {
+  auto vec2 = VectorType::get({2}, b.getBF16Type());
+  Value v = vector::LoadOp::create(b, loc, vec2, tile, ValueRange{row, col},
+                                   /*nontemporal=*/false, llvm::MaybeAlign(4));
+  Value i = vector::BitCastOp::create(
+      b, loc, VectorType::get({1}, b.getI32Type()), v);
+  return vector::ExtractOp::create(b, loc, i, ArrayRef<int64_t>{0});
+}
+
+void MMAKernel::build(Value rows, Value cols, Value depth) {
+  Value c1 = idx(1);
+  Value gridX = arith::CeilDivUIOp::create(b, loc, rows, idx(kTileM));
+  Value gridY = arith::CeilDivUIOp::create(b, loc, cols, idx(kTileN));
+  Attribute shared = gpu::AddressSpaceAttr::get(
+      b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
+  auto tileType = MemRefType::get({kTileM, kTileK + kPad}, b.getBF16Type(),
+                                  MemRefLayoutAttrInterface(), shared);
+  auto launch = gpu::LaunchOp::create(
+      b, loc, gridX, gridY, c1, idx(kThreads), c1, c1,
+      /*dynamicSharedMemorySize=*/nullptr, /*asyncTokenType=*/nullptr,
+      /*asyncDependencies=*/{}, TypeRange{tileType, tileType});
+  launch->setAttr("k3.tile_sizes", b.getDenseI64ArrayAttr(
+                                       {kTileM, kTileN, kTileK}));
+  launch->setAttr("k3.mma_shape", b.getDenseI64ArrayAttr({16, 8, 16}));
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(&launch.getBody().front());
+  Value xs = launch.getWorkgroupAttributions()[0];
+  Value ws = launch.getWorkgroupAttributions()[1];
+  tid = launch.getThreadIds().x;
+  Value m0 = mul(launch.getBlockIds().x, idx(kTileM));
+  Value n0 = mul(launch.getBlockIds().y, idx(kTileN));
+  Value warp = arith::DivUIOp::create(b, loc, tid, idx(32));
+  Value lane = arith::RemUIOp::create(b, loc, tid, idx(32));
+  Value g = arith::DivUIOp::create(b, loc, lane, idx(4));
+  Value t2 = mul(arith::RemUIOp::create(b, loc, lane, idx(4)), idx(2));
+  // Warp (wm, wn) of the 2 x 2 computes C rows wm*32.., cols wn*32.. of the
+  // block tile: 2 x 4 mma tiles of 16 x 8.
+  constexpr int64_t tilesM = kWarpM / 16, tilesN = kWarpN / 8;
+  Value wm = mul(arith::DivUIOp::create(b, loc, warp, idx(kTileN / kWarpN)),
+                 idx(kWarpM));
+  Value wn = mul(arith::RemUIOp::create(b, loc, warp, idx(kTileN / kWarpN)),
+                 idx(kWarpN));
+
+  Value zero = arith::ConstantFloatOp::create(b, loc, b.getF32Type(),
+                                              APFloat(0.0f));
+  SmallVector<Value> inits(tilesM * tilesN * 4, zero);
+  auto f32 = b.getF32Type();
+  auto resultType = LLVM::LLVMStructType::getLiteral(
+      b.getContext(), {f32, f32, f32, f32});
+  auto loop = scf::ForOp::create(
+      b, loc, idx(0), depth, idx(kTileK), inits,
+      [&](OpBuilder &body, Location, Value k0, ValueRange acc) {
+        OpBuilder::InsertionGuard inner(b);
+        b.setInsertionPoint(body.getInsertionBlock(), body.getInsertionPoint());
+        stage(x, xs, m0, k0, rows);
+        stage(w, ws, n0, k0, cols);
+        gpu::BarrierOp::create(b, loc);
+        SmallVector<Value> next(acc);
+        for (int64_t kk = 0; kk < kTileK; kk += 16) {
+          Value ca = add(t2, kk), cb = add(t2, kk + 8);
+          SmallVector<std::array<Value, 4>> as;
+          for (int64_t mi = 0; mi < tilesM; ++mi) {
+            Value r = add(wm, mi * 16);
+            Value r8 = add(r, 8);
+            r = add(r, g);
+            r8 = add(r8, g);
+            as.push_back({pair(xs, r, ca), pair(xs, r8, ca), pair(xs, r, cb),
+                          pair(xs, r8, cb)});
+          }
+          SmallVector<std::array<Value, 2>> bs;
+          for (int64_t ni = 0; ni < tilesN; ++ni) {
+            Value r = add(add(wn, ni * 8), g);
+            bs.push_back({pair(ws, r, ca), pair(ws, r, cb)});
+          }
+          for (int64_t mi = 0; mi < tilesM; ++mi)
+            for (int64_t ni = 0; ni < tilesN; ++ni) {
+              int64_t base = (mi * tilesN + ni) * 4;
+              ValueRange cIn = ValueRange(next).slice(base, 4);
+              auto mma = NVVM::MmaOp::create(
+                  b, loc, resultType, ArrayRef<Value>(as[mi]),
+                  ArrayRef<Value>(bs[ni]), cIn, {16, 8, 16},
+                  std::nullopt, std::nullopt,
+                  std::array<NVVM::MMATypes, 2>{NVVM::MMATypes::bf16,
+                                                NVVM::MMATypes::bf16},
+                  std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
+                                                 NVVM::MMALayout::col});
+              for (int64_t e = 0; e < 4; ++e)
+                next[base + e] = LLVM::ExtractValueOp::create(
+                    b, loc, mma.getResult(), ArrayRef<int64_t>{e});
+            }
+        }
+        gpu::BarrierOp::create(b, loc);
+        scf::YieldOp::create(b, loc, next);
+      });
+
+  // C[m][n] += D, inside the bounds.
+  for (int64_t mi = 0; mi < tilesM; ++mi)
+    for (int64_t ni = 0; ni < tilesN; ++ni)
+      for (int64_t e = 0; e < 4; ++e) {
+        Value m = add(add(add(m0, wm), g), mi * 16 + (e >= 2 ? 8 : 0));
+        Value n = add(add(add(n0, wn), t2), ni * 8 + (e % 2));
+        Value in = arith::AndIOp::create(
+            b, loc,
+            arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, m, rows),
+            arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, n, cols));
+        Value d = loop.getResult((mi * tilesN + ni) * 4 + e);
+        scf::IfOp::create(b, loc, in, [&](OpBuilder &tb, Location l) {
+          Value old = memref::LoadOp::create(tb, l, c, ValueRange{m, n});
+          Value sum = arith::AddFOp::create(tb, l, old, d);
+          memref::StoreOp::create(tb, l, sum, c, ValueRange{m, n});
+          scf::YieldOp::create(tb, l);
+        });
+      }
+  gpu::TerminatorOp::create(b, loc);
+}
+
+struct K3GPUMMAPass : k3::impl::K3GPUMMAPassBase<K3GPUMMAPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    if (minRows < 1) {
+      getOperation()->emitError("k3-gpu-mma: min-rows must be at least 1, got ")
+          << static_cast<int64_t>(minRows);
+      return signalPassFailure();
+    }
+    // PTX ISA: mma.sync with .bf16 operands needs sm_80.
+    if (sm < 80)
+      return;
+    SmallVector<linalg::GenericOp> products;
+    getOperation()->walk([&](linalg::GenericOp op) {
+      if (!op->getParentOfType<gpu::LaunchOp>() && isBF16Product(op))
+        products.push_back(op);
+    });
+    for (linalg::GenericOp op : products)
+      rewrite(op);
+  }
+
+  /// if (T >= min-rows && K % 32 == 0 && X, W 16-byte aligned) tensor cores
+  /// else the generic.
+  void rewrite(linalg::GenericOp op) {
+    OpBuilder b(op);
+    Location loc = op.getLoc();
+    Value x = op.getDpsInputs()[0], w = op.getDpsInputs()[1],
+          c = op.getDpsInits()[0];
+    auto cst = [&](int64_t v) {
+      return arith::ConstantIndexOp::create(b, loc, v);
+    };
+    auto eq0 = [&](Value v, int64_t m) {
+      return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                   arith::RemUIOp::create(b, loc, v, cst(m)),
+                                   cst(0));
+    };
+    Value rows = memref::DimOp::create(b, loc, x, 0);
+    Value depth = memref::DimOp::create(b, loc, x, 1);
+    Value cols = memref::DimOp::create(b, loc, w, 0);
+    Value ok = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, rows,
+                                     cst(minRows));
+    ok = arith::AndIOp::create(b, loc, ok, eq0(depth, kTileK));
+    for (Value m : {x, w})
+      ok = arith::AndIOp::create(
+          b, loc, ok,
+          eq0(memref::ExtractAlignedPointerAsIndexOp::create(b, loc, m), 16));
+    auto ifOp = scf::IfOp::create(b, loc, ok, /*withElseRegion=*/true);
+    op->moveBefore(ifOp.elseBlock()->getTerminator());
+    b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
+    MMAKernel(b, loc, x, w, c).build(rows, cols, depth);
+  }
+};
+} // namespace

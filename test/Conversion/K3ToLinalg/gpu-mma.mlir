@@ -1,0 +1,134 @@
+// RUN: k3-opt %s --pass-pipeline='builtin.module(func.func(k3-gpu-mma))' | FileCheck %s
+// RUN: k3-opt %s --pass-pipeline='builtin.module(func.func(k3-gpu-mma{min-rows=64}))' | FileCheck %s --check-prefix=ROWS
+// RUN: not k3-opt %s --pass-pipeline='builtin.module(func.func(k3-gpu-mma{min-rows=0}))' 2>&1 | FileCheck %s --check-prefix=BAD
+// RUN: k3-opt %s --pass-pipeline='builtin.module(func.func(k3-gpu-mma{sm=75}))' | FileCheck %s --check-prefix=OLD
+// OLD-NOT: gpu.launch
+// OLD-NOT: nvvm.mma.sync
+// BAD: k3-gpu-mma: min-rows must be at least 1, got 0
+// ROWS-LABEL: func.func @matmul
+// ROWS: %[[C64:.+]] = arith.constant 64 : index
+// ROWS: arith.cmpi sge, %{{.+}}, %[[C64]] : index
+
+#map_mk = affine_map<(i, j, k) -> (i, k)>
+#map_nk = affine_map<(i, j, k) -> (j, k)>
+#map_mn = affine_map<(i, j, k) -> (i, j)>
+
+func.func private @widen(%a: bf16) -> f32 {
+  %r = arith.extf %a : bf16 to f32
+  return %r : f32
+}
+
+// k3k_matmul_f32 of a bf16 library: chosen at run time, tensor cores for
+// 16 rows or more (K a multiple of 32, X and W 16-byte aligned), else the
+// generic unchanged.
+// CHECK-LABEL: func.func @matmul
+// CHECK-SAME: (%[[X:.+]]: memref<?x?xbf16>, %[[W:.+]]: memref<?x?xbf16>, %[[C:.+]]: memref<?x?xf32>)
+// CHECK-DAG: %[[T:.+]] = memref.dim %[[X]], %c0
+// CHECK-DAG: %[[K:.+]] = memref.dim %[[X]], %c1
+// CHECK-DAG: %[[N:.+]] = memref.dim %[[W]], %c0
+// CHECK: arith.cmpi sge, %[[T]], %c16 : index
+// CHECK: arith.remui %[[K]], %c32
+// CHECK: memref.extract_aligned_pointer_as_index %[[X]]
+// CHECK: memref.extract_aligned_pointer_as_index %[[W]]
+// CHECK: scf.if %[[OK:.+]] {
+// CHECK:   %[[GX:.+]] = arith.ceildivui %[[T]], %c64
+// CHECK:   %[[GY:.+]] = arith.ceildivui %[[N]], %c64
+// CHECK:   gpu.launch blocks({{[^)]*}}) in ({{[^)]*}} = %[[GX]], {{[^)]*}} = %[[GY]], {{[^)]*}}) threads({{[^)]*}}) in ({{[^)]*}} = %c128, {{[^)]*}})
+// CHECK-SAME: workgroup(%[[XS:[^ ]+]] : memref<64x40xbf16, #gpu.address_space<workgroup>>, %[[WS:[^ ]+]] : memref<64x40xbf16, #gpu.address_space<workgroup>>)
+// 32 accumulators per lane (2 x 4 tiles of 16 x 8, 4 per lane each).
+// CHECK: scf.for %[[K0:.+]] = %{{.+}} to %[[K]] step %{{.+}} iter_args({{.*}}) -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32)
+// Staging: 16-byte global loads (zero beyond the last row), 16-byte shared stores.
+// CHECK:   vector.load %[[X]][{{.*}}] {alignment = 16 : i64} : memref<?x?xbf16>, vector<8xbf16>
+// CHECK:   arith.constant dense<0.000000e+00> : vector<8xbf16>
+// CHECK:   vector.store %{{.+}}, %[[XS]][{{.*}}] {alignment = 16 : i64}
+// CHECK:   vector.load %[[X]]
+// CHECK:   vector.load %[[W]][{{.*}}] {alignment = 16 : i64} : memref<?x?xbf16>, vector<8xbf16>
+// CHECK:   vector.store %{{.+}}, %[[WS]]
+// CHECK:   vector.load %[[W]]
+// CHECK:   gpu.barrier
+// Fragments: two adjacent bf16 of a shared row per register.
+// CHECK:   vector.load %[[XS]][{{.*}}] {alignment = 4 : i64} : memref<64x40xbf16, #gpu.address_space<workgroup>>, vector<2xbf16>
+// CHECK:   vector.bitcast %{{.+}} : vector<2xbf16> to vector<1xi32>
+// CHECK-COUNT-8: nvvm.mma.sync A[{{.*}}] B[{{.*}}] C[{{.*}}] {layoutA = #nvvm.mma_layout<row>, layoutB = #nvvm.mma_layout<col>, multiplicandAPtxType = #nvvm.mma_type<bf16>, multiplicandBPtxType = #nvvm.mma_type<bf16>, shape = #nvvm.shape<m = 16, n = 8, k = 16>}
+// CHECK-COUNT-8: nvvm.mma.sync
+// CHECK:   gpu.barrier
+// CHECK:   scf.yield
+// C += D inside the bounds.
+// CHECK: scf.if
+// CHECK:   memref.load %[[C]]
+// CHECK:   arith.addf
+// CHECK:   memref.store %{{.+}}, %[[C]]
+// CHECK: gpu.terminator
+// CHECK: } {k3.mma_shape = array<i64: 16, 8, 16>, k3.tile_sizes = array<i64: 64, 64, 32>}
+// CHECK: } else {
+// CHECK:   linalg.generic
+// CHECK:     func.call @widen
+// CHECK: }
+func.func @matmul(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %c: memref<?x?xf32>) {
+  linalg.generic {indexing_maps = [#map_mk, #map_nk, #map_mn],
+                  iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%x, %w : memref<?x?xbf16>, memref<?x?xbf16>) outs(%c : memref<?x?xf32>) {
+  ^bb0(%a: bf16, %b: bf16, %s: f32):
+    %af = func.call @widen(%a) : (bf16) -> f32
+    %bf = arith.extf %b : bf16 to f32
+    %p = arith.mulf %af, %bf : f32
+    %r = arith.addf %s, %p : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+
+// Not a bf16 product: f32 activations (an f32 library) stay scalar, as
+// does a product whose operands are not simply widened.
+// CHECK-LABEL: func.func @f32_activations
+// CHECK-NOT: gpu.launch
+// CHECK: linalg.generic
+func.func @f32_activations(%x: memref<?x?xf32>, %w: memref<?x?xbf16>, %c: memref<?x?xf32>) {
+  linalg.generic {indexing_maps = [#map_mk, #map_nk, #map_mn],
+                  iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%x, %w : memref<?x?xf32>, memref<?x?xbf16>) outs(%c : memref<?x?xf32>) {
+  ^bb0(%a: f32, %b: bf16, %s: f32):
+    %bf = arith.extf %b : bf16 to f32
+    %p = arith.mulf %a, %bf : f32
+    %r = arith.addf %s, %p : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+
+// CHECK-LABEL: func.func @scaled
+// CHECK-NOT: gpu.launch
+// CHECK: linalg.generic
+func.func @scaled(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %c: memref<?x?xf32>) {
+  linalg.generic {indexing_maps = [#map_mk, #map_nk, #map_mn],
+                  iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%x, %w : memref<?x?xbf16>, memref<?x?xbf16>) outs(%c : memref<?x?xf32>) {
+  ^bb0(%a: bf16, %b: bf16, %s: f32):
+    %af = arith.extf %a : bf16 to f32
+    %bf = arith.extf %b : bf16 to f32
+    %two = arith.constant 2.0 : f32
+    %bs = arith.mulf %bf, %two : f32
+    %p = arith.mulf %af, %bs : f32
+    %r = arith.addf %s, %p : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+
+// A transposed W ([K, N]) is a different product.
+// CHECK-LABEL: func.func @transposed
+// CHECK-NOT: gpu.launch
+// CHECK: linalg.generic
+func.func @transposed(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %c: memref<?x?xf32>) {
+  linalg.generic {indexing_maps = [#map_mk, affine_map<(i, j, k) -> (k, j)>, #map_mn],
+                  iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%x, %w : memref<?x?xbf16>, memref<?x?xbf16>) outs(%c : memref<?x?xf32>) {
+  ^bb0(%a: bf16, %b: bf16, %s: f32):
+    %af = arith.extf %a : bf16 to f32
+    %bf = arith.extf %b : bf16 to f32
+    %p = arith.mulf %af, %bf : f32
+    %r = arith.addf %s, %p : f32
+    linalg.yield %r : f32
+  }
+  return
+}
