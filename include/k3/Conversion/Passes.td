@@ -101,7 +101,16 @@ def K3GPUWarpReducePass : Pass<"k3-gpu-warp-reduce"> {
     terms per iteration while they are all in range (their loads issued
     together, so that a lane has that many in flight), then the rest one at
     a time. The new loop carries `k3.warp_lanes = 32` and `k3.warp_unroll`;
-    `k3-gpu-tile-and-map` maps the lane dimension to thread x. f32 sums are
+    `k3-gpu-tile-and-map` maps the lane dimension to thread x.
+
+    Where the body loads `A[..., k]` directly (unit step, A of identity
+    layout, the other indices from outside the loop), a lane instead takes
+    8 consecutive terms `k = lb + 8 l + 256 m + j` with one `vector.load` of
+    8 elements per such load (16 bytes of bf16, aligned: ld.global.v4),
+    while whole chunks of 256 terms remain, and the rest as above; chosen at
+    run time (`scf.if`, marked `k3.warp_vector = 8`) when every such A's base
+    pointer, row length and `lb` allow aligned vectors, else the one-term
+    form. f32 sums are
     reassociated (a different, not a less exact, order); maxima are exact in
     any order.
 
@@ -126,10 +135,15 @@ def K3GPUWarpReducePass : Pass<"k3-gpu-warp-reduce"> {
   }];
   let options = [
     Option<"unroll", "unroll", "int64_t", "4",
-           "Terms per lane per iteration of the main loop">
+           "Terms (vectors in the vector form) per lane per iteration of the "
+           "main loop">,
+    Option<"vectorize", "vectorize", "bool", "true",
+           "Generate the vector form where the loads allow it">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::arith::ArithDialect",
+                           "::mlir::memref::MemRefDialect",
+                           "::mlir::vector::VectorDialect",
                            "::mlir::scf::SCFDialect"];
 }
 

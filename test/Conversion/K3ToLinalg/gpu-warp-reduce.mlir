@@ -1,6 +1,7 @@
-// RUN: k3-opt %s --pass-pipeline='builtin.module(func.func(k3-gpu-warp-reduce))' | FileCheck %s
-// RUN: k3-opt %s --pass-pipeline='builtin.module(func.func(k3-gpu-warp-reduce{unroll=1}))' | FileCheck %s --check-prefix=U1
+// RUN: k3-opt %s --pass-pipeline='builtin.module(func.func(k3-gpu-warp-reduce{vectorize=0}))' | FileCheck %s
+// RUN: k3-opt %s --pass-pipeline='builtin.module(func.func(k3-gpu-warp-reduce{unroll=1 vectorize=0}))' | FileCheck %s --check-prefix=U1
 // RUN: not k3-opt %s --pass-pipeline='builtin.module(func.func(k3-gpu-warp-reduce{unroll=0}))' 2>&1 | FileCheck %s --check-prefix=BAD
+// RUN: k3-opt %s --pass-pipeline='builtin.module(func.func(k3-gpu-warp-reduce))' | FileCheck %s --check-prefix=VEC
 // U1-LABEL: func.func @matvec
 // U1: k3.warp_unroll = 1 : i64
 // BAD: unroll must be in [1, 16], got 0
@@ -223,6 +224,88 @@ func.func @not_sums(%w: memref<?x?xf32>, %y: memref<?xf32>, %z: memref<?x?xf32>)
       scf.yield %b : f32
     }
     memref.store %s, %y[%j] : memref<?xf32>
+    scf.reduce
+  }
+  return
+}
+
+// The vector form (the default): a bf16 matrix-vector product whose loads
+// walk their rows with the loop. When the row pointers allow it (base
+// pointers 16-byte aligned, row length and lb multiples of 8), lane l takes
+// the 8 terms at lb + 8 l + 256 m with one 16-byte load of each operand,
+// two chunks per iteration (half the unroll), then the rest one term at a
+// time; otherwise the one-term form. Rows of f32 (@matvec above) keep the
+// one-term form.
+// VEC-LABEL: func.func @matvec(
+// VEC-NOT: vector.load
+// VEC: k3.warp_lanes
+// VEC-LABEL: func.func @matvec_bf16
+// VEC: scf.parallel (%[[J:.+]], %[[LANE:.+]]) =
+// VEC:   memref.extract_aligned_pointer_as_index %[[W:[^ ]+]] :
+// VEC:   arith.remui %{{.+}}, %c16
+// VEC:   %[[ROW:.+]] = memref.dim %[[W]], %c1
+// VEC:   arith.remui %[[ROW]], %c8
+// VEC:   memref.extract_aligned_pointer_as_index %[[X:[^ ]+]] :
+// VEC:   %[[PART:.+]] = scf.if %[[OK:.+]] -> (f32) {
+// VEC:     %[[FIRST:.+]] = arith.muli %[[LANE]], %c8
+// VEC:     %[[MAIN:.+]] = scf.for %[[K:.+]] = %{{.+}} to %{{.+}} step %{{.+}} iter_args
+// VEC:       vector.load %[[W]][%[[J]], %[[K]]] {alignment = 16 : i64} : memref<?x?xbf16>, vector<8xbf16>
+// VEC:       vector.load %[[X]][%[[K]]] {alignment = 16 : i64} : memref<?xbf16>, vector<8xbf16>
+// VEC:       %[[K2:.+]] = arith.addi %[[K]], %{{.+}} : index
+// VEC:       vector.load %[[W]][%[[J]], %[[K2]]]
+// VEC:       vector.load %[[X]][%[[K2]]]
+// VEC-NOT:   vector.load
+// VEC:       vector.extract %{{.+}}[7] : bf16 from vector<8xbf16>
+// VEC:       scf.yield
+// VEC:     %[[REST:.+]] = scf.for {{.*}} iter_args(%{{.+}} = %[[MAIN]])
+// VEC:       vector.load
+// VEC:     scf.for {{.*}} iter_args(%{{.+}} = %[[REST]])
+// VEC:       memref.load %[[W]]
+// VEC:   } else {
+// VEC:     scf.for
+// VEC:       memref.load %[[W]]
+// VEC:   } {k3.warp_vector = 8 : i64}
+// VEC:   gpu.shuffle  xor %[[PART]], %c16_i32, %c32_i32 : f32
+// VEC: } {k3.warp_lanes = 32 : i64, k3.warp_unroll = 4 : i64}
+func.func @matvec_bf16(%w: memref<?x?xbf16>, %x: memref<?xbf16>, %y: memref<?xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %w, %c0 : memref<?x?xbf16>
+  %k = memref.dim %w, %c1 : memref<?x?xbf16>
+  scf.parallel (%j) = (%c0) to (%n) step (%c1) {
+    scf.for %i = %c0 to %k step %c1 {
+      %a = memref.load %w[%j, %i] : memref<?x?xbf16>
+      %b = memref.load %x[%i] : memref<?xbf16>
+      %af = arith.extf %a : bf16 to f32
+      %bf = arith.extf %b : bf16 to f32
+      %p = arith.mulf %af, %bf : f32
+      %c = memref.load %y[%j] : memref<?xf32>
+      %s = arith.addf %c, %p : f32
+      memref.store %s, %y[%j] : memref<?xf32>
+    }
+    scf.reduce
+  }
+  return
+}
+
+// A load whose rows are not contiguous in memory (a strided layout) keeps
+// the one-term form.
+// VEC-LABEL: func.func @strided_rows
+// VEC-NOT: vector.load
+// VEC: } {k3.warp_lanes = 32 : i64, k3.warp_unroll = 4 : i64}
+func.func @strided_rows(%w: memref<?x?xbf16, strided<[?, 2], offset: ?>>, %y: memref<?xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %w, %c0 : memref<?x?xbf16, strided<[?, 2], offset: ?>>
+  %k = memref.dim %w, %c1 : memref<?x?xbf16, strided<[?, 2], offset: ?>>
+  scf.parallel (%j) = (%c0) to (%n) step (%c1) {
+    scf.for %i = %c0 to %k step %c1 {
+      %a = memref.load %w[%j, %i] : memref<?x?xbf16, strided<[?, 2], offset: ?>>
+      %af = arith.extf %a : bf16 to f32
+      %c = memref.load %y[%j] : memref<?xf32>
+      %s = arith.addf %c, %af : f32
+      memref.store %s, %y[%j] : memref<?xf32>
+    }
     scf.reduce
   }
   return

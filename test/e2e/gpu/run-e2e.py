@@ -38,6 +38,7 @@ COMPARE = os.path.join(HERE, "..", "compare.py")
 PROMPT = "5,17,300,42,7,99,123,1,2,{x},64,128,3,77,250,19"
 DECODE16 = "3,9,200,4,5,6,7,8,9,10,11,12,13,14,15,16"
 DECODE4 = "3,9,200,4"
+PROMPT40 = PROMPT.format(x="700") + ",5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28"
 
 # name: (config, activation dtype, extra k3c flags)
 LIBS = {
@@ -53,9 +54,15 @@ LIBS = {
     "tiny-f32-multi": ("k3-tiny", "f32", ["--target=sm_90,sm_100"]),
     # The host library, run next to the GPU one on the same inputs.
     "small-bf16-host": ("k3-small", "bf16", ["--target=host"]),
+    # Rows of 256 elements and more: the vector form of k3-gpu-warp-reduce
+    # (hidden 512); 40-token prompts: partial k3-gpu-mma tiles.
+    "wide-f32": ("k3-wide", "f32", []),
+    "wide-bf16": ("k3-wide", "bf16", []),
+    "wide-bf16-host": ("k3-wide", "bf16", ["--target=host"]),
 }
 # name: (config, seed)
-WEIGHTS = {"w-tiny": ("k3-tiny", 1), "w-tiny3": ("k3-tiny", 3), "w-small": ("k3-small", 7)}
+WEIGHTS = {"w-tiny": ("k3-tiny", 1), "w-tiny3": ("k3-tiny", 3), "w-small": ("k3-small", 7),
+           "w-wide": ("k3-wide", 11)}
 
 
 def build(a):
@@ -122,6 +129,22 @@ def checks(a):
         ("tiny f32, library for sm_90 and sm_100, vs reference",
          ref("k3-tiny", "tiny-f32-multi", "w-tiny", "f32", PROMPT.format(x="511"), DECODE4, 1e-4,
              "--states")),
+        ("wide f32 vs reference (vector loads)",
+         ref("k3-wide", "wide-f32", "w-wide", "f32", PROMPT40, DECODE16, 1e-4, "--states")),
+        ("wide f32, one call = chunks of 8",
+         [sys.executable, COMPARE, "self", "--k3-run", k3run, "--lib", lib("wide-f32"),
+          "--weights", w("w-wide"), "--prompt", PROMPT40, "--decode", DECODE4,
+          "--chunks-a", "40", "--chunks-b", "8", "--rtol", "1e-4"]),
+        ("wide bf16, tensor cores (one call) vs warp kernels (chunks of 8)",
+         [sys.executable, COMPARE, "self", "--k3-run", k3run, "--lib", lib("wide-bf16"),
+          "--weights", w("w-wide"), "--prompt", PROMPT40, "--decode", DECODE4,
+          "--chunks-a", "40", "--chunks-b", "8", "--rtol", "0.3", "--min-corr", "0.97",
+          "--per-row"]),
+        ("wide bf16, GPU library vs host library",
+         [sys.executable, COMPARE, "self", "--k3-run", k3run, "--lib", lib("wide-bf16"),
+          "--lib-b", lib("wide-bf16-host"), "--weights", w("w-wide"), "--prompt", PROMPT40,
+          "--decode", DECODE4, "--chunks-a", "40", "--chunks-b", "40", "--rtol", "0.3",
+          "--min-corr", "0.97", "--per-row"]),
         ("tiny f32 snapshots, rollback, prefix reuse, fork_at",
          [os.path.join(b, "k3-state-check"), lib("tiny-f32p8"), w("w-tiny3")]),
         ("tiny bf16 snapshots, rollback, prefix reuse, fork_at",
@@ -144,9 +167,10 @@ def run(a):
         ok = r.returncode == 0 and ("PASS" in text.split() or "device-check" in cmd[0])
         if "device-check" in cmd[0]:
             ok = ok and "sum |x| > 0" in text and text.count(": OK") == 8
-        lines = [l for l in text.splitlines() if "max rel err" in l or "diff" in l or "device:" in l]
+        lines = [l for l in text.splitlines()
+                 if "max rel err" in l or "diff" in l or "device:" in l or l.startswith("row")]
         print("%s %s (%.1f s)" % ("ok  " if ok else "FAIL", name, time.time() - t0))
-        for l in lines[:4] if ok else text.splitlines()[-30:]:
+        for l in lines[:12] if ok else text.splitlines()[-30:]:
             print("       " + l)
         sys.stdout.flush()
         failed += not ok

@@ -132,9 +132,51 @@ func.func private @k3k_route(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf16>, %bias:
   return %idx, %wts : memref<?x?xi64>, memref<?x?xf32>
 }
 
+// The (token, slot) entries of a step grouped by expert: order[g] =
+// t·topk + s, experts ascending, entries in order within one expert. The
+// expert stages below walk the entries in this order, so that the warps of a
+// block and neighbouring blocks work on one expert's weight rows together
+// (read from memory once per group instead of once per token in a prefill);
+// each output element is computed exactly as before. Parallel over experts:
+// an expert's entries start after the entries of all smaller experts.
+func.func private @k3k_group_by_expert(%idx: memref<?x?xi64>, %ne: index) -> memref<?xi64> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %t = memref.dim %idx, %c0 : memref<?x?xi64>
+  %topk = memref.dim %idx, %c1 : memref<?x?xi64>
+  %nq = arith.muli %t, %topk : index
+  %order = memref.alloc(%nq) : memref<?xi64>
+  scf.parallel (%e) = (%c0) to (%ne) step (%c1) {
+    %e64 = arith.index_cast %e : index to i64
+    %first = scf.for %q = %c0 to %nq step %c1 iter_args(%a = %c0) -> (index) {
+      %i = arith.divui %q, %topk : index
+      %s = arith.remui %q, %topk : index
+      %v = memref.load %idx[%i, %s] : memref<?x?xi64>
+      %lt = arith.cmpi slt, %v, %e64 : i64
+      %inc = arith.select %lt, %c1, %c0 : index
+      %a2 = arith.addi %a, %inc : index
+      scf.yield %a2 : index
+    }
+    %last = scf.for %q = %c0 to %nq step %c1 iter_args(%pos = %first) -> (index) {
+      %i = arith.divui %q, %topk : index
+      %s = arith.remui %q, %topk : index
+      %v = memref.load %idx[%i, %s] : memref<?x?xi64>
+      %eq = arith.cmpi eq, %v, %e64 : i64
+      scf.if %eq {
+        %q64 = arith.index_cast %q : index to i64
+        memref.store %q64, %order[%pos] : memref<?xi64>
+      }
+      %inc = arith.select %eq, %c1, %c0 : index
+      %pos2 = arith.addi %pos, %inc : index
+      scf.yield %pos2 : index
+    }
+  }
+  return %order : memref<?xi64>
+}
+
 // Weighted sum of the selected experts in latent space (§6.2), with MXFP4 experts dequantised on the fly (§7.2): w1, w3 [E, I, L], w2 [E, L, I]:
-//   h[t,s] = round(act(round(W1_e ξ_t), round(W3_e ξ_t)))   (t, s, n) in parallel
-//   y[t,s] = round(W2_e h[t,s])                             (t, s, j) in parallel
+//   h[t,s] = round(act(round(W1_e ξ_t), round(W3_e ξ_t)))   (n, entry) in parallel
+//   y[t,s] = round(W2_e h[t,s])                             (j, entry) in parallel
 //   r[t]   = round(Σ_s ω[t,s] y[t,s])                       (t, j) in parallel
 func.func private @k3k_experts_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>,
                                      %w1p: tensor<?x?x?xi8>, %w1s: tensor<?x?x?xi8>,
@@ -147,9 +189,16 @@ func.func private @k3k_experts_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64
   %t = tensor.dim %xi, %c0 : tensor<?x?x!act>
   %l = tensor.dim %xi, %c1 : tensor<?x?x!act>
   %ni = tensor.dim %w1p, %c1 : tensor<?x?x?xi8>
+  %ne = tensor.dim %w1p, %c0 : tensor<?x?x?xi8>
   %topk = memref.dim %idx, %c1 : memref<?x?xi64>
+  %order = func.call @k3k_group_by_expert(%idx, %ne) : (memref<?x?xi64>, index) -> memref<?xi64>
+  %nq = arith.muli %t, %topk : index
   %hid = memref.alloc(%t, %topk, %ni) : memref<?x?x?xf32>
-  scf.parallel (%i, %s, %n) = (%c0, %c0, %c0) to (%t, %topk, %ni) step (%c1, %c1, %c1) {
+  scf.parallel (%n, %q) = (%c0, %c0) to (%ni, %nq) step (%c1, %c1) {
+    %q64 = memref.load %order[%q] : memref<?xi64>
+    %qi = arith.index_cast %q64 : i64 to index
+    %i = arith.divui %qi, %topk : index
+    %s = arith.remui %qi, %topk : index
     %e64 = memref.load %idx[%i, %s] : memref<?x?xi64>
     %e = arith.index_cast %e64 : i64 to index
     %g, %u = scf.for %k = %c0 to %l step %c1 iter_args(%ga = %zero, %ua = %zero) -> (f32, f32) {
@@ -170,7 +219,11 @@ func.func private @k3k_experts_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64
     memref.store %hr, %hid[%i, %s, %n] : memref<?x?x?xf32>
   }
   %ys = memref.alloc(%t, %topk, %l) : memref<?x?x?xf32>
-  scf.parallel (%i, %s, %j) = (%c0, %c0, %c0) to (%t, %topk, %l) step (%c1, %c1, %c1) {
+  scf.parallel (%j, %q) = (%c0, %c0) to (%l, %nq) step (%c1, %c1) {
+    %q64 = memref.load %order[%q] : memref<?xi64>
+    %qi = arith.index_cast %q64 : i64 to index
+    %i = arith.divui %qi, %topk : index
+    %s = arith.remui %qi, %topk : index
     %e64 = memref.load %idx[%i, %s] : memref<?x?xi64>
     %e = arith.index_cast %e64 : i64 to index
     %y = scf.for %n = %c0 to %ni step %c1 iter_args(%a = %zero) -> (f32) {
@@ -200,8 +253,8 @@ func.func private @k3k_experts_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64
 }
 
 // Weighted sum of the selected experts in latent space (§6.2), with bf16 experts: w1, w3 [E, I, L], w2 [E, L, I]:
-//   h[t,s] = round(act(round(W1_e ξ_t), round(W3_e ξ_t)))   (t, s, n) in parallel
-//   y[t,s] = round(W2_e h[t,s])                             (t, s, j) in parallel
+//   h[t,s] = round(act(round(W1_e ξ_t), round(W3_e ξ_t)))   (n, entry) in parallel
+//   y[t,s] = round(W2_e h[t,s])                             (j, entry) in parallel
 //   r[t]   = round(Σ_s ω[t,s] y[t,s])                       (t, j) in parallel
 func.func private @k3k_experts_bf16(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>,
                                      %w1: tensor<?x?x?xbf16>, %w3: tensor<?x?x?xbf16>, %w2: tensor<?x?x?xbf16>,
@@ -212,9 +265,16 @@ func.func private @k3k_experts_bf16(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>
   %t = tensor.dim %xi, %c0 : tensor<?x?x!act>
   %l = tensor.dim %xi, %c1 : tensor<?x?x!act>
   %ni = tensor.dim %w1, %c1 : tensor<?x?x?xbf16>
+  %ne = tensor.dim %w1, %c0 : tensor<?x?x?xbf16>
   %topk = memref.dim %idx, %c1 : memref<?x?xi64>
+  %order = func.call @k3k_group_by_expert(%idx, %ne) : (memref<?x?xi64>, index) -> memref<?xi64>
+  %nq = arith.muli %t, %topk : index
   %hid = memref.alloc(%t, %topk, %ni) : memref<?x?x?xf32>
-  scf.parallel (%i, %s, %n) = (%c0, %c0, %c0) to (%t, %topk, %ni) step (%c1, %c1, %c1) {
+  scf.parallel (%n, %q) = (%c0, %c0) to (%ni, %nq) step (%c1, %c1) {
+    %q64 = memref.load %order[%q] : memref<?xi64>
+    %qi = arith.index_cast %q64 : i64 to index
+    %i = arith.divui %qi, %topk : index
+    %s = arith.remui %qi, %topk : index
     %e64 = memref.load %idx[%i, %s] : memref<?x?xi64>
     %e = arith.index_cast %e64 : i64 to index
     %g, %u = scf.for %k = %c0 to %l step %c1 iter_args(%ga = %zero, %ua = %zero) -> (f32, f32) {
@@ -237,7 +297,11 @@ func.func private @k3k_experts_bf16(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>
     memref.store %hr, %hid[%i, %s, %n] : memref<?x?x?xf32>
   }
   %ys = memref.alloc(%t, %topk, %l) : memref<?x?x?xf32>
-  scf.parallel (%i, %s, %j) = (%c0, %c0, %c0) to (%t, %topk, %l) step (%c1, %c1, %c1) {
+  scf.parallel (%j, %q) = (%c0, %c0) to (%l, %nq) step (%c1, %c1) {
+    %q64 = memref.load %order[%q] : memref<?xi64>
+    %qi = arith.index_cast %q64 : i64 to index
+    %i = arith.divui %qi, %topk : index
+    %s = arith.remui %qi, %topk : index
     %e64 = memref.load %idx[%i, %s] : memref<?x?xi64>
     %e = arith.index_cast %e64 : i64 to index
     %y = scf.for %n = %c0 to %ni step %c1 iter_args(%a = %zero) -> (f32) {
