@@ -133,7 +133,8 @@ LogicalResult mlir::k3::linkHostLibrary(ModuleOp module,
     llvm::raw_fd_ostream os(script, ec);
     if (ec)
       return module.emitError("cannot write ") << script;
-    os << "{ global: k3_abi_version; k3_manifest_json; k3_forward; local: *; };\n";
+    os << "{ global: k3_abi_version; k3_manifest_json; k3_forward; "
+          "k3_fill_random; local: *; };\n";
   }
   std::string versionScript = ("-Wl,--version-script=" + script).str();
   SmallVector<StringRef> args = {*cc, "-shared", "-o", outputPath};

@@ -85,6 +85,8 @@ k3rt_status *k3rt::openLibrary(const char *path, k3rt_library **out) {
   lib->handle = handle;
   lib->path = shown;
   lib->forward = forward;
+  lib->fillRandom =
+      reinterpret_cast<K3FillRandomFn>(::dlsym(handle, "k3_fill_random"));
   *out = lib;
   return nullptr;
 }

@@ -10,6 +10,10 @@
 
 /// docs/ABI.md: `void k3_forward(void **args)`.
 using K3ForwardFn = void (*)(void **);
+/// docs/ABI.md: `k3_fill_random(words, seed, stream, kind, range, off,
+/// scale)`, words a rank-1 i32 memref descriptor.
+using K3FillRandomFn = void (*)(void *, uint64_t, uint64_t, int32_t, int32_t,
+                                int32_t, float);
 
 struct k3rt_library {
   std::atomic<int> refs{1};
@@ -17,6 +21,8 @@ struct k3rt_library {
   std::string path;
   k3rt::Manifest manifest;
   K3ForwardFn forward = nullptr;
+  /// Null for a library without one (k3rt_weights_generate refuses it).
+  K3FillRandomFn fillRandom = nullptr;
 };
 
 namespace k3rt {

@@ -19,6 +19,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <cmath>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -572,6 +573,152 @@ k3rt_status *k3rt::loadWeights(k3rt_library *library, const char *pathArg,
   w->info.num_ignored = ignored;
   w->info.mapped_bytes = mapped;
   w->info.copied_bytes = copied;
+  retain(library);
+  w->library = library;
+  *out = w.release();
+  return nullptr;
+}
+
+//===----------------------------------------------------------------------===//
+// Weights generated from a seed
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// Arguments of k3_fill_random (Kernels/Random.mlir): an element is
+/// float((h mod range) + off) * scale (bytes: (h mod range) + off).
+struct FillParams {
+  int32_t kind; ///< 0: bf16, 1: f32, 2: bytes
+  int32_t range;
+  int32_t off;
+  float scale;
+};
+
+/// Uniform on [lo, hi) in 2^24 steps.
+FillParams uniform(int32_t kind, double lo, double hi) {
+  double scale = (hi - lo) / double(1 << 24);
+  return {kind, 1 << 24, int32_t(std::llround(lo / scale)), float(scale)};
+}
+
+/// Uniform with mean `mean` and standard deviation `sd` (half-width √3 sd).
+FillParams spread(int32_t kind, double mean, double sd) {
+  double a = std::sqrt(3.0) * sd;
+  return uniform(kind, mean - a, mean + a);
+}
+
+/// The distribution of a generated weight: k3-weights' (a checkpoint for
+/// the tests) with its spreads as uniform distributions and gain 1 for
+/// linear layers: norm gains around 1, KDA decay and bias ranges that keep
+/// the gates in (lower bound, 0), MXFP4 codes uniform with scales around
+/// 1/sqrt(K), everything else around 0 with spread 1/sqrt(fan-in).
+FillParams fillParams(const TensorSpec &t) {
+  auto endsWith = [&](const char *suffix) {
+    size_t n = std::strlen(suffix);
+    return t.name.size() >= n &&
+           t.name.compare(t.name.size() - n, n, suffix) == 0;
+  };
+  if (t.quantization == "mxfp4.packed")
+    return {2, 256, 0, 0.0f};
+  if (t.quantization == "mxfp4.scale") {
+    // E8M0 127 - round(log2 sqrt(K)) + {-1, 0, 1}.
+    double k = 32.0 * double(t.shape.empty() ? 1 : t.shape.back());
+    int32_t base = 127 - int32_t(std::floor(std::log2(std::sqrt(k)) + 0.5));
+    return {2, 3, base - 1, 0.0f};
+  }
+  if (t.dtype == DType::U8 || t.dtype == DType::I8)
+    return {2, 256, 0, 0.0f};
+  int32_t kind = t.dtype == DType::F32 ? 1 : 0;
+  double fanIn = t.shape.size() >= 2 ? double(t.shape.back()) : 1.0;
+  if (endsWith("norm.weight"))
+    return spread(kind, 1.0, 0.1);
+  if (endsWith("A_log"))
+    return uniform(kind, std::log(0.5), std::log(16.0));
+  if (endsWith("dt_bias") || endsWith("embed_tokens.weight"))
+    return spread(kind, 0.0, 1.0);
+  if (endsWith("conv1d.weight") || endsWith("e_score_correction_bias"))
+    return spread(kind, 0.0, 0.5);
+  if (endsWith("_res_proj.weight"))
+    return spread(kind, 0.0, 2.0 / std::sqrt(fanIn));
+  return spread(kind, 0.0, 1.0 / std::sqrt(fanIn));
+}
+
+/// FNV-1a of a tensor name: its stream of random numbers, the same in
+/// every library of the model.
+uint64_t streamOf(const std::string &name) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : name)
+    h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+/// A rank-1 memref descriptor (docs/ABI.md) of `words` i32.
+struct Words {
+  void *allocated;
+  void *aligned;
+  int64_t offset;
+  int64_t size;
+  int64_t stride;
+};
+} // namespace
+
+k3rt_status *k3rt::generateWeights(k3rt_library *library, uint64_t seed,
+                                   const k3rt_weights_options *options,
+                                   k3rt_weights **out) {
+  if (!library || !out)
+    return makeStatus(K3RT_INVALID_ARGUMENT,
+                      "k3rt_weights_generate: library and out must not be "
+                      "NULL");
+  *out = nullptr;
+  if (!library->fillRandom)
+    return makeStatus(K3RT_FAILED_PRECONDITION,
+                      "library %s has no k3_fill_random (compiled by a k3c "
+                      "without generated weights): use k3rt_weights_load",
+                      library->path.c_str());
+  const Manifest &m = library->manifest;
+  auto w = std::make_unique<k3rt_weights>();
+  w->argData.assign(m.args.size(), nullptr);
+  uint64_t total = 0, done = 0, generated = 0;
+  for (const AbiArg &arg : m.args)
+    total += arg.role == ArgRole::Weight;
+  if (m.gpu)
+    cudaSetStream(nullptr);
+  for (size_t a = 0; a < m.args.size(); ++a) {
+    const AbiArg &arg = m.args[a];
+    if (arg.role != ArgRole::Weight)
+      continue;
+    const TensorSpec &spec = m.tensors[size_t(arg.ref)];
+    // Whole 32-bit words: a bf16 or byte tensor of odd size gets padding.
+    uint64_t bytes = (arg.bytes + 3) / 4 * 4;
+    std::string what = "weight " + spec.name;
+    uint8_t *data = nullptr;
+    if (m.gpu) {
+      Memory d;
+      K3RT_RETURN_IF_ERROR(
+          Memory::allocate(bytes, what.c_str(), Memory::Place::Device, d));
+      data = d.data();
+      w->device.push_back(std::move(d));
+    } else {
+      Buffer b;
+      K3RT_RETURN_IF_ERROR(Buffer::allocate(bytes, what.c_str(), b));
+      data = b.data();
+      w->buffers.push_back(std::move(b));
+    }
+    FillParams p = fillParams(spec);
+    Words words{data, data, 0, int64_t(bytes / 4), 1};
+    library->fillRandom(&words, seed, streamOf(spec.name), p.kind, p.range,
+                        p.off, p.scale);
+    if (m.gpu) {
+      cudaWorkspaceReset();
+      if (const char *err = cudaError())
+        return makeStatus(K3RT_ABORTED, "generating weight %s: %s",
+                          spec.name.c_str(), err);
+    }
+    w->argData[a] = data;
+    generated += arg.bytes;
+    progress(options, "generate", ++done, total);
+  }
+  w->info.struct_size = sizeof(k3rt_weights_info);
+  w->info.num_tensors = m.numCheckpointTensors;
+  w->info.generated_bytes = generated;
   retain(library);
   w->library = library;
   *out = w.release();

@@ -27,6 +27,11 @@ namespace k3rt {
 k3rt_status *loadWeights(k3rt_library *library, const char *path,
                          const k3rt_weights_options *options,
                          k3rt_weights **out);
+/// k3rt_weights_generate: every weight argument filled by the library's
+/// k3_fill_random from `seed`, in device memory for a GPU library.
+k3rt_status *generateWeights(k3rt_library *library, uint64_t seed,
+                             const k3rt_weights_options *options,
+                             k3rt_weights **out);
 void retain(k3rt_weights *weights);
 void release(k3rt_weights *weights);
 

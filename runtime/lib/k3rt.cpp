@@ -145,6 +145,13 @@ extern "C" k3rt_status *k3rt_weights_load(k3rt_library *library,
   return loadWeights(library, path, options, out);
 }
 
+extern "C" k3rt_status *k3rt_weights_generate(k3rt_library *library,
+                                              uint64_t seed,
+                                              const k3rt_weights_options *options,
+                                              k3rt_weights **out) {
+  return generateWeights(library, seed, options, out);
+}
+
 extern "C" void k3rt_weights_release(k3rt_weights *weights) {
   release(weights);
 }
@@ -355,6 +362,8 @@ static const k3rt_api kApi = {
     k3rt_sequence_fork_at,
     k3rt_sequence_rollback,
     k3rt_sequence_get_info,
+    // version 4
+    k3rt_weights_generate,
 };
 
 extern "C" const k3rt_api *k3rt_get_api(uint32_t version) {

@@ -42,6 +42,7 @@ TEST(ApiTest, TheTableHoldsTheExportedFunctions) {
   EXPECT_EQ(api->get_api, &k3rt_get_api);
   EXPECT_EQ(api->sequence_rollback, &k3rt_sequence_rollback);
   EXPECT_EQ(api->sequence_get_info, &k3rt_sequence_get_info);
+  EXPECT_EQ(api->weights_generate, &k3rt_weights_generate);
   // No entry is NULL.
   const char *base = reinterpret_cast<const char *>(api);
   for (size_t off = offsetof(k3rt_api, status_code); off < sizeof(k3rt_api);
@@ -65,7 +66,8 @@ TEST(ApiTest, TheTableLayoutIsFrozen) {
   EXPECT_EQ(offsetof(k3rt_api, session_step), 8 + 21 * p);
   EXPECT_EQ(offsetof(k3rt_api, get_api), 8 + 22 * p);
   EXPECT_EQ(offsetof(k3rt_api, sequence_get_info), 8 + 30 * p);
-  EXPECT_EQ(sizeof(k3rt_api), 8 + 31 * p);
+  EXPECT_EQ(offsetof(k3rt_api, weights_generate), 8 + 31 * p);
+  EXPECT_EQ(sizeof(k3rt_api), 8 + 32 * p);
   // Option and info structs only grow too: version 1's fields stay put.
   EXPECT_EQ(offsetof(k3rt_session_options, check_logits), 40u);
   EXPECT_EQ(offsetof(k3rt_session_info, state_bytes), 64u);

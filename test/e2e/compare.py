@@ -34,7 +34,9 @@ def run(cmd):
 def k3run(a, tmp, tag, chunks, lib=None):
     logits = os.path.join(tmp, tag + ".npy")
     states = os.path.join(tmp, tag + ".npz")
-    cmd = [a.k3_run, lib or a.lib, "--weights", a.weights, "--prompt-ids", a.prompt,
+    source = (["--random-weights", a.weights[len("seed:"):]] if a.weights.startswith("seed:")
+              else ["--weights", a.weights])
+    cmd = [a.k3_run, lib or a.lib] + source + ["--prompt-ids", a.prompt,
            "--max-new-tokens", str(len(a.decode.split(","))), "--decode-ids", a.decode,
            "--logits-out", logits, "--state-out", states]
     if chunks:
@@ -90,7 +92,8 @@ def main():
     p.add_argument("--k3-run", required=True)
     p.add_argument("--lib", required=True)
     p.add_argument("--config")
-    p.add_argument("--weights", required=True)
+    p.add_argument("--weights", required=True,
+                   help="a checkpoint, or seed:N (self: weights the library makes from N)")
     p.add_argument("--mode", default="f32")
     p.add_argument("--prompt", required=True)
     p.add_argument("--decode", required=True)

@@ -1,6 +1,6 @@
 //===- k3-run.cpp - run a k3c-compiled library on a prompt ----------------===//
 //
-//   k3-run LIB (--weights PATH | --random-weights SEED --config CONFIG)
+//   k3-run LIB (--weights PATH | --random-weights SEED [--config CONFIG])
 //          --prompt-ids 1,2,3 --max-new-tokens N [--decode-ids 5,6,7]
 //          [--chunks 3,1,4] [--batch B] [--bench]
 //          [--logits-out FILE.npy] [--state-out FILE.npz]
@@ -16,10 +16,12 @@
 // in every step (outputs are taken from the first). Errors print
 // "k3-run: error: <message>" and exit 1.
 //
-// --random-weights SEED needs --config CONFIG (a library does not carry its
-// config): it runs `k3-weights CONFIG --seed SEED -o DIR` (the k3-weights
-// next to this executable, or $K3RUN_K3_WEIGHTS) into a temporary directory,
-// loads it and deletes it.
+// --random-weights SEED alone has the library make its weights from the
+// seed (k3rt_weights_generate: in device memory for a GPU library, no file
+// and no host copy). With --config CONFIG it instead runs `k3-weights CONFIG
+// --seed SEED -o DIR` (the k3-weights next to this executable, or
+// $K3RUN_K3_WEIGHTS) into a temporary directory, loads it and deletes it:
+// the checkpoint the NumPy reference reads.
 //
 //===----------------------------------------------------------------------===//
 
@@ -90,8 +92,8 @@ void check(k3rt_status *status) {
 }
 
 const char *usage =
-    "usage: k3-run LIB (--weights PATH | --random-weights SEED --config "
-    "CONFIG)\n"
+    "usage: k3-run LIB (--weights PATH | --random-weights SEED [--config "
+    "CONFIG])\n"
     "              --prompt-ids 1,2,3 --max-new-tokens N [--decode-ids "
     "5,6,7]\n"
     "              [--chunks 3,1,4] [--batch B] [--bench]\n"
@@ -213,9 +215,8 @@ Options parseArgs(int argc, char **argv) {
     fail("no library given\n%s", usage);
   if (o.weights.empty() == !o.randomWeights)
     fail("give exactly one of --weights PATH and --random-weights SEED");
-  if (o.randomWeights && o.config.empty())
-    fail("--random-weights needs --config CONFIG (the config the library was "
-         "compiled from)");
+  if (!o.config.empty() && !o.randomWeights)
+    fail("--config is only used with --random-weights");
   if (o.prompt.empty())
     fail("--prompt-ids is required and must not be empty");
   if (o.maxNewTokens < 0)
@@ -439,7 +440,8 @@ int main(int argc, char **argv) {
   int64_t V = info.vocab_size;
 
   std::string weightsPath = o.weights, tempDir;
-  if (o.randomWeights)
+  bool generate = o.randomWeights && o.config.empty();
+  if (o.randomWeights && !generate)
     weightsPath = tempDir = generateWeights(o);
   Progress progress;
   k3rt_weights_options wopts{};
@@ -449,7 +451,9 @@ int main(int argc, char **argv) {
   k3rt_weights *weights = nullptr;
   auto loadStart = std::chrono::steady_clock::now();
   k3rt_status *loaded =
-      k3rt_weights_load(library, weightsPath.c_str(), &wopts, &weights);
+      generate ? k3rt_weights_generate(library, o.seed, &wopts, &weights)
+               : k3rt_weights_load(library, weightsPath.c_str(), &wopts,
+                                   &weights);
   // The mappings stay valid after the files are unlinked.
   if (!tempDir.empty())
     removeTree(tempDir);

@@ -1,7 +1,7 @@
 //===- EmitLibraryEntries.cpp - the library's exported C functions --------===//
 //
-// docs/ABI.md: k3_abi_version(), k3_manifest_json() and k3_forward(void **),
-// added to a module already in the LLVM dialect.
+// docs/ABI.md: k3_abi_version(), k3_manifest_json(), k3_forward(void **)
+// and k3_fill_random(...), added to a module already in the LLVM dialect.
 //
 //===----------------------------------------------------------------------===//
 
@@ -96,6 +96,19 @@ struct K3EmitLibraryEntriesPass
       LLVM::CallOp::create(b, loc, impl, operands);
       LLVM::ReturnOp::create(b, loc, ValueRange{});
       (void)i64;
+    }
+    // void k3_fill_random(memref descriptor *words, uint64_t seed,
+    //                     uint64_t stream, int32_t kind, int32_t range,
+    //                     int32_t off, float scale) (Kernels/Random.mlir).
+    if (auto fill =
+            module.lookupSymbol<LLVM::LLVMFuncOp>("_mlir_ciface_fill_random")) {
+      auto fn = LLVM::LLVMFuncOp::create(b, loc, "k3_fill_random",
+                                         fill.getFunctionType());
+      OpBuilder::InsertionGuard g(b);
+      Block *entry = fn.addEntryBlock(b);
+      b.setInsertionPointToStart(entry);
+      LLVM::CallOp::create(b, loc, fill, entry->getArguments());
+      LLVM::ReturnOp::create(b, loc, ValueRange{});
     }
   }
 };

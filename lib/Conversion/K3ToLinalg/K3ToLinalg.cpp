@@ -42,7 +42,8 @@ using namespace mlir::k3;
 static LogicalResult importKernels(ModuleOp module, Type act) {
   std::string text = act.isF32() ? k3Kernel_Prelude_f32 : k3Kernel_Prelude_bf16;
   for (const char *k :
-       {k3Kernel_Dense, k3Kernel_KDA, k3Kernel_MLA, k3Kernel_MoE})
+       {k3Kernel_Dense, k3Kernel_KDA, k3Kernel_MLA, k3Kernel_MoE,
+        k3Kernel_Random})
     text += k;
   ParserConfig config(module.getContext());
   OwningOpRef<ModuleOp> kernels = parseSourceString<ModuleOp>(text, config);

@@ -60,8 +60,10 @@ extern "C" {
 
 /** The API version this header describes. Version 1: libraries, weights,
  * sessions, sequences, steps. Version 2: the function table, snapshots,
- * rollback, verify steps, prefix reuse, config hash checks. */
-#define K3RT_API_VERSION 3
+ * rollback, verify steps, prefix reuse, config hash checks. Version 3: GPU
+ * libraries, step limits, ABORTED. Version 4: weights generated from a seed
+ * (k3rt_weights_generate). */
+#define K3RT_API_VERSION 4
 
 /** The compiled library ABI version this runtime implements (docs/ABI.md). */
 #define K3RT_LIBRARY_ABI_VERSION 1
@@ -207,7 +209,7 @@ typedef struct k3rt_weights k3rt_weights;
 
 /** Progress while loading: `stage` is "validate", "map", "assemble" or, for
  * a library compiled for a GPU, "upload" (weight arguments copied to device
- * memory);
+ * memory); "generate" for k3rt_weights_generate;
  * `done` of `total` units (shards or expert stacks). Called on the loading
  * thread. */
 typedef void (*k3rt_progress_fn)(void *user, const char *stage, uint64_t done,
@@ -248,6 +250,23 @@ K3RT_API K3RT_MUST_USE_RESULT k3rt_status *
 k3rt_weights_load(k3rt_library *library, const char *path,
                   const k3rt_weights_options *options, k3rt_weights **out);
 
+/** Weights for `library` made from `seed`, without a checkpoint: every
+ * weight argument is allocated (device memory for a library compiled for a
+ * GPU) and filled by the library's own generated kernel k3_fill_random
+ * (docs/ABI.md), so a 66 GB model is ready in well under a second on an
+ * H200 and host memory is never touched. Counter-based: the same seed gives
+ * the same bytes in every library of the model, host or GPU. Distributions
+ * (uniform): norm gains 1 +- 0.17, MXFP4 codes uniform with E8M0 scales
+ * around 1/sqrt(K), linear weights with standard deviation 1/sqrt(fan-in);
+ * for benchmarks and smoke runs, not a trained model. Progress stage
+ * "generate", one unit per weight argument.
+ * Errors: FAILED_PRECONDITION (a library without k3_fill_random),
+ * RESOURCE_EXHAUSTED (naming the tensor), ABORTED (a GPU fault).
+ * Ownership as k3rt_weights_load. Thread-safe. (API version 4.) */
+K3RT_API K3RT_MUST_USE_RESULT k3rt_status *
+k3rt_weights_generate(k3rt_library *library, uint64_t seed,
+                      const k3rt_weights_options *options, k3rt_weights **out);
+
 /** Drops the caller's reference; NULL is a no-op. The mappings live as long
  * as a session uses them. Thread-safe. */
 K3RT_API void k3rt_weights_release(k3rt_weights *weights);
@@ -259,6 +278,8 @@ typedef struct k3rt_weights_info {
   int64_t num_ignored;   /**< vision / projector tensors skipped         */
   uint64_t mapped_bytes; /**< bytes of all shards mapped                 */
   uint64_t copied_bytes; /**< bytes copied (expert stacks, misaligned)   */
+  /* --- API version 4 --- */
+  uint64_t generated_bytes; /**< bytes made by k3rt_weights_generate     */
 } k3rt_weights_info;
 
 /** Fills `info`. INVALID_ARGUMENT for NULL or an unset struct_size.
@@ -631,6 +652,10 @@ typedef struct k3rt_api {
   k3rt_status *(*sequence_rollback)(k3rt_session *, int64_t, int64_t);
   k3rt_status *(*sequence_get_info)(k3rt_session *, int64_t,
                                     k3rt_sequence_info *);
+  /* --- version 4 --- */
+  k3rt_status *(*weights_generate)(k3rt_library *, uint64_t,
+                                   const k3rt_weights_options *,
+                                   k3rt_weights **);
   /* Entries of later versions are appended here. */
 } k3rt_api;
 

@@ -54,6 +54,7 @@ LIBS = {
     "tiny-f32-multi": ("k3-tiny", "f32", ["--target=sm_90,sm_100"]),
     # The host library, run next to the GPU one on the same inputs.
     "small-bf16-host": ("k3-small", "bf16", ["--target=host"]),
+    "tiny-f32-host": ("k3-tiny", "f32", ["--target=host"]),
     # Rows of 256 elements and more: the vector form of k3-gpu-warp-reduce
     # (hidden 512); 40-token prompts: partial k3-gpu-mma tiles.
     "wide-f32": ("k3-wide", "f32", []),
@@ -145,6 +146,11 @@ def checks(a):
           "--lib-b", lib("wide-bf16-host"), "--weights", w("w-wide"), "--prompt", PROMPT40,
           "--decode", DECODE4, "--chunks-a", "40", "--chunks-b", "40", "--rtol", "0.3",
           "--min-corr", "0.97", "--per-row"]),
+        ("tiny f32, weights generated on the GPU vs on the host (seed 7)",
+         [sys.executable, COMPARE, "self", "--k3-run", k3run, "--lib", lib("tiny-f32"),
+          "--lib-b", lib("tiny-f32-host"), "--weights", "seed:7",
+          "--prompt", PROMPT.format(x="511"),
+          "--decode", DECODE16, "--chunks-a", "16", "--chunks-b", "16", "--rtol", "1e-4"]),
         ("tiny f32 snapshots, rollback, prefix reuse, fork_at",
          [os.path.join(b, "k3-state-check"), lib("tiny-f32p8"), w("w-tiny3")]),
         ("tiny bf16 snapshots, rollback, prefix reuse, fork_at",
