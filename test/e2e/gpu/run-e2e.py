@@ -6,7 +6,9 @@ libraries compiled for sm_90 and run by k3-run and the k3rt check programs
 on device 0 (weights, state and logits in device memory):
 
   run-e2e.py build --k3c K3C --k3-weights K3W --models DIR --out OUT
-      compiles the libraries and writes the checkpoints (needs no GPU);
+      compiles the libraries and writes the checkpoints (needs no GPU), and
+      copies the check programs and the runtime of K3C's build tree into
+      OUT/bin and OUT/lib;
   run-e2e.py run --out OUT --bin BIN
       runs every check on the GPU; prints one line per check and PASS or
       FAIL; exit status 1 on any failure.
@@ -29,6 +31,7 @@ sequences computed alone, as on the host: the same kernels run in both.
 """
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -66,8 +69,19 @@ WEIGHTS = {"w-tiny": ("k3-tiny", 1), "w-tiny3": ("k3-tiny", 3), "w-small": ("k3-
            "w-wide": ("k3-wide", 11)}
 
 
+TOOLS = ["k3-run", "k3-serving-check", "k3-state-check", "k3-device-check"]
+RUNTIME = ["libk3rt.so.1", "libk3rt_cuda.so"]
+
+
 def build(a):
     os.makedirs(a.out, exist_ok=True)
+    # The programs and the runtime next to the libraries: OUT/bin, OUT/lib
+    # (run with LD_LIBRARY_PATH=OUT/lib).
+    top = os.path.dirname(os.path.dirname(os.path.abspath(a.k3c)))
+    for sub, names in (("bin", TOOLS), ("lib", RUNTIME)):
+        os.makedirs(os.path.join(a.out, sub), exist_ok=True)
+        for n in names:
+            shutil.copy(os.path.join(top, sub, n), os.path.join(a.out, sub, n))
     for name, (model, seed) in WEIGHTS.items():
         subprocess.check_call([a.k3_weights, os.path.join(a.models, model, "config.json"),
                                "--seed", str(seed), "-o", os.path.join(a.out, name)])
