@@ -96,7 +96,16 @@ int main(int argc, char **argv) {
     os << "k3c " << K3C_VERSION << " (LLVM/MLIR " << LLVM_VERSION_STRING
        << ")\n";
   });
-  cl::ParseCommandLineOptions(argc, argv, "k3c: the Kimi K3 compiler\n");
+  // --help shows k3c's own options; LLVM's and MLIR's (e.g.
+  // --mlir-pass-pipeline-crash-reproducer, --mlir-timing) still work and are
+  // listed by --help-hidden.
+  cl::HideUnrelatedOptions(k3cCategory);
+  cl::ParseCommandLineOptions(
+      argc, argv,
+      "k3c: the Kimi K3 compiler\n\n"
+      "  k3c CONFIG.json [--target=host|sm_90[,sm_100...]] -o LIB.so\n\n"
+      "LLVM and MLIR options (--mlir-timing, "
+      "--mlir-pass-pipeline-crash-reproducer=FILE, ...): --help-hidden\n");
 
   k3::CompileOptions options;
   options.inputPath = inputPath;
