@@ -37,7 +37,8 @@ k3rt_status *checkGpu(const std::string &library,
 /// The first CUDA error of the process (sticky), or nullptr.
 const char *cudaError();
 
-/// Rewinds the library's workspace arena after a forward call.
+/// Waits for a forward call's kernels and rewinds the library's workspace
+/// arena: after every forward call.
 void cudaWorkspaceReset();
 
 /// The stream k3rt's copies and the library's kernels use (NULL: default).

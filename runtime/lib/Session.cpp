@@ -1486,7 +1486,7 @@ static void forwardCall(k3rt_session *s, Sequence &seq, const int32_t *tokens,
   }
   s->library->forward(s->args.data());
   if (s->gpu)
-    cudaWorkspaceReset(); // the library synchronised its stream
+    cudaWorkspaceReset(); // waits for the call's kernels
   seq.length += T;
 }
 

@@ -19,7 +19,7 @@ TEST(ApiTest, EveryVersionUpToOursIsImplemented) {
     EXPECT_OK(k3rt_check_api_version(v));
   EXPECT_ERROR(k3rt_check_api_version(0), K3RT_FAILED_PRECONDITION);
   EXPECT_ERROR(k3rt_check_api_version(K3RT_API_VERSION + 1),
-               K3RT_FAILED_PRECONDITION, "API version 4", "versions 1 to 3");
+               K3RT_FAILED_PRECONDITION, "API version 5", "versions 1 to 4");
 }
 
 TEST(ApiTest, GetApiReturnsNullForANewerVersion) {

@@ -8,7 +8,17 @@
  * driver, so the code builds and loads on machines without one.
  *
  * Temporaries come from a per-process workspace arena in device memory that
- * k3rt_cuda_workspace_reset() rewinds after each forward call. The first
+ * k3rt_cuda_workspace_reset() rewinds after each forward call.
+ *
+ * One stream: every kernel of a forward call, and k3rt's copies, run in
+ * order on the caller's stream (k3rt_cuda_set_stream) or else on one stream
+ * of this runtime. The library's host code waits for its stream at the end
+ * of every function that launches kernels (MLIR's gpu-async-region); on the
+ * one stream nothing needs that (the host code never reads device memory,
+ * and the arena is only reused after the reset), so those waits are skipped
+ * and k3rt_cuda_workspace_reset() waits once per forward call instead:
+ * kernels are queued back to back, without a host round trip between
+ * them. The first
  * driver error is kept (k3rt_cuda_last_error) and makes every later call a
  * no-op, so a failed launch never turns into garbage results.
  *
@@ -65,6 +75,7 @@ static struct {
   CUdeviceptr arena;
   size_t arenaSize, arenaUsed;
   CUstream userStream; /* the caller's, or NULL */
+  CUstream ownStream;  /* ours, when the caller gives none */
 } cu;
 
 static void fail(const char *what, CUresult r) {
@@ -157,8 +168,22 @@ K3_EXPORT const char *k3rt_cuda_last_error(void) {
   return cu.error[0] ? cu.error : NULL;
 }
 
-/* Rewinds the workspace arena: call after a forward has synchronized. */
-K3_EXPORT void k3rt_cuda_workspace_reset(void) { cu.arenaUsed = 0; }
+/* The one stream of the library's kernels and k3rt's copies. */
+static CUstream theStream(void) {
+  if (cu.userStream)
+    return cu.userStream;
+  if (!cu.ownStream && !cu.error[0] && cu.streamCreate)
+    CHECK(cu.streamCreate(&cu.ownStream, 0), "cuStreamCreate");
+  return cu.ownStream;
+}
+
+/* Waits for a forward call's kernels, then rewinds the workspace arena:
+ * call after every forward call. */
+K3_EXPORT void k3rt_cuda_workspace_reset(void) {
+  if (cu.ready && !cu.error[0])
+    CHECK(cu.streamSynchronize(theStream()), "cuStreamSynchronize");
+  cu.arenaUsed = 0;
+}
 
 /* Bytes of the workspace in use (its high-water mark per forward). */
 K3_EXPORT size_t k3rt_cuda_workspace_used(void) { return cu.arenaUsed; }
@@ -213,9 +238,9 @@ K3_EXPORT int k3rt_cuda_copy(void *dst, const void *src, size_t bytes) {
     return -1;
   if (bytes) {
     CHECK(cu.memcpyAsync((CUdeviceptr)(uintptr_t)dst,
-                         (CUdeviceptr)(uintptr_t)src, bytes, cu.userStream),
+                         (CUdeviceptr)(uintptr_t)src, bytes, theStream()),
           "cuMemcpyAsync");
-    CHECK(cu.streamSynchronize(cu.userStream), "cuStreamSynchronize");
+    CHECK(cu.streamSynchronize(theStream()), "cuStreamSynchronize");
   }
   return cu.error[0] ? -1 : 0;
 }
@@ -226,15 +251,15 @@ K3_EXPORT int k3rt_cuda_zero(void *dst, size_t bytes) {
     return -1;
   if (bytes) {
     CHECK(cu.memsetD8Async((CUdeviceptr)(uintptr_t)dst, 0, bytes,
-                           cu.userStream),
+                           theStream()),
           "cuMemsetD8Async");
-    CHECK(cu.streamSynchronize(cu.userStream), "cuStreamSynchronize");
+    CHECK(cu.streamSynchronize(theStream()), "cuStreamSynchronize");
   }
   return cu.error[0] ? -1 : 0;
 }
 
-/* The stream the library's kernels and k3rt's copies run on; NULL: streams
- * of their own (the kernels) and the default stream (copies). */
+/* The stream the library's kernels and k3rt's copies run on; NULL: one
+ * stream of this runtime. */
 K3_EXPORT void k3rt_cuda_set_stream(void *stream) { cu.userStream = stream; }
 
 K3_EXPORT void *mgpuModuleLoad(void *data, size_t size) {
@@ -274,22 +299,19 @@ K3_EXPORT void mgpuLaunchKernel(void *function, intptr_t gx, intptr_t gy,
 }
 
 K3_EXPORT void *mgpuStreamCreate(void) {
-  CUstream s = NULL;
-  if (cu.userStream)
-    return cu.userStream;
-  if (load())
-    CHECK(cu.streamCreate(&s, 0), "cuStreamCreate");
-  return s;
+  return load() ? theStream() : NULL;
 }
 
 K3_EXPORT void mgpuStreamDestroy(void *stream) {
-  if (stream && stream != cu.userStream && load())
+  if (stream && stream != cu.userStream && stream != cu.ownStream && load())
     CHECK(cu.streamDestroy(stream), "cuStreamDestroy");
 }
 
+/* The one stream is waited for by k3rt_cuda_workspace_reset (see above). */
 K3_EXPORT void mgpuStreamSynchronize(void *stream) {
-  if (load())
-    CHECK(cu.streamSynchronize(stream), "cuStreamSynchronize");
+  if (!load() || stream == theStream())
+    return;
+  CHECK(cu.streamSynchronize(stream), "cuStreamSynchronize");
 }
 
 K3_EXPORT void *mgpuMemAlloc(uint64_t size, void *stream, int8_t hostShared) {
