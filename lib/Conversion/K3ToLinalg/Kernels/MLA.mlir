@@ -197,64 +197,90 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     %cl = tensor.extract_slice %callt[0, 0] [%ntok, %r] [1, 1] : tensor<?x?xf32> to tensor<?x?xf32>
     %ca = func.call @k3k_narrow2(%cl) : (tensor<?x?xf32>) -> tensor<?x?x!act>
     %kv = func.call @k3k_linear(%ca, %wkvb) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
+    // In parallel stages as at decode: the scores of every (query, head,
+    // cached token) (those after the query are computed and not used), the
+    // maximum, exp in place (0 after the query), the sum, and each output
+    // element's sum over the visible tokens.
     %p = memref.alloc(%t, %nh, %ntok) : memref<?x?x?xf32>
+    scf.parallel (%i, %h, %j) = (%c0, %c0, %c0) to (%t, %nh, %ntok) step (%c1, %c1, %c1) {
+      %qbase = arith.muli %h, %dq : index
+      %kvbase = arith.muli %h, %dkv : index
+      %s1 = scf.for %d = %c0 to %dn step %c1 iter_args(%a = %zero) -> (f32) {
+        %qi = arith.addi %qbase, %d : index
+        %qv = tensor.extract %q[%i, %qi] : tensor<?x?x!act>
+        %qf = func.call @k3k_widen(%qv) : (!act) -> f32
+        %ki = arith.addi %kvbase, %d : index
+        %kvv = tensor.extract %kv[%j, %ki] : tensor<?x?x!act>
+        %kf = func.call @k3k_widen(%kvv) : (!act) -> f32
+        %pr = arith.mulf %qf, %kf : f32
+        %s2 = arith.addf %a, %pr : f32
+        scf.yield %s2 : f32
+      }
+      %s = scf.for %e = %c0 to %dr step %c1 iter_args(%a = %s1) -> (f32) {
+        %qi0 = arith.addi %qbase, %dn : index
+        %qi = arith.addi %qi0, %e : index
+        %qv = tensor.extract %q[%i, %qi] : tensor<?x?x!act>
+        %qf = func.call @k3k_widen(%qv) : (!act) -> f32
+        %re = arith.addi %r, %e : index
+        %kr = memref.load %all[%j, %re] : memref<?x?xf32>
+        %pr = arith.mulf %qf, %kr : f32
+        %s2 = arith.addf %a, %pr : f32
+        scf.yield %s2 : f32
+      }
+      %sc = arith.mulf %s, %scale : f32
+      memref.store %sc, %p[%i, %h, %j] : memref<?x?x?xf32>
+    }
+    %pmax = memref.alloc(%t, %nh) : memref<?x?xf32>
     scf.parallel (%i, %h) = (%c0, %c0) to (%t, %nh) step (%c1, %c1) {
       %qpos = arith.addi %len, %i : index
       %nvis = arith.addi %qpos, %c1 : index
-      %qbase = arith.muli %h, %dq : index
-      %kvbase = arith.muli %h, %dkv : index
       %mx = scf.for %j = %c0 to %nvis step %c1 iter_args(%m = %ninf) -> (f32) {
-        %s1 = scf.for %d = %c0 to %dn step %c1 iter_args(%a = %zero) -> (f32) {
-          %qi = arith.addi %qbase, %d : index
-          %qv = tensor.extract %q[%i, %qi] : tensor<?x?x!act>
-          %qf = func.call @k3k_widen(%qv) : (!act) -> f32
-          %ki = arith.addi %kvbase, %d : index
-          %kvv = tensor.extract %kv[%j, %ki] : tensor<?x?x!act>
-          %kf = func.call @k3k_widen(%kvv) : (!act) -> f32
-          %pr = arith.mulf %qf, %kf : f32
-          %s2 = arith.addf %a, %pr : f32
-          scf.yield %s2 : f32
-        }
-        %s = scf.for %e = %c0 to %dr step %c1 iter_args(%a = %s1) -> (f32) {
-          %qi0 = arith.addi %qbase, %dn : index
-          %qi = arith.addi %qi0, %e : index
-          %qv = tensor.extract %q[%i, %qi] : tensor<?x?x!act>
-          %qf = func.call @k3k_widen(%qv) : (!act) -> f32
-          %re = arith.addi %r, %e : index
-          %kr = memref.load %all[%j, %re] : memref<?x?xf32>
-          %pr = arith.mulf %qf, %kr : f32
-          %s2 = arith.addf %a, %pr : f32
-          scf.yield %s2 : f32
-        }
-        %sc = arith.mulf %s, %scale : f32
-        memref.store %sc, %p[%i, %h, %j] : memref<?x?x?xf32>
+        %sc = memref.load %p[%i, %h, %j] : memref<?x?x?xf32>
         %m2 = arith.maximumf %m, %sc : f32
         scf.yield %m2 : f32
       }
+      memref.store %mx, %pmax[%i, %h] : memref<?x?xf32>
+    }
+    scf.parallel (%i, %h, %j) = (%c0, %c0, %c0) to (%t, %nh, %ntok) step (%c1, %c1, %c1) {
+      %qpos = arith.addi %len, %i : index
+      %vis = arith.cmpi ule, %j, %qpos : index
+      %sc = memref.load %p[%i, %h, %j] : memref<?x?x?xf32>
+      %mx = memref.load %pmax[%i, %h] : memref<?x?xf32>
+      %d = arith.subf %sc, %mx : f32
+      %e = math.exp %d : f32
+      %v = arith.select %vis, %e, %zero : f32
+      memref.store %v, %p[%i, %h, %j] : memref<?x?x?xf32>
+    }
+    %psum = memref.alloc(%t, %nh) : memref<?x?xf32>
+    scf.parallel (%i, %h) = (%c0, %c0) to (%t, %nh) step (%c1, %c1) {
+      %qpos = arith.addi %len, %i : index
+      %nvis = arith.addi %qpos, %c1 : index
       %sum = scf.for %j = %c0 to %nvis step %c1 iter_args(%a = %zero) -> (f32) {
-        %s = memref.load %p[%i, %h, %j] : memref<?x?x?xf32>
-        %d = arith.subf %s, %mx : f32
-        %e = math.exp %d : f32
-        memref.store %e, %p[%i, %h, %j] : memref<?x?x?xf32>
+        %e = memref.load %p[%i, %h, %j] : memref<?x?x?xf32>
         %s2 = arith.addf %a, %e : f32
         scf.yield %s2 : f32
       }
-      scf.for %d = %c0 to %dvh step %c1 {
-        %vi0 = arith.addi %kvbase, %dn : index
-        %vi = arith.addi %vi0, %d : index
-        %acc = scf.for %j = %c0 to %nvis step %c1 iter_args(%a = %zero) -> (f32) {
-          %pj = memref.load %p[%i, %h, %j] : memref<?x?x?xf32>
-          %vv = tensor.extract %kv[%j, %vi] : tensor<?x?x!act>
-          %vf = func.call @k3k_widen(%vv) : (!act) -> f32
-          %pr = arith.mulf %pj, %vf : f32
-          %s2 = arith.addf %a, %pr : f32
-          scf.yield %s2 : f32
-        }
-        %nrm = arith.divf %acc, %sum : f32
-        %hb = arith.muli %h, %dvh : index
-        %col = arith.addi %hb, %d : index
-        memref.store %nrm, %o[%i, %col] : memref<?x?xf32>
+      memref.store %sum, %psum[%i, %h] : memref<?x?xf32>
+    }
+    scf.parallel (%i, %h, %d) = (%c0, %c0, %c0) to (%t, %nh, %dvh) step (%c1, %c1, %c1) {
+      %qpos = arith.addi %len, %i : index
+      %nvis = arith.addi %qpos, %c1 : index
+      %kvbase = arith.muli %h, %dkv : index
+      %vi0 = arith.addi %kvbase, %dn : index
+      %vi = arith.addi %vi0, %d : index
+      %acc = scf.for %j = %c0 to %nvis step %c1 iter_args(%a = %zero) -> (f32) {
+        %pj = memref.load %p[%i, %h, %j] : memref<?x?x?xf32>
+        %vv = tensor.extract %kv[%j, %vi] : tensor<?x?x!act>
+        %vf = func.call @k3k_widen(%vv) : (!act) -> f32
+        %pr = arith.mulf %pj, %vf : f32
+        %s2 = arith.addf %a, %pr : f32
+        scf.yield %s2 : f32
       }
+      %sum = memref.load %psum[%i, %h] : memref<?x?xf32>
+      %nrm = arith.divf %acc, %sum : f32
+      %hb = arith.muli %h, %dvh : index
+      %col = arith.addi %hb, %d : index
+      memref.store %nrm, %o[%i, %col] : memref<?x?xf32>
     }
   }
 
