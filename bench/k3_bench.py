@@ -284,6 +284,8 @@ def main():
     ap.add_argument("--peer-dtype", default="bfloat16",
                     help="the peer's activation dtype: bfloat16, or float32 with an f32 library")
     ap.add_argument("--prefill-budget-s", type=float, default=120.0)
+    ap.add_argument("--no-k3c-prefill", action="store_true",
+                    help="prefill rows of the peers only")
     ap.add_argument("--prefill-chunk", type=int, default=4096,
                     help="k3c prefill in calls of at most this many tokens (0: one call)")
     ap.add_argument("--fla", action="store_true",
@@ -454,7 +456,9 @@ def main():
     for T in [int(x) for x in a.prefill.split(",") if x]:
         reps = 3
         est = last[1] * (T / last[0]) ** 2 if last is not None else 0.0
-        if est > a.prefill_budget_s:
+        if a.no_k3c_prefill:
+            reps = 1
+        elif est > a.prefill_budget_s:
             print("prefill T=%d k3c: skipped, estimated %.0f s per call from T=%d (budget %.0f s)"
                   % (T, est, last[0], a.prefill_budget_s), flush=True)
         else:
