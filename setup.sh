@@ -12,6 +12,7 @@ cd "$(dirname "$0")"
 
 PKGS=(cmake ninja-build ccache g++ llvm-22-dev libmlir-22-dev mlir-22-tools
       llvm-22-tools nlohmann-json3-dev libgtest-dev python3-numpy pkgconf
+      python3-matplotlib
       clang-22 libclang-rt-22-dev)
 
 missing=()

@@ -37,6 +37,8 @@ import time
 
 import torch
 
+from bytes_model import decode_bytes, prefill_flops
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -221,51 +223,6 @@ class K3Lib:
 
         run.keep = (keep, ptrs)
         return run, logits
-
-
-def weight_bytes(args):
-    dense = expert = 0
-    per_expert = 0
-    for a in args:
-        if a["role"] != "weight":
-            continue
-        n = math.prod(a["shape"]) * (4 if a["dtype"] == "f32" else 2 if a["dtype"] == "bf16" else 1)
-        if "{e}" in a["name"]:
-            per_expert += n // a["shape"][0]
-        elif "embed_tokens" in a["name"]:
-            continue
-        else:
-            dense += n
-    return dense, per_expert
-
-
-def decode_bytes(m, batch, context):
-    args = m["abi"]["args"]
-    E, k = m["moe"]["num_experts"], m["moe"]["top_k"]
-    dense, per_expert_all_layers = weight_bytes(args)
-    distinct = E * (1 - (1 - k / E) ** batch)
-    hidden = next(a for a in args if "embed_tokens" in a.get("name", ""))["shape"][1]
-    st = m["state"]
-    state_rw = 0
-    for g in st["groups"]:
-        if "bytes_per_sequence" in g:
-            state_rw += 2 * g["bytes_per_sequence"]
-        else:
-            state_rw += g["bytes_per_token"] * (context + 1)
-    return dense + distinct * per_expert_all_layers + batch * (2 * hidden + state_rw)
-
-
-def prefill_flops(m, T):
-    p = m["parameters"]
-    active = p["active_per_token"]
-    lay = m["layers"]
-    attn = 0
-    for L in lay:
-        if L.get("mixer") == "mla":
-            attn += 2 * 96 * (T * T / 2) * (192 + 128)
-        elif L.get("mixer") == "kda":
-            attn += 2 * 3 * 96 * 128 * 128 * T
-    return 2 * active * T + attn
 
 
 def main():

@@ -3,6 +3,7 @@
 # targets and end-to-end numerics). GPU tests are gated by REQUIRES: features.
 
 import os
+import subprocess
 import sys
 
 import lit.formats
@@ -23,6 +24,12 @@ config.substitutions.append(("%k3c_obj_root", config.k3c_obj_root))
 config.substitutions.append(("%lit", os.path.join(config.llvm_tools_dir, "lit")))
 
 llvm_config.with_system_environment(["HOME", "TMP", "TEMP", "CUDA_ROOT", "CUDA_HOME", "CUDA_PATH"])
+# bench/roofline.py draws with matplotlib (Debian's python3-matplotlib).
+
+if subprocess.run([sys.executable, "-c", "import matplotlib"],
+                  capture_output=True).returncode == 0:
+    config.available_features.add("matplotlib")
+
 # GPU code generation needs the CUDA toolkit's ptxas (no GPU, no driver).
 if os.path.exists("/usr/local/cuda/bin/ptxas"):
     config.available_features.add("ptxas")
