@@ -9,6 +9,8 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/InitAllDialects.h"
@@ -227,6 +229,9 @@ LogicalResult mlir::k3::compile(MLIRContext &context,
   }
 
   bool gpu = options.targets.front() != "host";
+  if (options.emit == EmitKind::PTX && !gpu)
+    return emitError(inputLoc)
+           << "--emit=ptx needs a GPU target (--target=sm_90, ...)";
   // The NVVM target finds ptxas and libdevice through CUDA_ROOT, CUDA_HOME
   // or CUDA_PATH; default to the usual install location.
   if (gpu && !getenv("CUDA_ROOT") && !getenv("CUDA_HOME") &&
@@ -248,7 +253,8 @@ LogicalResult mlir::k3::compile(MLIRContext &context,
     pm.enableTiming(phase.timing());
     if (options.emit == EmitKind::Linalg)
       buildK3ToLinalgPipeline(pm);
-    else if (gpu ? failed(buildGPULoweringPipeline(pm, options.targets))
+    else if (gpu ? failed(buildGPULoweringPipeline(
+                       pm, options.targets, options.emit == EmitKind::PTX))
                  : failed(buildHostLoweringPipeline(pm)))
       return emitError(inputLoc) << "internal error: bad lowering pipeline";
     if (failed(pm.run(*module)))
@@ -256,11 +262,24 @@ LogicalResult mlir::k3::compile(MLIRContext &context,
     phase.done();
   }
 
-  if (options.emit == EmitKind::Linalg || options.emit == EmitKind::LLVMIR) {
+  if (options.emit == EmitKind::Linalg || options.emit == EmitKind::LLVMIR ||
+      options.emit == EmitKind::PTX) {
     Phase phase(options, timing, "emit");
     if (failed(writeOutput(inputLoc, options, [&](raw_ostream &os) -> LogicalResult {
           if (options.emit == EmitKind::LLVMIR)
             return printLLVMIR(*module, os);
+          if (options.emit == EmitKind::PTX) {
+            // One section per kernel module and target, in module order.
+            for (auto binary : module->getOps<gpu::BinaryOp>())
+              for (Attribute a : binary.getObjects()) {
+                auto object = cast<gpu::ObjectAttr>(a);
+                auto target = cast<NVVM::NVVMTargetAttr>(object.getTarget());
+                os << "// ---- " << binary.getSymName() << " ("
+                   << target.getChip() << ")\n"
+                   << object.getObject().getValue() << "\n";
+              }
+            return success();
+          }
           module->print(os);
           return success();
         })))

@@ -74,7 +74,8 @@ static std::string ptxFeatures(StringRef chip) {
 }
 
 LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
-                                                 ArrayRef<std::string> chips) {
+                                                 ArrayRef<std::string> chips,
+                                                 bool stopAtPTX) {
   if (chips.empty())
     return failure();
   registerUpstreamPasses();
@@ -115,6 +116,8 @@ LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
                       " cubin-format=isa}";
   if (failed(parsePassPipeline(lower, pm)))
     return failure();
+  if (stopAtPTX)
+    return success();
   pm.addPass(createK3GPUFatbinPass());
   pm.addPass(createK3EmitLibraryEntriesPass());
   return success();

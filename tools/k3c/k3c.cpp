@@ -47,6 +47,8 @@ static cl::opt<k3::EmitKind> emitKind(
         clEnumValN(k3::EmitKind::Linalg, "linalg",
                    "after lowering to linalg/scf/memref (library ABI)"),
         clEnumValN(k3::EmitKind::LLVMIR, "llvm", "LLVM IR of the library"),
+        clEnumValN(k3::EmitKind::PTX, "ptx",
+                   "the PTX of every kernel module (GPU targets)"),
         clEnumValN(k3::EmitKind::Library, "library",
                    "the shared library (default when -o ends in .so)")),
     cl::cat(k3cCategory));

@@ -31,6 +31,7 @@ enum class EmitKind {
   Summary,  ///< layer map, parameter counts, state sizes
   Linalg,   ///< after lowering to linalg/scf/memref with the library ABI
   LLVMIR,   ///< LLVM IR of the host library
+  PTX,      ///< the PTX of every GPU kernel module (GPU targets)
   Library,  ///< the shared library (the default for -o *.so)
 };
 

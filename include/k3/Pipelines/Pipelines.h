@@ -26,9 +26,11 @@ LogicalResult buildHostLoweringPipeline(OpPassManager &pm);
 /// Phase 3 for NVIDIA GPUs `chips` (sm_90, or several): the host glue and
 /// kernel launches in the LLVM dialect, the kernels compiled to one fatbin
 /// per GPU module with a cubin and the PTX of every chip; the module needs a
-/// `k3.manifest` attribute.
+/// `k3.manifest` attribute. With `stopAtPTX` the pipeline ends with the PTX
+/// of every chip in the `gpu.binary` objects (`k3c --emit=ptx`).
 LogicalResult buildGPULoweringPipeline(OpPassManager &pm,
-                                       ArrayRef<std::string> chips);
+                                       ArrayRef<std::string> chips,
+                                       bool stopAtPTX = false);
 
 /// Registers the upstream passes the pipelines name (idempotent).
 void registerUpstreamPasses();
