@@ -63,8 +63,8 @@ bool isWiden(Value v, Value arg) {
   auto call = dyn_cast<func::CallOp>(def);
   if (!call)
     return false;
-  auto callee =
-      SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(call, call.getCalleeAttr());
+  auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
+      call, call.getCalleeAttr());
   if (!callee || callee.isExternal() || !callee.getBody().hasOneBlock())
     return false;
   Block &body = callee.getBody().front();
@@ -109,7 +109,7 @@ bool isBF16Product(linalg::GenericOp op) {
     return false;
   Value acc = body.getArgument(2), a = body.getArgument(0),
         b = body.getArgument(1);
-  Value prod = add.getLhs() == acc ? add.getRhs()
+  Value prod = add.getLhs() == acc   ? add.getRhs()
                : add.getRhs() == acc ? add.getLhs()
                                      : Value();
   auto mul = prod ? prod.getDefiningOp<arith::MulFOp>() : nullptr;
@@ -145,36 +145,34 @@ private:
   Value tid;
 };
 
-void MMAKernel::stage(Value src, Value tile, Value r0, Value k0,
-                      Value limit) {
+void MMAKernel::stage(Value src, Value tile, Value r0, Value k0, Value limit) {
   auto vec8 = VectorType::get({8}, b.getBF16Type());
   constexpr int64_t chunks = kTileM * kTileK / 8; // 16-byte pieces per tile
   for (int64_t part = 0; part < chunks / kThreads; ++part) {
     Value piece = add(tid, part * kThreads);
     Value r = arith::DivUIOp::create(b, loc, piece, idx(kTileK / 8));
-    Value col = mul(arith::RemUIOp::create(b, loc, piece, idx(kTileK / 8)),
-                    idx(8));
+    Value col =
+        mul(arith::RemUIOp::create(b, loc, piece, idx(kTileK / 8)), idx(8));
     Value row = add(r0, r);
-    Value in = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, row,
-                                     limit);
+    Value in =
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, row, limit);
     Value kc = add(k0, col);
     auto ifOp = scf::IfOp::create(
         b, loc, in,
         [&](OpBuilder &tb, Location l) {
-          Value v = vector::LoadOp::create(tb, l, vec8, src,
-                                           ValueRange{row, kc},
-                                           /*nontemporal=*/false,
-                                           llvm::MaybeAlign(16));
+          Value v = vector::LoadOp::create(
+              tb, l, vec8, src, ValueRange{row, kc},
+              /*nontemporal=*/false, llvm::MaybeAlign(16));
           scf::YieldOp::create(tb, l, v);
         },
         [&](OpBuilder &eb, Location l) {
           Value zero = arith::ConstantOp::create(
-              eb, l, DenseElementsAttr::get(vec8, b.getZeroAttr(b.getBF16Type())));
+              eb, l,
+              DenseElementsAttr::get(vec8, b.getZeroAttr(b.getBF16Type())));
           scf::YieldOp::create(eb, l, zero);
         });
-    vector::StoreOp::create(b, loc, ifOp.getResult(0), tile,
-                            ValueRange{r, col}, /*nontemporal=*/false,
-                            llvm::MaybeAlign(16));
+    vector::StoreOp::create(b, loc, ifOp.getResult(0), tile, ValueRange{r, col},
+                            /*nontemporal=*/false, llvm::MaybeAlign(16));
   }
 }
 
@@ -182,8 +180,8 @@ Value MMAKernel::pair(Value tile, Value row, Value col) {
   auto vec2 = VectorType::get({2}, b.getBF16Type());
   Value v = vector::LoadOp::create(b, loc, vec2, tile, ValueRange{row, col},
                                    /*nontemporal=*/false, llvm::MaybeAlign(4));
-  Value i = vector::BitCastOp::create(
-      b, loc, VectorType::get({1}, b.getI32Type()), v);
+  Value i = vector::BitCastOp::create(b, loc,
+                                      VectorType::get({1}, b.getI32Type()), v);
   return vector::ExtractOp::create(b, loc, i, ArrayRef<int64_t>{0});
 }
 
@@ -199,8 +197,8 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
       b, loc, gridX, gridY, c1, idx(kThreads), c1, c1,
       /*dynamicSharedMemorySize=*/nullptr, /*asyncTokenType=*/nullptr,
       /*asyncDependencies=*/{}, TypeRange{tileType, tileType});
-  launch->setAttr("k3.tile_sizes", b.getDenseI64ArrayAttr(
-                                       {kTileM, kTileN, kTileK}));
+  launch->setAttr("k3.tile_sizes",
+                  b.getDenseI64ArrayAttr({kTileM, kTileN, kTileK}));
   launch->setAttr("k3.mma_shape", b.getDenseI64ArrayAttr({16, 8, 16}));
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&launch.getBody().front());
@@ -221,12 +219,12 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
   Value wn = mul(arith::RemUIOp::create(b, loc, warp, idx(kTileN / kWarpN)),
                  idx(kWarpN));
 
-  Value zero = arith::ConstantFloatOp::create(b, loc, b.getF32Type(),
-                                              APFloat(0.0f));
+  Value zero =
+      arith::ConstantFloatOp::create(b, loc, b.getF32Type(), APFloat(0.0f));
   SmallVector<Value> inits(tilesM * tilesN * 4, zero);
   auto f32 = b.getF32Type();
-  auto resultType = LLVM::LLVMStructType::getLiteral(
-      b.getContext(), {f32, f32, f32, f32});
+  auto resultType =
+      LLVM::LLVMStructType::getLiteral(b.getContext(), {f32, f32, f32, f32});
   auto loop = scf::ForOp::create(
       b, loc, idx(0), depth, idx(kTileK), inits,
       [&](OpBuilder &body, Location, Value k0, ValueRange acc) {
@@ -258,8 +256,8 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
               ValueRange cIn = ValueRange(next).slice(base, 4);
               auto mma = NVVM::MmaOp::create(
                   b, loc, resultType, ArrayRef<Value>(as[mi]),
-                  ArrayRef<Value>(bs[ni]), cIn, {16, 8, 16},
-                  std::nullopt, std::nullopt,
+                  ArrayRef<Value>(bs[ni]), cIn, {16, 8, 16}, std::nullopt,
+                  std::nullopt,
                   std::array<NVVM::MMATypes, 2>{NVVM::MMATypes::bf16,
                                                 NVVM::MMATypes::bf16},
                   std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,

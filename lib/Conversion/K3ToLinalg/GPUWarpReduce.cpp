@@ -298,12 +298,13 @@ bool readsMemory(Operation *op, unsigned depth = 0) {
 /// Loads of the loop body that walk their contiguous dimension with the
 /// loop (`A[..., k]`, the other indices and A from outside the loop, A of
 /// identity layout) and hold elements of at most 2 bytes: with a unit step,
-/// a lane can take consecutive terms with one vector load of each. (f32 rows
-/// stay one term per lane: on the H200 the MLA scores over the f32 cache
-/// took 3.5 ms per decode step with 16-byte vectors against 2.3 ms without,
-/// while the bf16 weight rows of the linear layers went from 3.8 to 3.0 ms.) None if anything else in the body
-/// reads memory at a place that moves with the loop (an MXFP4 element
-/// decoded in a callee): those reads would lose their coalescing.
+/// a lane can take consecutive terms with one vector load of each. None if
+/// anything else in the body reads memory at a place that moves with the
+/// loop (an MXFP4 element decoded in a callee): those reads would lose
+/// their coalescing. f32 rows stay one term per lane: on the H200 the MLA
+/// scores over the f32 cache took 3.5 ms per decode step with 16-byte
+/// vectors against 2.3 ms without, while the bf16 weight rows of the linear
+/// layers went from 3.8 to 3.0 ms.
 SmallVector<memref::LoadOp> vectorLoads(scf::ForOp loop) {
   SmallVector<memref::LoadOp> loads;
   if (getConstantIntValue(loop.getStep()) != 1)
