@@ -325,3 +325,20 @@ TEST_F(WeightsTest, WeightsOutliveTheirFiles) {
 }
 
 } // namespace
+
+namespace {
+// k3rt_weights_generate: bad arguments, and a library without the generated
+// fill kernel (the stand-in library has none; the real one is exercised by
+// test/e2e/random-weights.test on the host and run-e2e.py on a GPU).
+TEST_F(WeightsTest, GenerateRejectsBadCallsAndLibrariesWithoutFill) {
+  k3rt_weights *w = nullptr;
+  EXPECT_ERROR(k3rt_weights_generate(nullptr, 1, nullptr, &w),
+               K3RT_INVALID_ARGUMENT, "library and out must not be NULL");
+  EXPECT_ERROR(k3rt_weights_generate(lib.get(), 1, nullptr, nullptr),
+               K3RT_INVALID_ARGUMENT, "library and out must not be NULL");
+  EXPECT_ERROR(k3rt_weights_generate(lib.get(), 1, nullptr, &w),
+               K3RT_FAILED_PRECONDITION, "has no k3_fill_random",
+               "use k3rt_weights_load");
+  EXPECT_EQ(w, nullptr);
+}
+} // namespace
