@@ -10,6 +10,9 @@
  *   FAKE_CUDA_LAUNCH  "fail" (default): every launch fails with
  *                     CUDA_ERROR_LAUNCH_FAILED (719), like a kernel that
  *                     faulted; "ok": launches succeed and do nothing
+ *   FAKE_CUDA_COUNT   set: at exit, print to stderr the launches and the
+ *                     stream waits that found kernels still queued (the
+ *                     host round trips between kernels)
  *
  * Only the entry points MgpuRuntime.c resolves exist.
  *===----------------------------------------------------------------------===*/
@@ -23,6 +26,8 @@ typedef int CUresult;
 #define EXPORT __attribute__((visibility("default")))
 
 static size_t used, limit;
+static long launches, waitsQueued;
+static int queued;
 
 static long envInt(const char *name, long fallback) {
   const char *v = getenv(name);
@@ -67,6 +72,8 @@ static CUresult launchKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
   (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz;
   (void)smem, (void)stream, (void)params, (void)extra;
   const char *mode = getenv("FAKE_CUDA_LAUNCH");
+  ++launches;
+  queued = 1;
   return mode && !strcmp(mode, "ok") ? 0 : 719;
 }
 static CUresult streamCreate(void **s, unsigned flags) {
@@ -77,6 +84,17 @@ static CUresult streamCreate(void **s, unsigned flags) {
 static CUresult streamNop(void *s) {
   (void)s;
   return 0;
+}
+static CUresult streamSynchronize(void *s) {
+  (void)s;
+  waitsQueued += queued;
+  queued = 0;
+  return 0;
+}
+__attribute__((destructor)) static void report(void) {
+  if (getenv("FAKE_CUDA_COUNT"))
+    fprintf(stderr, "fake cuda: %ld launches, %ld waits with kernels queued\n",
+            launches, waitsQueued);
 }
 /* Each block carries its size in front, so that frees give it back. */
 static CUresult memAlloc(uint64_t *p, size_t bytes) {
@@ -157,7 +175,7 @@ EXPORT CUresult cuGetProcAddress_v2(const char *name, void **fn, int version,
       {"cuLaunchKernel", (void *)launchKernel},
       {"cuStreamCreate", (void *)streamCreate},
       {"cuStreamDestroy", (void *)streamNop},
-      {"cuStreamSynchronize", (void *)streamNop},
+      {"cuStreamSynchronize", (void *)streamSynchronize},
       {"cuMemAlloc", (void *)memAlloc},
       {"cuMemFree", (void *)memFree},
       {"cuMemAllocHost", (void *)memAllocHost},
