@@ -51,6 +51,11 @@ constexpr int64_t kWarpM = 32, kWarpN = 32;
 // Shared rows of 40 bf16 (80 bytes): the 8 rows a fragment load touches fall
 // in distinct banks, and every row stays 16-byte aligned.
 constexpr int64_t kPad = 8;
+// stage() copies both tiles with the same 128 threads, 16 bytes each.
+static_assert(kTileM == kTileN && kTileM * kTileK / 8 % kThreads == 0,
+              "X and W tiles are staged alike, whole 16-byte pieces per thread");
+static_assert((kTileM / kWarpM) * (kTileN / kWarpN) * 32 == kThreads,
+              "one warp per 32x32 piece of the block tile");
 
 /// `v` is `arith.extf` of `arg` from bf16, or a call of a function that is
 /// exactly that (k3k_widen of a bf16 library).
