@@ -36,28 +36,20 @@ using namespace mlir;
 namespace {
 constexpr int64_t kLanes = 32;
 
-/// Whether an op (and everything it calls or holds) at most reads memory:
-/// it may run in every lane, or once per term, without changing the result.
-/// Callees are looked at once per pass run.
-class ReadOnly {
+/// What ops (and everything they call or hold) do to memory, with each
+/// callee looked at once per pass run.
+class Effects {
 public:
-  bool operator()(Operation *op, unsigned depth = 0) {
+  /// At most reads memory: it may run in every lane, or once per term,
+  /// without changing the result.
+  bool readOnly(Operation *op, unsigned depth = 0) {
     if (depth > 16)
       return false;
-    if (auto call = dyn_cast<func::CallOp>(op)) {
-      auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
-          op, call.getCalleeAttr());
-      if (!callee || callee.isExternal())
-        return false;
-      auto [it, fresh] = callees.try_emplace(callee, false);
-      if (!fresh)
-        return it->second;
-      bool ok = llvm::all_of(callee.getBody().getOps(), [&](Operation &inner) {
-        return (*this)(&inner, depth + 1);
-      });
-      callees[callee] = ok;
-      return ok;
-    }
+    if (auto call = dyn_cast<func::CallOp>(op))
+      return viaCallee(call, readOnlyCallees, /*unknown=*/false,
+                       [&](Operation *inner) {
+                         return readOnly(inner, depth + 1);
+                       });
     if (auto iface = dyn_cast<MemoryEffectOpInterface>(op)) {
       SmallVector<MemoryEffects::EffectInstance> effects;
       iface.getEffects(effects);
@@ -69,14 +61,50 @@ public:
     }
     for (Region &region : op->getRegions())
       for (Operation &inner : region.getOps())
-        if (!(*this)(&inner, depth + 1))
+        if (!readOnly(&inner, depth + 1))
           return false;
     return true;
   }
 
+  /// Reads memory somewhere.
+  bool reads(Operation *op, unsigned depth = 0) {
+    if (depth > 16)
+      return true;
+    if (auto call = dyn_cast<func::CallOp>(op))
+      return !viaCallee(call, readFreeCallees, /*unknown=*/false,
+                        [&](Operation *inner) {
+                          return !reads(inner, depth + 1);
+                        });
+    if (auto iface = dyn_cast<MemoryEffectOpInterface>(op))
+      if (iface.hasEffect<MemoryEffects::Read>())
+        return true;
+    for (Region &region : op->getRegions())
+      for (Operation &inner : region.getOps())
+        if (reads(&inner, depth + 1))
+          return true;
+    return false;
+  }
+
 private:
-  /// A callee being looked at counts as not read-only (recursion).
-  llvm::DenseMap<Operation *, bool> callees;
+  /// `all(op)` over the body of the function `call` calls, cached in
+  /// `cache`; `unknown` for an external or missing callee (and, while it is
+  /// being looked at, for a recursive one).
+  bool viaCallee(func::CallOp call, llvm::DenseMap<Operation *, bool> &cache,
+                 bool unknown, function_ref<bool(Operation *)> all) {
+    auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
+        call, call.getCalleeAttr());
+    if (!callee || callee.isExternal())
+      return unknown;
+    auto [it, fresh] = cache.try_emplace(callee, unknown);
+    if (!fresh)
+      return it->second;
+    bool ok = llvm::all_of(callee.getBody().getOps(),
+                           [&](Operation &inner) { return all(&inner); });
+    cache[callee] = ok;
+    return ok;
+  }
+
+  llvm::DenseMap<Operation *, bool> readOnlyCallees, readFreeCallees;
 };
 
 bool isZero(Value v) {
@@ -106,12 +134,12 @@ struct Reduction {
 /// The linalg form: a loop without results whose body reads and writes
 /// elements (indices invariant in the loop, one per output of the
 /// linalg.generic) as `C = C + term`.
-bool matchLinalgForm(Reduction &r, ReadOnly &readOnly) {
+bool matchLinalgForm(Reduction &r, Effects &effects) {
   scf::ForOp loop = r.loop;
   for (Operation &op : loop.getBody()->without_terminator()) {
     if (auto store = dyn_cast<memref::StoreOp>(op))
       r.stores.push_back(store);
-    else if (!readOnly(&op))
+    else if (!effects.readOnly(&op))
       return false;
   }
   if (r.stores.empty())
@@ -162,11 +190,11 @@ bool matchLinalgForm(Reduction &r, ReadOnly &readOnly) {
 
 /// The iter_args form: f32 sums `acc = acc + term` or maxima
 /// `acc = maximumf(acc, term)`, read after the loop.
-bool matchIterArgsForm(Reduction &r, ReadOnly &readOnly) {
+bool matchIterArgsForm(Reduction &r, Effects &effects) {
   scf::ForOp loop = r.loop;
   auto yield = cast<scf::YieldOp>(loop.getBody()->getTerminator());
   for (Operation &op : loop.getBody()->without_terminator())
-    if (!readOnly(&op))
+    if (!effects.readOnly(&op))
       return false;
   for (auto [i, arg] : llvm::enumerate(loop.getRegionIterArgs())) {
     if (!arg.getType().isF32() || !arg.hasOneUse())
@@ -230,7 +258,7 @@ bool splitCoalesces(scf::ParallelOp root, scf::ForOp loop) {
 }
 
 /// The body of `root`: read-only setup, the reduction loop, then anything.
-std::optional<Reduction> match(scf::ParallelOp root, ReadOnly &readOnly) {
+std::optional<Reduction> match(scf::ParallelOp root, Effects &effects) {
   if (root.getNumReductions() != 0 || root->hasAttr("k3.warp_lanes"))
     return std::nullopt;
   Reduction r;
@@ -239,13 +267,13 @@ std::optional<Reduction> match(scf::ParallelOp root, ReadOnly &readOnly) {
       r.loop = loop;
       break;
     }
-    if (!readOnly(&op))
+    if (!effects.readOnly(&op))
       return std::nullopt;
   }
   if (!r.loop || !splitCoalesces(root, r.loop))
     return std::nullopt;
-  bool ok = r.loop.getNumResults() == 0 ? matchLinalgForm(r, readOnly)
-                                        : matchIterArgsForm(r, readOnly);
+  bool ok = r.loop.getNumResults() == 0 ? matchLinalgForm(r, effects)
+                                        : matchIterArgsForm(r, effects);
   return ok ? std::optional<Reduction>(std::move(r)) : std::nullopt;
 }
 
@@ -272,29 +300,6 @@ bool isNegInf(Value v) {
 /// Bytes a lane loads at once in the vector form (ld.global.v4.b32).
 constexpr int64_t kVectorBytes = 16;
 
-/// Whether `op` (or what it calls or holds) reads memory.
-bool readsMemory(Operation *op, unsigned depth = 0) {
-  if (depth > 16)
-    return true;
-  if (auto call = dyn_cast<func::CallOp>(op)) {
-    auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
-        op, call.getCalleeAttr());
-    if (!callee || callee.isExternal())
-      return true;
-    return llvm::any_of(callee.getBody().getOps(), [&](Operation &inner) {
-      return readsMemory(&inner, depth + 1);
-    });
-  }
-  if (auto iface = dyn_cast<MemoryEffectOpInterface>(op))
-    if (iface.hasEffect<MemoryEffects::Read>())
-      return true;
-  for (Region &region : op->getRegions())
-    for (Operation &inner : region.getOps())
-      if (readsMemory(&inner, depth + 1))
-        return true;
-  return false;
-}
-
 /// Loads of the loop body that walk their contiguous dimension with the
 /// loop (`A[..., k]`, the other indices and A from outside the loop, A of
 /// identity layout) and hold elements of at most 2 bytes: with a unit step,
@@ -305,7 +310,7 @@ bool readsMemory(Operation *op, unsigned depth = 0) {
 /// scores over the f32 cache took 3.5 ms per decode step with 16-byte
 /// vectors against 2.3 ms without, while the bf16 weight rows of the linear
 /// layers went from 3.8 to 3.0 ms.
-SmallVector<memref::LoadOp> vectorLoads(scf::ForOp loop) {
+SmallVector<memref::LoadOp> vectorLoads(scf::ForOp loop, Effects &effects) {
   SmallVector<memref::LoadOp> loads;
   if (getConstantIntValue(loop.getStep()) != 1)
     return loads;
@@ -328,7 +333,7 @@ SmallVector<memref::LoadOp> vectorLoads(scf::ForOp loop) {
     bool moves = llvm::any_of(op.getOperands(), [&](Value v) {
       return dependsOn(v, iv, body);
     });
-    if (moves && readsMemory(&op))
+    if (moves && effects.reads(&op))
       return {};
   }
   return loads;
@@ -344,7 +349,7 @@ int64_t vectorTerms(ArrayRef<memref::LoadOp> loads) {
 }
 
 void split(scf::ParallelOp root, Reduction &r, int64_t unroll,
-           bool vectorize) {
+           bool vectorize, Effects &effects) {
   Location loc = root.getLoc();
   OpBuilder b(root);
   Value c0 = arith::ConstantIndexOp::create(b, loc, 0);
@@ -446,7 +451,7 @@ void split(scf::ParallelOp root, Reduction &r, int64_t unroll,
   Value ub = map.lookupOrDefault(loop.getUpperBound());
   SmallVector<memref::LoadOp> vecLoads;
   if (vectorize)
-    vecLoads = vectorLoads(loop);
+    vecLoads = vectorLoads(loop, effects);
   SmallVector<Value> partials;
   if (vecLoads.empty()) {
     partials = llvm::to_vector(
@@ -645,10 +650,10 @@ struct K3GPUWarpReducePass
           << static_cast<int64_t>(unroll);
       return signalPassFailure();
     }
-    ReadOnly readOnly;
+    Effects effects;
     for (scf::ParallelOp root : roots)
-      if (std::optional<Reduction> r = match(root, readOnly))
-        split(root, *r, unroll, vectorize);
+      if (std::optional<Reduction> r = match(root, effects))
+        split(root, *r, unroll, vectorize, effects);
   }
 };
 } // namespace
