@@ -33,7 +33,8 @@ static const char *const kBufferize =
     "buffer-deallocation-pipeline,convert-bufferization-to-memref";
 static const char *const kToLLVM =
     "convert-linalg-to-loops,expand-strided-metadata,lower-affine,"
-    "convert-scf-to-cf,arith-expand{include-bf16=1},convert-math-to-llvm,"
+    "convert-scf-to-cf,arith-expand{include-bf16=1},convert-vector-to-llvm,"
+    "convert-math-to-llvm,"
     "convert-math-to-libm,finalize-memref-to-llvm,convert-arith-to-llvm,"
     "convert-index-to-llvm,convert-func-to-llvm,convert-cf-to-llvm,"
     "reconcile-unrealized-casts";

@@ -31,7 +31,8 @@ def ConvertK3ToLinalgPass : Pass<"convert-k3-to-linalg", "::mlir::ModuleOp"> {
     "::mlir::math::MathDialect",
     "::mlir::memref::MemRefDialect",
     "::mlir::scf::SCFDialect",
-    "::mlir::tensor::TensorDialect"
+    "::mlir::tensor::TensorDialect",
+    "::mlir::vector::VectorDialect"
   ];
 }
 
@@ -110,9 +111,18 @@ def K3GPUWarpReducePass : Pass<"k3-gpu-warp-reduce"> {
     while whole chunks of 256 terms remain, and the rest as above; chosen at
     run time (`scf.if`, marked `k3.warp_vector = 8`) when every such A's base
     pointer, row length and `lb` allow aligned vectors, else the one-term
-    form. f32 sums are
-    reassociated (a different, not a less exact, order); maxima are exact in
-    any order.
+    form.
+
+    Where the body instead reads whole chunks per iteration as 1-D vectors
+    in the kernel source (`vector.transfer_read A[..., k·C]`, in bounds, C
+    elements a multiple of 16 bytes: an MXFP4 group's 16 packed bytes and
+    its 32 activations), lanes take consecutive chunks, one per iteration,
+    and the reads become `vector.load`s: 16-byte aligned (ld.global.v4)
+    when every such A's base pointer and row length allow it, checked at run
+    time (`scf.if`, marked `k3.warp_aligned_chunks`), else of element
+    alignment. Every other in-bounds row read becomes a plain
+    `vector.load`. f32 sums are reassociated (a different, not a less exact,
+    order); maxima are exact in any order.
 
     ```mlir
     scf.parallel (%j) = (%c0) to (%n) step (%c1) {

@@ -348,6 +348,54 @@ int64_t vectorTerms(ArrayRef<memref::LoadOp> loads) {
   return kVectorBytes / bytes;
 }
 
+/// An in-bounds, unmasked 1-D read along the last dimension of a memref of
+/// identity layout: a plain vector load.
+bool isRowRead(vector::TransferReadOp read) {
+  auto type = dyn_cast<MemRefType>(read.getBase().getType());
+  return type && type.getLayout().isIdentity() && !read.getMask() &&
+         read.getVectorType().getRank() == 1 &&
+         read.getPermutationMap().isMinorIdentity() &&
+         llvm::all_of(read.getInBoundsValues(), [](bool b) { return b; });
+}
+
+/// Reads of one whole chunk per iteration of the loop: `A[..., iv · C]` as
+/// a 1-D vector (an MXFP4 group's 16 packed bytes, its 32 activations), in
+/// bounds, A of identity layout and from outside the loop, C elements a
+/// multiple of 16 bytes. LLVM cannot know their alignment and loads them
+/// element by element; with A 16-byte aligned and its rows a multiple of 16
+/// bytes (checked at run time) each is 16-byte aligned and becomes
+/// 16-byte loads.
+SmallVector<vector::TransferReadOp> chunkReads(scf::ForOp loop) {
+  SmallVector<vector::TransferReadOp> reads;
+  Value iv = loop.getInductionVar();
+  for (Operation &op : loop.getBody()->without_terminator()) {
+    auto read = dyn_cast<vector::TransferReadOp>(op);
+    if (!read || !isRowRead(read))
+      continue;
+    auto type = cast<MemRefType>(read.getBase().getType());
+    if (type.getElementTypeBitWidth() % 8 != 0 ||
+        !loop.isDefinedOutsideOfLoop(read.getBase()) ||
+        !llvm::all_of(read.getIndices().drop_back(), [&](Value v) {
+          return loop.isDefinedOutsideOfLoop(v);
+        }))
+      continue;
+    int64_t bytes = type.getElementTypeBitWidth() / 8;
+    auto mul = read.getIndices().back().getDefiningOp<arith::MulIOp>();
+    if (!mul)
+      continue;
+    std::optional<int64_t> c;
+    if (mul.getLhs() == iv)
+      c = getConstantIntValue(mul.getRhs());
+    else if (mul.getRhs() == iv)
+      c = getConstantIntValue(mul.getLhs());
+    int64_t vecBytes = read.getVectorType().getNumElements() * bytes;
+    if (c && *c > 0 && (*c * bytes) % kVectorBytes == 0 &&
+        vecBytes % kVectorBytes == 0)
+      reads.push_back(read);
+  }
+  return reads;
+}
+
 void split(scf::ParallelOp root, Reduction &r, int64_t unroll,
            bool vectorize, Effects &effects) {
   Location loc = root.getLoc();
@@ -388,6 +436,9 @@ void split(scf::ParallelOp root, Reduction &r, int64_t unroll,
   SmallVector<Value> inits;
   for (bool max : r.isMax)
     inits.push_back(max ? ninf : zero);
+  // Chunk reads that `terms` makes plain vector loads, with the alignment
+  // known in the branch being built (16 bytes where that was checked).
+  llvm::DenseMap<Operation *, int64_t> chunkAlign;
   // `copies` consecutive terms of this lane (k, k + stride, ...): all
   // their loads first, so that a lane has `copies` loads in flight, then
   // combined in order.
@@ -402,9 +453,24 @@ void split(scf::ParallelOp root, Reduction &r, int64_t unroll,
                                  fb, l, stride,
                                  arith::ConstantIndexOp::create(fb, l, u)));
       map.map(loop.getInductionVar(), k);
-      for (Operation &op : loop.getBody()->without_terminator())
-        if (!r.skip.contains(&op))
+      for (Operation &op : loop.getBody()->without_terminator()) {
+        if (r.skip.contains(&op))
+          continue;
+        auto read = dyn_cast<vector::TransferReadOp>(op);
+        auto chunk = read ? chunkAlign.find(read) : chunkAlign.end();
+        if (chunk == chunkAlign.end()) {
           fb.clone(op, map);
+          continue;
+        }
+        SmallVector<Value> idx;
+        for (Value i : read.getIndices())
+          idx.push_back(map.lookupOrDefault(i));
+        map.map(read.getResult(),
+                vector::LoadOp::create(fb, l, read.getVectorType(),
+                                       map.lookupOrDefault(read.getBase()),
+                                       idx, /*nontemporal=*/false,
+                                       llvm::MaybeAlign(chunk->second)));
+      }
       perCopy.emplace_back();
       for (Value term : r.terms)
         perCopy.back().push_back(map.lookupOrDefault(term));
@@ -422,6 +488,13 @@ void split(scf::ParallelOp root, Reduction &r, int64_t unroll,
   auto loops = [&](OpBuilder &ob, Value from, Value to, Value width,
                    ValueRange init, auto &&body,
                    int64_t unroll) -> ValueRange {
+    if (unroll == 1)
+      return scf::ForOp::create(
+                 ob, loc, from, to, width, init,
+                 [&](OpBuilder &fb, Location l, Value iv, ValueRange acc) {
+                   body(fb, l, iv, acc, 1);
+                 })
+          .getResults();
     Value unrollC = arith::ConstantIndexOp::create(ob, loc, unroll);
     Value widthU = arith::MulIOp::create(ob, loc, width, unrollC);
     Value toMain = arith::SubIOp::create(
@@ -453,12 +526,63 @@ void split(scf::ParallelOp root, Reduction &r, int64_t unroll,
   if (vectorize)
     vecLoads = vectorLoads(loop, effects);
   SmallVector<Value> partials;
-  if (vecLoads.empty()) {
-    partials = llvm::to_vector(
-        loops(nb, lb, ub, stride, inits,
-              [&](OpBuilder &fb, Location l, Value iv, ValueRange acc,
-                  int64_t copies) { terms(fb, l, iv, acc, copies); },
-              unroll));
+  auto isMultiple = [&](Value v, int64_t m) {
+    return arith::CmpIOp::create(
+        nb, loc, arith::CmpIPredicate::eq,
+        arith::RemUIOp::create(nb, loc, v,
+                               arith::ConstantIndexOp::create(nb, loc, m)),
+        c0);
+  };
+  auto scalarLoops = [&](OpBuilder &ob, int64_t copies) {
+    return loops(ob, lb, ub, stride, inits,
+                 [&](OpBuilder &fb, Location l, Value iv, ValueRange acc,
+                     int64_t n) { terms(fb, l, iv, acc, n); },
+                 copies);
+  };
+  SmallVector<vector::TransferReadOp> chunks;
+  if (vecLoads.empty())
+    chunks = chunkReads(loop);
+  if (vecLoads.empty() && chunks.empty()) {
+    partials = llvm::to_vector(scalarLoops(nb, unroll));
+  } else if (vecLoads.empty()) {
+    // A chunk is already many terms per lane (an MXFP4 group: 16 bytes of
+    // each weight row and 32 activations): one per iteration keeps the
+    // registers of the decode in check (ptxas: 159 for the experts' first
+    // stage, 173 with two).
+    int64_t chunkUnroll = 1;
+    // One term per lane and iteration as above; the chunk reads 16-byte
+    // aligned where every such row is.
+    Value aligned;
+    for (vector::TransferReadOp read : chunks) {
+      Value m = map.lookupOrDefault(read.getBase());
+      auto type = cast<MemRefType>(read.getBase().getType());
+      Value ptr = memref::ExtractAlignedPointerAsIndexOp::create(nb, loc, m);
+      Value ok = isMultiple(ptr, kVectorBytes);
+      if (type.getRank() > 1)
+        ok = arith::AndIOp::create(
+            nb, loc, ok,
+            isMultiple(memref::DimOp::create(nb, loc, m, type.getRank() - 1),
+                       kVectorBytes / (type.getElementTypeBitWidth() / 8)));
+      aligned = aligned ? arith::AndIOp::create(nb, loc, aligned, ok) : ok;
+    }
+    SmallVector<Type> types(inits.size(), nb.getF32Type());
+    auto choice = scf::IfOp::create(nb, loc, types, aligned,
+                                    /*withElseRegion=*/true);
+    OpBuilder ab = OpBuilder::atBlockEnd(choice.thenBlock());
+    for (vector::TransferReadOp read : chunks)
+      chunkAlign[read] = kVectorBytes;
+    scf::YieldOp::create(ab, loc, scalarLoops(ab, chunkUnroll));
+    OpBuilder eb = OpBuilder::atBlockEnd(choice.elseBlock());
+    for (vector::TransferReadOp read : chunks)
+      chunkAlign[read] =
+          cast<MemRefType>(read.getBase().getType()).getElementTypeBitWidth() /
+          8;
+    scf::YieldOp::create(eb, loc, scalarLoops(eb, chunkUnroll));
+    chunkAlign.clear();
+    choice->setAttr("k3.warp_aligned_chunks",
+                    nb.getI64IntegerAttr(chunks.size()));
+    par->setAttr("k3.warp_unroll", nb.getI64IntegerAttr(chunkUnroll));
+    partials = llvm::to_vector_of<Value>(choice.getResults());
   } else {
     // Lane l takes the V consecutive terms at lb0 + V l + 32 V m with
     // one vector load per load of the body, while whole chunks of 32 V
@@ -475,13 +599,6 @@ void split(scf::ParallelOp root, Reduction &r, int64_t unroll,
     Value aligned = arith::CmpIOp::create(
         nb, loc, arith::CmpIPredicate::eq,
         arith::RemUIOp::create(nb, loc, lb0, vec), c0);
-    auto isMultiple = [&](Value v, int64_t m) {
-      return arith::CmpIOp::create(
-          nb, loc, arith::CmpIPredicate::eq,
-          arith::RemUIOp::create(nb, loc, v,
-                                 arith::ConstantIndexOp::create(nb, loc, m)),
-          c0);
-    };
     for (memref::LoadOp load : vecLoads) {
       Value m = map.lookupOrDefault(load.getMemRef());
       Value ptr = memref::ExtractAlignedPointerAsIndexOp::create(nb, loc, m);
@@ -582,12 +699,7 @@ void split(scf::ParallelOp root, Reduction &r, int64_t unroll,
     }
     {
       OpBuilder sb = OpBuilder::atBlockEnd(choice.elseBlock());
-      ValueRange scalar =
-          loops(sb, lb, ub, stride, inits,
-                [&](OpBuilder &fb, Location l, Value iv, ValueRange acc,
-                    int64_t copies) { terms(fb, l, iv, acc, copies); },
-                unroll);
-      scf::YieldOp::create(sb, loc, scalar);
+      scf::YieldOp::create(sb, loc, scalarLoops(sb, unroll));
     }
     choice->setAttr("k3.warp_vector", nb.getI64IntegerAttr(v));
     partials = llvm::to_vector_of<Value>(choice.getResults());
@@ -654,6 +766,18 @@ struct K3GPUWarpReducePass
     for (scf::ParallelOp root : roots)
       if (std::optional<Reduction> r = match(root, effects))
         split(root, *r, unroll, vectorize, effects);
+    // Any other in-bounds 1-D read of a contiguous row is a plain vector
+    // load of unknown alignment (what the NVVM lowering expects).
+    getOperation()->walk([](vector::TransferReadOp read) {
+      if (!isRowRead(read))
+        return;
+      OpBuilder b(read);
+      read.replaceAllUsesWith(vector::LoadOp::create(
+                                  b, read.getLoc(), read.getVectorType(),
+                                  read.getBase(), read.getIndices())
+                                  .getResult());
+      read.erase();
+    });
   }
 };
 } // namespace

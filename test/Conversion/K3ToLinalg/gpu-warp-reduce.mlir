@@ -310,3 +310,71 @@ func.func @strided_rows(%w: memref<?x?xbf16, strided<[?, 2], offset: ?>>, %y: me
   }
   return
 }
+
+// Chunk reads (an MXFP4 group per iteration: 16 packed bytes at g · 16 and
+// 32 activations at g · 32, read as 1-D vectors in the kernel source): one
+// group per lane and iteration (unroll 1), lanes on consecutive groups.
+// Where both bases are 16-byte aligned and their rows a multiple of 16
+// bytes, each read is a 16-byte aligned vector.load (ld.global.v4);
+// otherwise a vector.load of element alignment. Any other in-bounds row
+// read (@row_read, no reduction) is a plain vector.load.
+// CHECK-LABEL: func.func @mxfp4_groups
+// CHECK: scf.parallel (%[[J:.+]], %[[LANE:.+]]) =
+// CHECK:   memref.extract_aligned_pointer_as_index %[[W:[^ ]+]] :
+// CHECK:   arith.remui %{{.+}}, %c16
+// CHECK:   %[[ROW:.+]] = memref.dim %[[W]], %c1
+// CHECK:   arith.remui %[[ROW]], %c16
+// CHECK:   memref.extract_aligned_pointer_as_index %[[X:[^ ]+]] :
+// CHECK:   %[[PART:.+]] = scf.if %{{.+}} -> (f32) {
+// CHECK:     scf.for %[[G:.+]] = %{{.+}} to %{{.+}} step %{{.+}} iter_args
+// CHECK:       %[[B0:.+]] = arith.muli %[[G]], %c16
+// CHECK:       vector.load %[[W]][%[[J]], %[[B0]]] {alignment = 16 : i64} : memref<?x?xi8>, vector<16xi8>
+// CHECK:       vector.load %[[X]][%{{.+}}] {alignment = 16 : i64} : memref<?xbf16>, vector<32xbf16>
+// CHECK:       memref.load %{{.+}}[%[[J]], %[[G]]] : memref<?x?xi8>
+// CHECK:   } else {
+// CHECK:       vector.load %[[W]][%[[J]], %{{.+}}] {alignment = 1 : i64} : memref<?x?xi8>, vector<16xi8>
+// CHECK:       vector.load %[[X]][%{{.+}}] {alignment = 2 : i64} : memref<?xbf16>, vector<32xbf16>
+// CHECK:   } {k3.warp_aligned_chunks = 2 : i64}
+// CHECK:   gpu.shuffle xor
+// CHECK: k3.warp_lanes = 32 : i64, k3.warp_unroll = 1 : i64
+// CHECK-NOT: vector.transfer_read
+// CHECK-LABEL: func.func @row_read
+// CHECK: vector.load %{{.+}}[%{{.+}}] : memref<?xf32>, vector<4xf32>
+// CHECK-NOT: vector.transfer_read
+func.func @mxfp4_groups(%w: memref<?x?xi8>, %s: memref<?x?xi8>, %x: memref<?xbf16>, %y: memref<?xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c16 = arith.constant 16 : index
+  %c32 = arith.constant 32 : index
+  %zero = arith.constant 0.0 : f32
+  %pad = arith.constant 0 : i8
+  %padx = arith.constant 0.0 : bf16
+  %n = memref.dim %w, %c0 : memref<?x?xi8>
+  %ng = memref.dim %s, %c1 : memref<?x?xi8>
+  scf.parallel (%j) = (%c0) to (%n) step (%c1) {
+    %acc = scf.for %g = %c0 to %ng step %c1 iter_args(%a = %zero) -> (f32) {
+      %b0 = arith.muli %g, %c16 : index
+      %k0 = arith.muli %g, %c32 : index
+      %bytes = vector.transfer_read %w[%j, %b0], %pad {in_bounds = [true]} : memref<?x?xi8>, vector<16xi8>
+      %xs = vector.transfer_read %x[%k0], %padx {in_bounds = [true]} : memref<?xbf16>, vector<32xbf16>
+      %sc = memref.load %s[%j, %g] : memref<?x?xi8>
+      %b = vector.extract %bytes[0] : i8 from vector<16xi8>
+      %bf = arith.uitofp %b : i8 to f32
+      %xv = vector.extract %xs[0] : bf16 from vector<32xbf16>
+      %xf = arith.extf %xv : bf16 to f32
+      %scf = arith.uitofp %sc : i8 to f32
+      %t0 = arith.mulf %bf, %xf : f32
+      %t = arith.mulf %t0, %scf : f32
+      %a2 = arith.addf %a, %t : f32
+      scf.yield %a2 : f32
+    }
+    memref.store %acc, %y[%j] : memref<?xf32>
+    scf.reduce
+  }
+  return
+}
+func.func @row_read(%x: memref<?xf32>, %i: index) -> vector<4xf32> {
+  %pad = arith.constant 0.0 : f32
+  %v = vector.transfer_read %x[%i], %pad {in_bounds = [true]} : memref<?xf32>, vector<4xf32>
+  return %v : vector<4xf32>
+}

@@ -77,7 +77,9 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     // One parallel loop per stage (one GPU kernel each): q̂ [H, R], scores
     // [H, len], max/exp/sum per head, ō [H, R], o [H, dv]. Per element the
     // sums run in the same order as a per-head loop would.
-    %qh = memref.alloc(%nh, %r) : memref<?x?xf32>
+    // q̂ is stored next to q_r ([H, R + dr]) so that each score is one dot
+    // product over a whole cache row (the same terms in the same order).
+    %qh = memref.alloc(%nh, %w) : memref<?x?xf32>
     %ob = memref.alloc(%nh, %r) : memref<?x?xf32>
     %p = memref.alloc(%nh, %ntok) : memref<?x?xf32>
     %rowsum = memref.alloc(%nh) : memref<?xf32>
@@ -97,23 +99,20 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
       }
       memref.store %s, %qh[%h, %e] : memref<?x?xf32>
     }
-    scf.parallel (%h, %j) = (%c0, %c0) to (%nh, %ntok) step (%c1, %c1) {
+    scf.parallel (%h, %e) = (%c0, %c0) to (%nh, %dr) step (%c1, %c1) {
       %qbase = arith.muli %h, %dq : index
-      %s1 = scf.for %e = %c0 to %r step %c1 iter_args(%a = %zero) -> (f32) {
+      %qi0 = arith.addi %qbase, %dn : index
+      %qi = arith.addi %qi0, %e : index
+      %qv = tensor.extract %q[%c0, %qi] : tensor<?x?x!act>
+      %qf = func.call @k3k_widen(%qv) : (!act) -> f32
+      %re = arith.addi %r, %e : index
+      memref.store %qf, %qh[%h, %re] : memref<?x?xf32>
+    }
+    scf.parallel (%h, %j) = (%c0, %c0) to (%nh, %ntok) step (%c1, %c1) {
+      %s = scf.for %e = %c0 to %w step %c1 iter_args(%a = %zero) -> (f32) {
         %qv = memref.load %qh[%h, %e] : memref<?x?xf32>
         %cv = memref.load %all[%j, %e] : memref<?x?xf32>
         %pr = arith.mulf %qv, %cv : f32
-        %s2 = arith.addf %a, %pr : f32
-        scf.yield %s2 : f32
-      }
-      %s = scf.for %e = %c0 to %dr step %c1 iter_args(%a = %s1) -> (f32) {
-        %qi0 = arith.addi %qbase, %dn : index
-        %qi = arith.addi %qi0, %e : index
-        %qv = tensor.extract %q[%c0, %qi] : tensor<?x?x!act>
-        %qf = func.call @k3k_widen(%qv) : (!act) -> f32
-        %re = arith.addi %r, %e : index
-        %kv = memref.load %all[%j, %re] : memref<?x?xf32>
-        %pr = arith.mulf %qf, %kv : f32
         %s2 = arith.addf %a, %pr : f32
         scf.yield %s2 : f32
       }

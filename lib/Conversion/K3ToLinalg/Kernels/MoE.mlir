@@ -3,17 +3,6 @@
 // routed experts with MXFP4 weights dequantised on the fly (§7.2), the
 // weighted sum, the latent RMSNorm, the up projection and shared experts.
 
-// E2M1 code (4 bits: sign, 2 exponent, 1 mantissa) to its value (§7.2),
-// by table: on the H200 the table (cached loads) beat building the f32 bits
-// with integer ops (experts 3.15 vs 3.51 ms per decode step).
-func.func private @k3k_e2m1(%code: i32) -> f32 {
-  %table = arith.constant dense<[0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
-                                 -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]> : tensor<16xf32>
-  %i = arith.index_cast %code : i32 to index
-  %v = tensor.extract %table[%i] : tensor<16xf32>
-  return %v : f32
-}
-
 // E8M0 biased exponent to 2^(s − 127); 255 is NaN (OCP MX v1.0).
 func.func private @k3k_e8m0(%s: i8) -> f32 {
   %e = arith.extui %s : i8 to i32
@@ -31,26 +20,64 @@ func.func private @k3k_e8m0(%s: i8) -> f32 {
   return %f : f32
 }
 
-// Element [e, n, k] of an MXFP4 stack: the even k in the low nibble.
-func.func private @k3k_mxfp4_at(%packed: tensor<?x?x?xi8>, %scale: tensor<?x?x?xi8>, %e: index, %n: index, %k: index) -> f32 {
-  %c1 = arith.constant 1 : index
-  %c2 = arith.constant 2 : index
-  %c32 = arith.constant 32 : index
-  %c4 = arith.constant 4 : i32
-  %c15 = arith.constant 15 : i32
-  %byteidx = arith.divui %k, %c2 : index
-  %odd = arith.remui %k, %c2 : index
-  %b = tensor.extract %packed[%e, %n, %byteidx] : tensor<?x?x?xi8>
-  %bi = arith.extui %b : i8 to i32
-  %oddi = arith.index_cast %odd : index to i32
-  %sh = arith.muli %oddi, %c4 : i32
-  %bs = arith.shrui %bi, %sh : i32
-  %code = arith.andi %bs, %c15 : i32
-  %v = func.call @k3k_e2m1(%code) : (i32) -> f32
-  %g = arith.divui %k, %c32 : index
-  %s = tensor.extract %scale[%e, %n, %g] : tensor<?x?x?xi8>
+// One MXFP4 group of a weight row against 32 activations (§7.2; OCP MX
+// v1.0: 32 elements share one E8M0 scale): 16 packed bytes, the even
+// element in the low nibble, dotted in element order, then scaled:
+//   scale · Σ_j E2M1(code_j) · x_j.
+// The scale is a power of two, so this is Σ_j (E2M1(code_j) · scale) · x_j
+// with the f32 sum grouped by 32 (docs/NUMERICS.md, "MXFP4 groups"); the
+// scale is decoded once per group, not once per element.
+// Decoding without a table: a code's magnitude bits (e1 e0 m) at bits
+// 11..9 of an f16 and its sign at bit 15 make the f16 E2M1(code) · 2^-14
+// exactly (e = 0 lands on the f16 subnormals, which scale the same way).
+// Word k of the group (elements 8k..8k+7, element 8k+i in nibble i) shifted
+// right by 4j gives the f16 pair of elements 8k+j and 8k+j+4 with two
+// masks and two shifts; the shuffle puts the 32 values back in element
+// order and the 2^14 comes back on the group sum.
+func.func private @k3k_mxfp4_group(%bytes: vector<16xi8>, %s: i8, %x: vector<32xf32>) -> f32 {
+  %mag = arith.constant dense<458759> : vector<4xi32>      // 0x00070007
+  %sgn = arith.constant dense<524296> : vector<4xi32>      // 0x00080008
+  %s4 = arith.constant dense<4> : vector<4xi32>
+  %s9 = arith.constant dense<9> : vector<4xi32>
+  %s12 = arith.constant dense<12> : vector<4xi32>
+  %two14 = arith.constant 16384.0 : f32
+  %w0 = vector.bitcast %bytes : vector<16xi8> to vector<4xi32>
+  %w1 = arith.shrui %w0, %s4 : vector<4xi32>
+  %w2 = arith.shrui %w1, %s4 : vector<4xi32>
+  %w3 = arith.shrui %w2, %s4 : vector<4xi32>
+  %m0 = arith.andi %w0, %mag : vector<4xi32>
+  %m1 = arith.andi %w1, %mag : vector<4xi32>
+  %m2 = arith.andi %w2, %mag : vector<4xi32>
+  %m3 = arith.andi %w3, %mag : vector<4xi32>
+  %n0 = arith.andi %w0, %sgn : vector<4xi32>
+  %n1 = arith.andi %w1, %sgn : vector<4xi32>
+  %n2 = arith.andi %w2, %sgn : vector<4xi32>
+  %n3 = arith.andi %w3, %sgn : vector<4xi32>
+  %a0 = arith.shli %m0, %s9 : vector<4xi32>
+  %a1 = arith.shli %m1, %s9 : vector<4xi32>
+  %a2 = arith.shli %m2, %s9 : vector<4xi32>
+  %a3 = arith.shli %m3, %s9 : vector<4xi32>
+  %b0 = arith.shli %n0, %s12 : vector<4xi32>
+  %b1 = arith.shli %n1, %s12 : vector<4xi32>
+  %b2 = arith.shli %n2, %s12 : vector<4xi32>
+  %b3 = arith.shli %n3, %s12 : vector<4xi32>
+  %p0 = arith.ori %a0, %b0 : vector<4xi32>
+  %p1 = arith.ori %a1, %b1 : vector<4xi32>
+  %p2 = arith.ori %a2, %b2 : vector<4xi32>
+  %p3 = arith.ori %a3, %b3 : vector<4xi32>
+  %h0 = vector.bitcast %p0 : vector<4xi32> to vector<8xf16>
+  %h1 = vector.bitcast %p1 : vector<4xi32> to vector<8xf16>
+  %h2 = vector.bitcast %p2 : vector<4xi32> to vector<8xf16>
+  %h3 = vector.bitcast %p3 : vector<4xi32> to vector<8xf16>
+  %h01 = vector.shuffle %h0, %h1 [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] : vector<8xf16>, vector<8xf16>
+  %h23 = vector.shuffle %h2, %h3 [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] : vector<8xf16>, vector<8xf16>
+  %h = vector.shuffle %h01, %h23 [0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27, 4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31] : vector<16xf16>, vector<16xf16>
+  %v = arith.extf %h : vector<32xf16> to vector<32xf32>
+  %p = arith.mulf %v, %x : vector<32xf32>
+  %sum = vector.reduction <add>, %p : vector<32xf32> into f32
+  %up = arith.mulf %sum, %two14 : f32
   %sf = func.call @k3k_e8m0(%s) : (i8) -> f32
-  %r = arith.mulf %v, %sf : f32
+  %r = arith.mulf %up, %sf : f32
   return %r : f32
 }
 
@@ -191,6 +218,13 @@ func.func private @k3k_experts_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64
   %t = tensor.dim %xi, %c0 : tensor<?x?x!act>
   %l = tensor.dim %xi, %c1 : tensor<?x?x!act>
   %ni = tensor.dim %w1p, %c1 : tensor<?x?x?xi8>
+  // MXFP4 widths are multiples of the 32-element group (the k3 verifier).
+  %c16 = arith.constant 16 : index
+  %c32 = arith.constant 32 : index
+  %pad = arith.constant 0.0 : !act
+  %pad8 = arith.constant 0 : i8
+  %lg = arith.divui %l, %c32 : index
+  %ig = arith.divui %ni, %c32 : index
   %ne = tensor.dim %w1p, %c0 : tensor<?x?x?xi8>
   %topk = memref.dim %idx, %c1 : memref<?x?xi64>
   %order = func.call @k3k_group_by_expert(%idx, %ne) : (memref<?x?xi64>, index) -> memref<?xi64>
@@ -203,15 +237,20 @@ func.func private @k3k_experts_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64
     %s = arith.remui %qi, %topk : index
     %e64 = memref.load %idx[%i, %s] : memref<?x?xi64>
     %e = arith.index_cast %e64 : i64 to index
-    %g, %u = scf.for %k = %c0 to %l step %c1 iter_args(%ga = %zero, %ua = %zero) -> (f32, f32) {
-      %xv = tensor.extract %xi[%i, %k] : tensor<?x?x!act>
-      %xf = func.call @k3k_widen(%xv) : (!act) -> f32
-      %a = func.call @k3k_mxfp4_at(%w1p, %w1s, %e, %n, %k) : (tensor<?x?x?xi8>, tensor<?x?x?xi8>, index, index, index) -> f32
-      %b = func.call @k3k_mxfp4_at(%w3p, %w3s, %e, %n, %k) : (tensor<?x?x?xi8>, tensor<?x?x?xi8>, index, index, index) -> f32
-      %pa = arith.mulf %a, %xf : f32
-      %pb = arith.mulf %b, %xf : f32
-      %ga2 = arith.addf %ga, %pa : f32
-      %ua2 = arith.addf %ua, %pb : f32
+    // Group by group (32 elements), in element order; x read 32 at a time.
+    %g, %u = scf.for %k = %c0 to %lg step %c1 iter_args(%ga = %zero, %ua = %zero) -> (f32, f32) {
+      %k0 = arith.muli %k, %c32 : index
+      %b0 = arith.muli %k, %c16 : index
+      %xv = vector.transfer_read %xi[%i, %k0], %pad {in_bounds = [true]} : tensor<?x?x!act>, vector<32x!act>
+      %xf = func.call @k3k_widen32(%xv) : (vector<32x!act>) -> vector<32xf32>
+      %pa = vector.transfer_read %w1p[%e, %n, %b0], %pad8 {in_bounds = [true]} : tensor<?x?x?xi8>, vector<16xi8>
+      %sa = tensor.extract %w1s[%e, %n, %k] : tensor<?x?x?xi8>
+      %pb = vector.transfer_read %w3p[%e, %n, %b0], %pad8 {in_bounds = [true]} : tensor<?x?x?xi8>, vector<16xi8>
+      %sb = tensor.extract %w3s[%e, %n, %k] : tensor<?x?x?xi8>
+      %ta = func.call @k3k_mxfp4_group(%pa, %sa, %xf) : (vector<16xi8>, i8, vector<32xf32>) -> f32
+      %tb = func.call @k3k_mxfp4_group(%pb, %sb, %xf) : (vector<16xi8>, i8, vector<32xf32>) -> f32
+      %ga2 = arith.addf %ga, %ta : f32
+      %ua2 = arith.addf %ua, %tb : f32
       scf.yield %ga2, %ua2 : f32, f32
     }
     %gr = func.call @k3k_round(%g) : (f32) -> f32
@@ -228,11 +267,14 @@ func.func private @k3k_experts_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64
     %s = arith.remui %qi, %topk : index
     %e64 = memref.load %idx[%i, %s] : memref<?x?xi64>
     %e = arith.index_cast %e64 : i64 to index
-    %y = scf.for %n = %c0 to %ni step %c1 iter_args(%a = %zero) -> (f32) {
-      %hv = memref.load %hid[%i, %s, %n] : memref<?x?x?xf32>
-      %wv = func.call @k3k_mxfp4_at(%w2p, %w2s, %e, %j, %n) : (tensor<?x?x?xi8>, tensor<?x?x?xi8>, index, index, index) -> f32
-      %p = arith.mulf %wv, %hv : f32
-      %a2 = arith.addf %a, %p : f32
+    %y = scf.for %n = %c0 to %ig step %c1 iter_args(%a = %zero) -> (f32) {
+      %n0 = arith.muli %n, %c32 : index
+      %b0 = arith.muli %n, %c16 : index
+      %hv = vector.transfer_read %hid[%i, %s, %n0], %zero {in_bounds = [true]} : memref<?x?x?xf32>, vector<32xf32>
+      %pw = vector.transfer_read %w2p[%e, %j, %b0], %pad8 {in_bounds = [true]} : tensor<?x?x?xi8>, vector<16xi8>
+      %sw = tensor.extract %w2s[%e, %j, %n] : tensor<?x?x?xi8>
+      %tw = func.call @k3k_mxfp4_group(%pw, %sw, %hv) : (vector<16xi8>, i8, vector<32xf32>) -> f32
+      %a2 = arith.addf %a, %tw : f32
       scf.yield %a2 : f32
     }
     %yr = func.call @k3k_round(%y) : (f32) -> f32

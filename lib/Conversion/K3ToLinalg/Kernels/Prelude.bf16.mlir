@@ -13,3 +13,7 @@ func.func private @k3k_round(%a: f32) -> f32 {
   %r = arith.extf %n : bf16 to f32
   return %r : f32
 }
+func.func private @k3k_widen32(%a: vector<32x!act>) -> vector<32xf32> {
+  %r = arith.extf %a : vector<32xbf16> to vector<32xf32>
+  return %r : vector<32xf32>
+}

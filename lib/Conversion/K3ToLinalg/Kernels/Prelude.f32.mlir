@@ -9,3 +9,6 @@ func.func private @k3k_narrow(%a: f32) -> !act {
 func.func private @k3k_round(%a: f32) -> f32 {
   return %a : f32
 }
+func.func private @k3k_widen32(%a: vector<32x!act>) -> vector<32xf32> {
+  return %a : vector<32xf32>
+}
