@@ -69,10 +69,12 @@ def timed(fn, reps, warmup=2):
     return stats(out)
 
 
-def kernel_profile(fn, steps=3, top=20):
+def kernel_profile(fn, steps=3, top=20, trace=None):
     """Per-kernel GPU time of `fn` (one decode step) from the CUDA activity
     trace (torch.profiler / CUPTI sees the library's driver-API launches):
-    [(kernel, ms per step, launches per step, share of the kernel time)]."""
+    [(kernel, ms per step, launches per step, share of the kernel time)].
+    `trace`: also write the trace of one more step (every launch with its
+    grid, block, registers and duration; Chrome trace JSON) there."""
     from torch.profiler import ProfilerActivity, profile
     fn()
     torch.cuda.synchronize()
@@ -80,6 +82,11 @@ def kernel_profile(fn, steps=3, top=20):
         for _ in range(steps):
             fn()
         torch.cuda.synchronize()
+    if trace:
+        with profile(activities=[ProfilerActivity.CUDA]) as one:
+            fn()
+            torch.cuda.synchronize()
+        one.export_chrome_trace(trace)
     rows = []
     for e in prof.key_averages():
         us = getattr(e, "device_time_total", None)
@@ -249,6 +256,8 @@ def main():
                     help="also the peer with fla-core's KDA kernels (needs fla-core)")
     ap.add_argument("--profile", action="store_true",
                     help="per-kernel breakdown of a batch-1 decode step and of each k3c prefill")
+    ap.add_argument("--trace", help="with --profile: the launch trace of one batch-1 "
+                    "decode step (Chrome trace JSON: grid, block, registers, duration)")
     ap.add_argument("--json")
     a = ap.parse_args()
     dev = torch.cuda.get_device_name()
@@ -344,7 +353,7 @@ def main():
         runs = [lib.call(toks[b], sts[b])[0] for b in range(B)]
         s = timed(lambda: [r() for r in runs], a.reps, warmup=1)
         if a.profile and B == 1:
-            kernels, total = kernel_profile(lambda: [r() for r in runs])
+            kernels, total = kernel_profile(lambda: [r() for r in runs], trace=a.trace)
             print("decode B=1 kernels: %.3f ms of kernel time per step (wall %.3f ms)"
                   % (total, s["median_s"] * 1e3))
             for k, ms, n, share in kernels:

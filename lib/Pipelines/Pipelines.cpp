@@ -93,14 +93,21 @@ LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
     return failure();
   pm.addNestedPass<func::FuncOp>(createK3GPUWarpReducePass());
   pm.addNestedPass<func::FuncOp>(createK3GPUTileAndMapPass());
-  if (failed(parsePassPipeline("func.func(convert-parallel-loops-to-gpu)", pm)))
+  if (failed(parsePassPipeline("func.func(convert-parallel-loops-to-gpu,"
+                               "canonicalize)",
+                               pm)))
     return failure();
   pm.addPass(createK3GPUDeviceAllocPass());
   // Launches and allocations in a stream per function, synchronized at its
   // end, so kernels of consecutive calls run in program order.
   // Host copies of functions now only called from kernels go; bf16
   // conversions are expanded to integer code on both sides.
-  if (failed(parsePassPipeline("gpu-kernel-outlining,symbol-dce,"
+  // Constants and index computations move into the launch bodies right
+  // before outlining (a later canonicalization would hoist them out again),
+  // so that kernels see constants (folded loop bounds, shifts instead of
+  // divisions) rather than kernel arguments.
+  if (failed(parsePassPipeline("func.func(gpu-launch-sink-index-computations),"
+                               "gpu-kernel-outlining,symbol-dce,"
                                "func.func(gpu-async-region),"
                                "arith-expand{include-bf16=1}",
                                pm)))
