@@ -106,6 +106,9 @@ func.func private @k3k_kda(%q: tensor<?x?x?x!act>, %k: tensor<?x?x?x!act>, %v: t
   %vf = memref.alloc(%t, %nh, %dv) : memref<?x?x?xf32>
   %gg = memref.alloc(%t, %nh, %dk) : memref<?x?x?xf32>
   %bb = memref.alloc(%t, %nh) : memref<?x?xf32>
+  // The norms per (token, head) first, then every element in parallel.
+  %qinvs = memref.alloc(%t, %nh) : memref<?x?xf32>
+  %kinvs = memref.alloc(%t, %nh) : memref<?x?xf32>
   scf.parallel (%i, %h) = (%c0, %c0) to (%t, %nh) step (%c1, %c1) {
     %qs, %ks = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero, %b = %zero) -> (f32, f32) {
       %qa = tensor.extract %q[%i, %h, %j] : tensor<?x?x?x!act>
@@ -121,56 +124,58 @@ func.func private @k3k_kda(%q: tensor<?x?x?x!act>, %k: tensor<?x?x?x!act>, %v: t
     %qse = arith.addf %qs, %l2eps : f32
     %kse = arith.addf %ks, %l2eps : f32
     %qinv0_sqrt = math.sqrt %qse : f32
-    %qinv0_one = arith.constant 1.0 : f32
-    %qinv0 = arith.divf %qinv0_one, %qinv0_sqrt : f32
+    %qinv0 = arith.divf %one, %qinv0_sqrt : f32
     %qinv = arith.mulf %qinv0, %scale : f32
     %kinv_sqrt = math.sqrt %kse : f32
-    %kinv_one = arith.constant 1.0 : f32
-    %kinv = arith.divf %kinv_one, %kinv_sqrt : f32
-    %al = tensor.extract %alog[%h] : tensor<?xf32>
-    %ea = math.exp %al : f32
-    scf.for %j = %c0 to %dk step %c1 {
-      %qa = tensor.extract %q[%i, %h, %j] : tensor<?x?x?x!act>
-      %ka = tensor.extract %k[%i, %h, %j] : tensor<?x?x?x!act>
-      %fa = tensor.extract %f[%i, %h, %j] : tensor<?x?x?x!act>
-      %qv = func.call @k3k_widen(%qa) : (!act) -> f32
-      %kv = func.call @k3k_widen(%ka) : (!act) -> f32
-      %fv = func.call @k3k_widen(%fa) : (!act) -> f32
-      %qq = arith.mulf %qv, %qinv : f32
-      %kk = arith.mulf %kv, %kinv : f32
-      memref.store %qq, %qn[%i, %h, %j] : memref<?x?x?xf32>
-      memref.store %kk, %kn[%i, %h, %j] : memref<?x?x?xf32>
-      %hd = arith.muli %h, %dk : index
-      %di = arith.addi %hd, %j : index
-      %db = tensor.extract %dt[%di] : tensor<?xf32>
-      %x = arith.addf %fv, %db : f32
-      %g = scf.if %softplus -> (f32) {
-        // Kimi Linear: g = −exp(A)·softplus(f + δ).
-        %big = arith.cmpf ogt, %x, %twenty : f32
-        %ex = math.exp %x : f32
-        %l1 = math.log1p %ex : f32
-        %sp = arith.select %big, %x, %l1 : f32
-        %m = arith.mulf %ea, %sp : f32
-        %r = arith.negf %m : f32
-        scf.yield %r : f32
-      } else {
-        // K3: g = λ·σ(exp(A)·(f + δ)).
-        %m = arith.mulf %ea, %x : f32
-        %s = func.call @k3k_sigmoid(%m) : (f32) -> f32
-        %r = arith.mulf %lb, %s : f32
-        scf.yield %r : f32
-      }
-      memref.store %g, %gg[%i, %h, %j] : memref<?x?x?xf32>
-    }
-    scf.for %j = %c0 to %dv step %c1 {
-      %va = tensor.extract %v[%i, %h, %j] : tensor<?x?x?x!act>
-      %vv = func.call @k3k_widen(%va) : (!act) -> f32
-      memref.store %vv, %vf[%i, %h, %j] : memref<?x?x?xf32>
-    }
+    %kinv = arith.divf %one, %kinv_sqrt : f32
+    memref.store %qinv, %qinvs[%i, %h] : memref<?x?xf32>
+    memref.store %kinv, %kinvs[%i, %h] : memref<?x?xf32>
     %ba = tensor.extract %beta[%i, %h] : tensor<?x?x!act>
     %bv = func.call @k3k_widen(%ba) : (!act) -> f32
     %bs = func.call @k3k_sigmoid(%bv) : (f32) -> f32
     memref.store %bs, %bb[%i, %h] : memref<?x?xf32>
+  }
+  scf.parallel (%i, %h, %j) = (%c0, %c0, %c0) to (%t, %nh, %dk) step (%c1, %c1, %c1) {
+    %qinv = memref.load %qinvs[%i, %h] : memref<?x?xf32>
+    %kinv = memref.load %kinvs[%i, %h] : memref<?x?xf32>
+    %al = tensor.extract %alog[%h] : tensor<?xf32>
+    %ea = math.exp %al : f32
+    %qa = tensor.extract %q[%i, %h, %j] : tensor<?x?x?x!act>
+    %ka = tensor.extract %k[%i, %h, %j] : tensor<?x?x?x!act>
+    %fa = tensor.extract %f[%i, %h, %j] : tensor<?x?x?x!act>
+    %qv = func.call @k3k_widen(%qa) : (!act) -> f32
+    %kv = func.call @k3k_widen(%ka) : (!act) -> f32
+    %fv = func.call @k3k_widen(%fa) : (!act) -> f32
+    %qq = arith.mulf %qv, %qinv : f32
+    %kk = arith.mulf %kv, %kinv : f32
+    memref.store %qq, %qn[%i, %h, %j] : memref<?x?x?xf32>
+    memref.store %kk, %kn[%i, %h, %j] : memref<?x?x?xf32>
+    %hd = arith.muli %h, %dk : index
+    %di = arith.addi %hd, %j : index
+    %db = tensor.extract %dt[%di] : tensor<?xf32>
+    %x = arith.addf %fv, %db : f32
+    %g = scf.if %softplus -> (f32) {
+      // Kimi Linear: g = −exp(A)·softplus(f + δ).
+      %big = arith.cmpf ogt, %x, %twenty : f32
+      %ex = math.exp %x : f32
+      %l1 = math.log1p %ex : f32
+      %sp = arith.select %big, %x, %l1 : f32
+      %m = arith.mulf %ea, %sp : f32
+      %r = arith.negf %m : f32
+      scf.yield %r : f32
+    } else {
+      // K3: g = λ·σ(exp(A)·(f + δ)).
+      %m = arith.mulf %ea, %x : f32
+      %s = func.call @k3k_sigmoid(%m) : (f32) -> f32
+      %r = arith.mulf %lb, %s : f32
+      scf.yield %r : f32
+    }
+    memref.store %g, %gg[%i, %h, %j] : memref<?x?x?xf32>
+  }
+  scf.parallel (%i, %h, %j) = (%c0, %c0, %c0) to (%t, %nh, %dv) step (%c1, %c1, %c1) {
+    %va = tensor.extract %v[%i, %h, %j] : tensor<?x?x?x!act>
+    %vv = func.call @k3k_widen(%va) : (!act) -> f32
+    memref.store %vv, %vf[%i, %h, %j] : memref<?x?x?xf32>
   }
 
   %o = memref.alloc(%t, %nh, %dv) : memref<?x?x?xf32>
@@ -186,20 +191,21 @@ func.func private @k3k_kda(%q: tensor<?x?x?x!act>, %k: tensor<?x?x?x!act>, %v: t
   }
 
   %out = memref.alloc(%t, %nh, %dv) : memref<?x?x?x!act>
-  scf.parallel (%i, %h) = (%c0, %c0) to (%t, %nh) step (%c1, %c1) {
-    scf.for %j = %c0 to %dv step %c1 {
-      %x = memref.load %o[%i, %h, %j] : memref<?x?x?xf32>
-      %xa = func.call @k3k_narrow(%x) : (f32) -> !act
-      memref.store %xa, %out[%i, %h, %j] : memref<?x?x?x!act>
-    }
+  scf.parallel (%i, %h, %j) = (%c0, %c0, %c0) to (%t, %nh, %dv) step (%c1, %c1, %c1) {
+    %x = memref.load %o[%i, %h, %j] : memref<?x?x?xf32>
+    %xa = func.call @k3k_narrow(%x) : (f32) -> !act
+    memref.store %xa, %out[%i, %h, %j] : memref<?x?x?x!act>
   }
   %res = bufferization.to_tensor %out restrict : memref<?x?x?x!act> to tensor<?x?x?x!act>
   return %res : tensor<?x?x?x!act>
 }
 
 // §4.5, one token at a time: S ← (I − β k kᵀ) Diag(α) S + β k vᵀ, o = Sᵀ q.
-// Column v of S only depends on column v, so each (head, v) is one pass to
-// predict k·(αS)[:, v] and one pass to update and read out.
+// Column v of S only depends on column v. Per token, in three parallel
+// stages over the state seen as Sᵀ [H, V, K] (the value-first layout itself,
+// or a transposed view of a key-first state): u_v = β (v_v − k·(αS)[:, v])
+// per (head, v); the update of every element; o_v = q·S[:, v] per (head, v).
+// Each sum runs over k in order, as one pass per (head, v) would take it.
 func.func private @k3k_kda_recurrent(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf32>, %vf: memref<?x?x?xf32>,
                                      %gg: memref<?x?x?xf32>, %bb: memref<?x?xf32>, %state: memref<?x?x?xf32>,
                                      %o: memref<?x?x?xf32>, %vfirst: i1) {
@@ -211,12 +217,20 @@ func.func private @k3k_kda_recurrent(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf
   %nh = memref.dim %qn, %c1 : memref<?x?x?xf32>
   %dk = memref.dim %qn, %c2 : memref<?x?x?xf32>
   %dv = memref.dim %vf, %c2 : memref<?x?x?xf32>
+  %st = scf.if %vfirst -> (memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>) {
+    %c = memref.cast %state : memref<?x?x?xf32> to memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
+    scf.yield %c : memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
+  } else {
+    %tr = memref.transpose %state (h, k, v) -> (h, v, k) : memref<?x?x?xf32> to memref<?x?x?xf32, strided<[?, 1, ?]>>
+    %c = memref.cast %tr : memref<?x?x?xf32, strided<[?, 1, ?]>> to memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
+    scf.yield %c : memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
+  }
+  %bu = memref.alloc(%nh, %dv) : memref<?x?xf32>
   scf.for %i = %c0 to %t step %c1 {
     scf.parallel (%h, %c) = (%c0, %c0) to (%nh, %dv) step (%c1, %c1) {
       %b = memref.load %bb[%i, %h] : memref<?x?xf32>
       %pred = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero) -> (f32) {
-        %x, %y = func.call @k3k_state_index(%j, %c, %vfirst) : (index, index, i1) -> (index, index)
-        %s = memref.load %state[%h, %x, %y] : memref<?x?x?xf32>
+        %s = memref.load %st[%h, %c, %j] : memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
         %g = memref.load %gg[%i, %h, %j] : memref<?x?x?xf32>
         %al = math.exp %g : f32
         %kj = memref.load %kn[%i, %h, %j] : memref<?x?x?xf32>
@@ -227,17 +241,23 @@ func.func private @k3k_kda_recurrent(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf
       }
       %vv = memref.load %vf[%i, %h, %c] : memref<?x?x?xf32>
       %u = arith.subf %vv, %pred : f32
-      %bu = arith.mulf %b, %u : f32
+      %bv = arith.mulf %b, %u : f32
+      memref.store %bv, %bu[%h, %c] : memref<?x?xf32>
+    }
+    scf.parallel (%h, %c, %j) = (%c0, %c0, %c0) to (%nh, %dv, %dk) step (%c1, %c1, %c1) {
+      %s = memref.load %st[%h, %c, %j] : memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
+      %g = memref.load %gg[%i, %h, %j] : memref<?x?x?xf32>
+      %al = math.exp %g : f32
+      %kj = memref.load %kn[%i, %h, %j] : memref<?x?x?xf32>
+      %bv = memref.load %bu[%h, %c] : memref<?x?xf32>
+      %as = arith.mulf %al, %s : f32
+      %kb = arith.mulf %kj, %bv : f32
+      %ns = arith.addf %as, %kb : f32
+      memref.store %ns, %st[%h, %c, %j] : memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
+    }
+    scf.parallel (%h, %c) = (%c0, %c0) to (%nh, %dv) step (%c1, %c1) {
       %out = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero) -> (f32) {
-        %x, %y = func.call @k3k_state_index(%j, %c, %vfirst) : (index, index, i1) -> (index, index)
-        %s = memref.load %state[%h, %x, %y] : memref<?x?x?xf32>
-        %g = memref.load %gg[%i, %h, %j] : memref<?x?x?xf32>
-        %al = math.exp %g : f32
-        %kj = memref.load %kn[%i, %h, %j] : memref<?x?x?xf32>
-        %as = arith.mulf %al, %s : f32
-        %kb = arith.mulf %kj, %bu : f32
-        %ns = arith.addf %as, %kb : f32
-        memref.store %ns, %state[%h, %x, %y] : memref<?x?x?xf32>
+        %ns = memref.load %st[%h, %c, %j] : memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
         %qj = memref.load %qn[%i, %h, %j] : memref<?x?x?xf32>
         %p = arith.mulf %qj, %ns : f32
         %r = arith.addf %a, %p : f32

@@ -92,6 +92,7 @@ func.func private @k3k_route(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf16>, %bias:
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %zero = arith.constant 0.0 : f32
+  %one = arith.constant 1.0 : f32
   %tiny = arith.constant 1.0e-20 : f32
   %zero64 = arith.constant 0 : i64
   %t = tensor.dim %x, %c0 : tensor<?x?x!act>
@@ -118,17 +119,21 @@ func.func private @k3k_route(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf16>, %bias:
   }
   scf.parallel (%i, %e) = (%c0, %c0) to (%t, %ne) step (%c1, %c1) {
     %key = memref.load %keys[%i, %e] : memref<?x?xf32>
-    %rank = scf.for %o = %c0 to %ne step %c1 iter_args(%r = %c0) -> (index) {
+    // The count in f32 (exact below 2^24 experts), a sum the GPU splits
+    // over a warp's lanes.
+    %rankf = scf.for %o = %c0 to %ne step %c1 iter_args(%r = %zero) -> (f32) {
       %ko = memref.load %keys[%i, %o] : memref<?x?xf32>
       %gt = arith.cmpf ogt, %ko, %key : f32
       %eq = arith.cmpf oeq, %ko, %key : f32
       %lower = arith.cmpi ult, %o, %e : index
       %tie = arith.andi %eq, %lower : i1
       %before = arith.ori %gt, %tie : i1
-      %inc = arith.select %before, %c1, %c0 : index
-      %r2 = arith.addi %r, %inc : index
-      scf.yield %r2 : index
+      %inc = arith.select %before, %one, %zero : f32
+      %r2 = arith.addf %r, %inc : f32
+      scf.yield %r2 : f32
     }
+    %rank32 = arith.fptoui %rankf : f32 to i32
+    %rank = arith.index_cast %rank32 : i32 to index
     %valid = arith.cmpf ord, %key, %key : f32
     %in = arith.cmpi ult, %rank, %topk : index
     %sel = arith.andi %valid, %in : i1
@@ -219,6 +224,7 @@ func.func private @k3k_experts_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64
   %l = tensor.dim %xi, %c1 : tensor<?x?x!act>
   %ni = tensor.dim %w1p, %c1 : tensor<?x?x?xi8>
   // MXFP4 widths are multiples of the 32-element group (the k3 verifier).
+  %c2 = arith.constant 2 : index
   %c16 = arith.constant 16 : index
   %c32 = arith.constant 32 : index
   %pad = arith.constant 0.0 : !act
@@ -229,7 +235,8 @@ func.func private @k3k_experts_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64
   %topk = memref.dim %idx, %c1 : memref<?x?xi64>
   %order = func.call @k3k_group_by_expert(%idx, %ne) : (memref<?x?xi64>, index) -> memref<?xi64>
   %nq = arith.muli %t, %topk : index
-  %hid = memref.alloc(%t, %topk, %ni) : memref<?x?x?xf32>
+  // h is rounded to the activation type, so it is stored in it.
+  %hid = memref.alloc(%t, %topk, %ni) : memref<?x?x?x!act>
   scf.parallel (%n, %q) = (%c0, %c0) to (%ni, %nq) step (%c1, %c1) {
     %q64 = memref.load %order[%q] : memref<?xi64>
     %qi = arith.index_cast %q64 : i64 to index
@@ -256,29 +263,40 @@ func.func private @k3k_experts_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64
     %gr = func.call @k3k_round(%g) : (f32) -> f32
     %ur = func.call @k3k_round(%u) : (f32) -> f32
     %h = func.call @k3k_glu_act(%gr, %ur, %silu, %b1, %b2) : (f32, f32, i1, f32, f32) -> f32
-    %hr = func.call @k3k_round(%h) : (f32) -> f32
-    memref.store %hr, %hid[%i, %s, %n] : memref<?x?x?xf32>
+    %hn = func.call @k3k_narrow(%h) : (f32) -> !act
+    memref.store %hn, %hid[%i, %s, %n] : memref<?x?x?x!act>
   }
+  // Two output rows (j, j + L/2) per entry and iteration: each h group is
+  // read once for both.
   %ys = memref.alloc(%t, %topk, %l) : memref<?x?x?xf32>
-  scf.parallel (%j, %q) = (%c0, %c0) to (%l, %nq) step (%c1, %c1) {
+  %lh = arith.divui %l, %c2 : index
+  scf.parallel (%j, %q) = (%c0, %c0) to (%lh, %nq) step (%c1, %c1) {
     %q64 = memref.load %order[%q] : memref<?xi64>
     %qi = arith.index_cast %q64 : i64 to index
     %i = arith.divui %qi, %topk : index
     %s = arith.remui %qi, %topk : index
     %e64 = memref.load %idx[%i, %s] : memref<?x?xi64>
     %e = arith.index_cast %e64 : i64 to index
-    %y = scf.for %n = %c0 to %ig step %c1 iter_args(%a = %zero) -> (f32) {
+    %j2 = arith.addi %j, %lh : index
+    %y, %y2 = scf.for %n = %c0 to %ig step %c1 iter_args(%a = %zero, %a1 = %zero) -> (f32, f32) {
       %n0 = arith.muli %n, %c32 : index
       %b0 = arith.muli %n, %c16 : index
-      %hv = vector.transfer_read %hid[%i, %s, %n0], %zero {in_bounds = [true]} : memref<?x?x?xf32>, vector<32xf32>
+      %hv = vector.transfer_read %hid[%i, %s, %n0], %pad {in_bounds = [true]} : memref<?x?x?x!act>, vector<32x!act>
+      %hf = func.call @k3k_widen32(%hv) : (vector<32x!act>) -> vector<32xf32>
       %pw = vector.transfer_read %w2p[%e, %j, %b0], %pad8 {in_bounds = [true]} : tensor<?x?x?xi8>, vector<16xi8>
       %sw = tensor.extract %w2s[%e, %j, %n] : tensor<?x?x?xi8>
-      %tw = func.call @k3k_mxfp4_group(%pw, %sw, %hv) : (vector<16xi8>, i8, vector<32xf32>) -> f32
+      %pw2 = vector.transfer_read %w2p[%e, %j2, %b0], %pad8 {in_bounds = [true]} : tensor<?x?x?xi8>, vector<16xi8>
+      %sw2 = tensor.extract %w2s[%e, %j2, %n] : tensor<?x?x?xi8>
+      %tw = func.call @k3k_mxfp4_group(%pw, %sw, %hf) : (vector<16xi8>, i8, vector<32xf32>) -> f32
+      %tw2 = func.call @k3k_mxfp4_group(%pw2, %sw2, %hf) : (vector<16xi8>, i8, vector<32xf32>) -> f32
       %a2 = arith.addf %a, %tw : f32
-      scf.yield %a2 : f32
+      %a3 = arith.addf %a1, %tw2 : f32
+      scf.yield %a2, %a3 : f32, f32
     }
     %yr = func.call @k3k_round(%y) : (f32) -> f32
+    %yr2 = func.call @k3k_round(%y2) : (f32) -> f32
     memref.store %yr, %ys[%i, %s, %j] : memref<?x?x?xf32>
+    memref.store %yr2, %ys[%i, %s, %j2] : memref<?x?x?xf32>
   }
   %out = memref.alloc(%t, %l) : memref<?x?x!act>
   scf.parallel (%i, %j) = (%c0, %c0) to (%t, %l) step (%c1, %c1) {
