@@ -51,8 +51,9 @@ func.func private @k3k_short_conv(%x: tensor<?x?x!act>, %w: tensor<?x?x?xf32>, %
   }
   // New tail: raw inputs at segment positions T-W+1 .. T-1 (older ones from
   // the old tail), built aside so the old tail is read before it is written.
+  // Channels innermost (one GPU thread each; the taps are few).
   %nt = memref.alloc(%ch, %wm1) : memref<?x?x!act>
-  scf.parallel (%c, %k) = (%c0, %c0) to (%ch, %wm1) step (%c1, %c1) {
+  scf.parallel (%k, %c) = (%c0, %c0) to (%wm1, %ch) step (%c1, %c1) {
     %tk = arith.addi %t, %k : index
     %inseg = arith.cmpi uge, %tk, %wm1 : index
     %u = scf.if %inseg -> (!act) {
@@ -65,7 +66,7 @@ func.func private @k3k_short_conv(%x: tensor<?x?x!act>, %w: tensor<?x?x?xf32>, %
     }
     memref.store %u, %nt[%c, %k] : memref<?x?x!act>
   }
-  scf.parallel (%c, %k) = (%c0, %c0) to (%ch, %wm1) step (%c1, %c1) {
+  scf.parallel (%k, %c) = (%c0, %c0) to (%wm1, %ch) step (%c1, %c1) {
     %u = memref.load %nt[%c, %k] : memref<?x?x!act>
     memref.store %u, %tail[%c, %k] : memref<?x?x!act>
   }

@@ -54,19 +54,8 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     }
   }
 
-  // The whole cache, in order: [len + T, R + dr] (f32 values of the cache).
   %ntok = arith.addi %len, %t : index
   %w = arith.addi %r, %dr : index
-  %all = memref.alloc(%ntok, %w) : memref<?x?xf32>
-  scf.parallel (%j, %e) = (%c0, %c0) to (%ntok, %w) step (%c1, %c1) {
-    %pg = arith.divui %j, %psz : index
-    %off = arith.remui %j, %psz : index
-    %pid32 = memref.load %table[%pg] : memref<?xi32>
-    %pid = arith.index_cast %pid32 : i32 to index
-    %v = memref.load %pool[%pid, %off, %e] : memref<?x?x?x!act>
-    %vf = func.call @k3k_widen(%v) : (!act) -> f32
-    memref.store %vf, %all[%j, %e] : memref<?x?xf32>
-  }
 
   %hv = arith.muli %nh, %dvh : index
   %o = memref.alloc(%t, %hv) : memref<?x?xf32>
@@ -108,16 +97,119 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
       %re = arith.addi %r, %e : index
       memref.store %qf, %qh[%h, %re] : memref<?x?xf32>
     }
-    scf.parallel (%h, %j) = (%c0, %c0) to (%nh, %ntok) step (%c1, %c1) {
-      %s = scf.for %e = %c0 to %w step %c1 iter_args(%a = %zero) -> (f32) {
-        %qv = memref.load %qh[%h, %e] : memref<?x?xf32>
-        %cv = memref.load %all[%j, %e] : memref<?x?xf32>
-        %pr = arith.mulf %qv, %cv : f32
-        %s2 = arith.addf %a, %pr : f32
-        scf.yield %s2 : f32
+    // The cache rows of the tokens in order (page table), and the pool as
+    // rows [pages · P, R + dr]: the stages below read the cache in place.
+    %rows = memref.alloc(%ntok) : memref<?xindex>
+    scf.parallel (%j) = (%c0) to (%ntok) step (%c1) {
+      %pg = arith.divui %j, %psz : index
+      %off = arith.remui %j, %psz : index
+      %pid32 = memref.load %table[%pg] : memref<?xi32>
+      %pid = arith.index_cast %pid32 : i32 to index
+      %base = arith.muli %pid, %psz : index
+      %row = arith.addi %base, %off : index
+      memref.store %row, %rows[%j] : memref<?xindex>
+    }
+    %pool2 = memref.collapse_shape %pool [[0, 1], [2]] : memref<?x?x?x!act> into memref<?x?x!act>
+    // Scores of %hblk heads per cached token: each cache element is read
+    // once for all of them (heads past H are computed on head H-1 and not
+    // stored).
+    %c1_h = arith.constant 1 : index
+    %c2_h = arith.constant 2 : index
+    %c3_h = arith.constant 3 : index
+    %c4_h = arith.constant 4 : index
+    %c5_h = arith.constant 5 : index
+    %c6_h = arith.constant 6 : index
+    %c7_h = arith.constant 7 : index
+    %hblk = arith.constant 8 : index
+    %nhb = arith.ceildivui %nh, %hblk : index
+    %hlast = arith.subi %nh, %c1 : index
+    scf.parallel (%hb, %j) = (%c0, %c0) to (%nhb, %ntok) step (%c1, %c1) {
+      %row = memref.load %rows[%j] : memref<?xindex>
+      %h0 = arith.muli %hb, %hblk : index
+      %hu0 = arith.minui %h0, %hlast : index
+      %hk1 = arith.addi %h0, %c1_h : index
+      %hu1 = arith.minui %hk1, %hlast : index
+      %hk2 = arith.addi %h0, %c2_h : index
+      %hu2 = arith.minui %hk2, %hlast : index
+      %hk3 = arith.addi %h0, %c3_h : index
+      %hu3 = arith.minui %hk3, %hlast : index
+      %hk4 = arith.addi %h0, %c4_h : index
+      %hu4 = arith.minui %hk4, %hlast : index
+      %hk5 = arith.addi %h0, %c5_h : index
+      %hu5 = arith.minui %hk5, %hlast : index
+      %hk6 = arith.addi %h0, %c6_h : index
+      %hu6 = arith.minui %hk6, %hlast : index
+      %hk7 = arith.addi %h0, %c7_h : index
+      %hu7 = arith.minui %hk7, %hlast : index
+      %s0, %s1, %s2, %s3, %s4, %s5, %s6, %s7 = scf.for %e = %c0 to %w step %c1 iter_args(%a0 = %zero, %a1 = %zero, %a2 = %zero, %a3 = %zero, %a4 = %zero, %a5 = %zero, %a6 = %zero, %a7 = %zero) -> (f32, f32, f32, f32, f32, f32, f32, f32) {
+        %cv = memref.load %pool2[%row, %e] : memref<?x?x!act>
+        %cf = func.call @k3k_widen(%cv) : (!act) -> f32
+        %q0 = memref.load %qh[%hu0, %e] : memref<?x?xf32>
+        %m0 = arith.mulf %q0, %cf : f32
+        %n0 = arith.addf %a0, %m0 : f32
+        %q1 = memref.load %qh[%hu1, %e] : memref<?x?xf32>
+        %m1 = arith.mulf %q1, %cf : f32
+        %n1 = arith.addf %a1, %m1 : f32
+        %q2 = memref.load %qh[%hu2, %e] : memref<?x?xf32>
+        %m2 = arith.mulf %q2, %cf : f32
+        %n2 = arith.addf %a2, %m2 : f32
+        %q3 = memref.load %qh[%hu3, %e] : memref<?x?xf32>
+        %m3 = arith.mulf %q3, %cf : f32
+        %n3 = arith.addf %a3, %m3 : f32
+        %q4 = memref.load %qh[%hu4, %e] : memref<?x?xf32>
+        %m4 = arith.mulf %q4, %cf : f32
+        %n4 = arith.addf %a4, %m4 : f32
+        %q5 = memref.load %qh[%hu5, %e] : memref<?x?xf32>
+        %m5 = arith.mulf %q5, %cf : f32
+        %n5 = arith.addf %a5, %m5 : f32
+        %q6 = memref.load %qh[%hu6, %e] : memref<?x?xf32>
+        %m6 = arith.mulf %q6, %cf : f32
+        %n6 = arith.addf %a6, %m6 : f32
+        %q7 = memref.load %qh[%hu7, %e] : memref<?x?xf32>
+        %m7 = arith.mulf %q7, %cf : f32
+        %n7 = arith.addf %a7, %m7 : f32
+        scf.yield %n0, %n1, %n2, %n3, %n4, %n5, %n6, %n7 : f32, f32, f32, f32, f32, f32, f32, f32
       }
-      %sc = arith.mulf %s, %scale : f32
-      memref.store %sc, %p[%h, %j] : memref<?x?xf32>
+      %in0 = arith.cmpi ult, %h0, %nh : index
+      scf.if %in0 {
+        %sc0 = arith.mulf %s0, %scale : f32
+        memref.store %sc0, %p[%h0, %j] : memref<?x?xf32>
+      }
+      %in1 = arith.cmpi ult, %hk1, %nh : index
+      scf.if %in1 {
+        %sc1 = arith.mulf %s1, %scale : f32
+        memref.store %sc1, %p[%hk1, %j] : memref<?x?xf32>
+      }
+      %in2 = arith.cmpi ult, %hk2, %nh : index
+      scf.if %in2 {
+        %sc2 = arith.mulf %s2, %scale : f32
+        memref.store %sc2, %p[%hk2, %j] : memref<?x?xf32>
+      }
+      %in3 = arith.cmpi ult, %hk3, %nh : index
+      scf.if %in3 {
+        %sc3 = arith.mulf %s3, %scale : f32
+        memref.store %sc3, %p[%hk3, %j] : memref<?x?xf32>
+      }
+      %in4 = arith.cmpi ult, %hk4, %nh : index
+      scf.if %in4 {
+        %sc4 = arith.mulf %s4, %scale : f32
+        memref.store %sc4, %p[%hk4, %j] : memref<?x?xf32>
+      }
+      %in5 = arith.cmpi ult, %hk5, %nh : index
+      scf.if %in5 {
+        %sc5 = arith.mulf %s5, %scale : f32
+        memref.store %sc5, %p[%hk5, %j] : memref<?x?xf32>
+      }
+      %in6 = arith.cmpi ult, %hk6, %nh : index
+      scf.if %in6 {
+        %sc6 = arith.mulf %s6, %scale : f32
+        memref.store %sc6, %p[%hk6, %j] : memref<?x?xf32>
+      }
+      %in7 = arith.cmpi ult, %hk7, %nh : index
+      scf.if %in7 {
+        %sc7 = arith.mulf %s7, %scale : f32
+        memref.store %sc7, %p[%hk7, %j] : memref<?x?xf32>
+      }
     }
     // Softmax per head: the maximum, exp(s - max) in place, the sum.
     %rowmax = memref.alloc(%nh) : memref<?xf32>
@@ -146,22 +238,93 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     }
     // ō over the cached tokens in %parts slices (flash-decoding style:
     // each slice a partial sum, the slices added in order), for
-    // parallelism over a long context.
+    // parallelism over a long context; %hblk heads per thread, so that each
+    // cache element is read once per slice for all of them.
     %parts = arith.constant 16 : index
     %slice = arith.ceildivui %ntok, %parts : index
     %partial = memref.alloc(%nh, %r, %parts) : memref<?x?x?xf32>
-    scf.parallel (%h, %pt, %e) = (%c0, %c0, %c0) to (%nh, %parts, %r) step (%c1, %c1, %c1) {
+    scf.parallel (%hb, %pt, %e) = (%c0, %c0, %c0) to (%nhb, %parts, %r) step (%c1, %c1, %c1) {
+      %h0 = arith.muli %hb, %hblk : index
+      %hu0 = arith.minui %h0, %hlast : index
+      %hk1 = arith.addi %h0, %c1_h : index
+      %hu1 = arith.minui %hk1, %hlast : index
+      %hk2 = arith.addi %h0, %c2_h : index
+      %hu2 = arith.minui %hk2, %hlast : index
+      %hk3 = arith.addi %h0, %c3_h : index
+      %hu3 = arith.minui %hk3, %hlast : index
+      %hk4 = arith.addi %h0, %c4_h : index
+      %hu4 = arith.minui %hk4, %hlast : index
+      %hk5 = arith.addi %h0, %c5_h : index
+      %hu5 = arith.minui %hk5, %hlast : index
+      %hk6 = arith.addi %h0, %c6_h : index
+      %hu6 = arith.minui %hk6, %hlast : index
+      %hk7 = arith.addi %h0, %c7_h : index
+      %hu7 = arith.minui %hk7, %hlast : index
       %j0 = arith.muli %pt, %slice : index
       %j1u = arith.addi %j0, %slice : index
       %j1 = arith.minui %j1u, %ntok : index
-      %acc = scf.for %j = %j0 to %j1 step %c1 iter_args(%a = %zero) -> (f32) {
-        %pj = memref.load %p[%h, %j] : memref<?x?xf32>
-        %cv = memref.load %all[%j, %e] : memref<?x?xf32>
-        %pr = arith.mulf %pj, %cv : f32
-        %s2 = arith.addf %a, %pr : f32
-        scf.yield %s2 : f32
+      %s0, %s1, %s2, %s3, %s4, %s5, %s6, %s7 = scf.for %j = %j0 to %j1 step %c1 iter_args(%a0 = %zero, %a1 = %zero, %a2 = %zero, %a3 = %zero, %a4 = %zero, %a5 = %zero, %a6 = %zero, %a7 = %zero) -> (f32, f32, f32, f32, f32, f32, f32, f32) {
+        %row = memref.load %rows[%j] : memref<?xindex>
+        %cv = memref.load %pool2[%row, %e] : memref<?x?x!act>
+        %cf = func.call @k3k_widen(%cv) : (!act) -> f32
+        %p0 = memref.load %p[%hu0, %j] : memref<?x?xf32>
+        %m0 = arith.mulf %p0, %cf : f32
+        %n0 = arith.addf %a0, %m0 : f32
+        %p1 = memref.load %p[%hu1, %j] : memref<?x?xf32>
+        %m1 = arith.mulf %p1, %cf : f32
+        %n1 = arith.addf %a1, %m1 : f32
+        %p2 = memref.load %p[%hu2, %j] : memref<?x?xf32>
+        %m2 = arith.mulf %p2, %cf : f32
+        %n2 = arith.addf %a2, %m2 : f32
+        %p3 = memref.load %p[%hu3, %j] : memref<?x?xf32>
+        %m3 = arith.mulf %p3, %cf : f32
+        %n3 = arith.addf %a3, %m3 : f32
+        %p4 = memref.load %p[%hu4, %j] : memref<?x?xf32>
+        %m4 = arith.mulf %p4, %cf : f32
+        %n4 = arith.addf %a4, %m4 : f32
+        %p5 = memref.load %p[%hu5, %j] : memref<?x?xf32>
+        %m5 = arith.mulf %p5, %cf : f32
+        %n5 = arith.addf %a5, %m5 : f32
+        %p6 = memref.load %p[%hu6, %j] : memref<?x?xf32>
+        %m6 = arith.mulf %p6, %cf : f32
+        %n6 = arith.addf %a6, %m6 : f32
+        %p7 = memref.load %p[%hu7, %j] : memref<?x?xf32>
+        %m7 = arith.mulf %p7, %cf : f32
+        %n7 = arith.addf %a7, %m7 : f32
+        scf.yield %n0, %n1, %n2, %n3, %n4, %n5, %n6, %n7 : f32, f32, f32, f32, f32, f32, f32, f32
       }
-      memref.store %acc, %partial[%h, %e, %pt] : memref<?x?x?xf32>
+      %in0 = arith.cmpi ult, %h0, %nh : index
+      scf.if %in0 {
+        memref.store %s0, %partial[%h0, %e, %pt] : memref<?x?x?xf32>
+      }
+      %in1 = arith.cmpi ult, %hk1, %nh : index
+      scf.if %in1 {
+        memref.store %s1, %partial[%hk1, %e, %pt] : memref<?x?x?xf32>
+      }
+      %in2 = arith.cmpi ult, %hk2, %nh : index
+      scf.if %in2 {
+        memref.store %s2, %partial[%hk2, %e, %pt] : memref<?x?x?xf32>
+      }
+      %in3 = arith.cmpi ult, %hk3, %nh : index
+      scf.if %in3 {
+        memref.store %s3, %partial[%hk3, %e, %pt] : memref<?x?x?xf32>
+      }
+      %in4 = arith.cmpi ult, %hk4, %nh : index
+      scf.if %in4 {
+        memref.store %s4, %partial[%hk4, %e, %pt] : memref<?x?x?xf32>
+      }
+      %in5 = arith.cmpi ult, %hk5, %nh : index
+      scf.if %in5 {
+        memref.store %s5, %partial[%hk5, %e, %pt] : memref<?x?x?xf32>
+      }
+      %in6 = arith.cmpi ult, %hk6, %nh : index
+      scf.if %in6 {
+        memref.store %s6, %partial[%hk6, %e, %pt] : memref<?x?x?xf32>
+      }
+      %in7 = arith.cmpi ult, %hk7, %nh : index
+      scf.if %in7 {
+        memref.store %s7, %partial[%hk7, %e, %pt] : memref<?x?x?xf32>
+      }
     }
     scf.parallel (%h, %e) = (%c0, %c0) to (%nh, %r) step (%c1, %c1) {
       %acc = scf.for %pt = %c0 to %parts step %c1 iter_args(%a = %zero) -> (f32) {
@@ -192,6 +355,18 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
   } else {
     // §5.2 naive: per head key [k_n ; k_r] and value v from W_UKV c, causal
     // softmax over the cached tokens and the segment.
+    // The whole cache, in order: [len + T, R + dr] (f32 values of the cache).
+    %all = memref.alloc(%ntok, %w) : memref<?x?xf32>
+    scf.parallel (%j, %e) = (%c0, %c0) to (%ntok, %w) step (%c1, %c1) {
+      %pg = arith.divui %j, %psz : index
+      %off = arith.remui %j, %psz : index
+      %pid32 = memref.load %table[%pg] : memref<?xi32>
+      %pid = arith.index_cast %pid32 : i32 to index
+      %v = memref.load %pool[%pid, %off, %e] : memref<?x?x?x!act>
+      %vf = func.call @k3k_widen(%v) : (!act) -> f32
+      memref.store %vf, %all[%j, %e] : memref<?x?xf32>
+    }
+
     %callt = bufferization.to_tensor %all restrict : memref<?x?xf32> to tensor<?x?xf32>
     %cl = tensor.extract_slice %callt[0, 0] [%ntok, %r] [1, 1] : tensor<?x?xf32> to tensor<?x?xf32>
     %ca = func.call @k3k_narrow2(%cl) : (tensor<?x?xf32>) -> tensor<?x?x!act>
