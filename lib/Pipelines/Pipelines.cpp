@@ -58,7 +58,7 @@ static const char *const kGPUBufferize =
     "function-boundary-type-conversion=identity-layout-map},"
     "convert-bufferization-to-memref";
 static const char *const kGPUMap =
-    "convert-linalg-to-parallel-loops,canonicalize";
+    "convert-linalg-to-parallel-loops,canonicalize,cse";
 
 /// The compute capability of "sm_NN[a]" (x10).
 static int64_t smOf(StringRef chip) {

@@ -69,6 +69,10 @@ def K3MemRefCopyToLinalgPass : Pass<"k3-memref-copy-to-linalg", "::mlir::ModuleO
     After bufferization: copies between strided buffers would otherwise
     lower to a call into MLIR's C runner library (`memrefCopy`); as
     `linalg.copy` they become loops, so the library needs only libc and libm.
+    Copies between contiguous (identity-layout) buffers are made over the
+    buffers collapsed to one dimension, so that on the GPU they are one
+    kernel over all elements rather than one thread per element of a short
+    innermost dimension.
   }];
   let dependentDialects = ["::mlir::linalg::LinalgDialect"];
 }

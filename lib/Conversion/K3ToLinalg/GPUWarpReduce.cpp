@@ -127,6 +127,15 @@ struct Reduction {
   SmallVector<memref::LoadOp> loads;
   SmallVector<memref::StoreOp> stores;
   SmallVector<bool> loadFirst;
+  /// Per output of the linalg form: the constant a parallel loop right
+  /// before the root filled it with (a linalg.fill), or null. The sum is
+  /// then added to the constant and the fill loop goes (one launch less).
+  SmallVector<Value> fillValues;
+  SmallVector<scf::ParallelOp> fills;
+  /// An scf.if between the fills and the root (the root alone in one
+  /// branch, e.g. k3-gpu-mma's run-time choice): its other branch gets a
+  /// copy of the fills.
+  scf::IfOp fillsAbove;
   /// Ops of the loop body that the split loop does not clone.
   llvm::SmallPtrSet<Operation *, 8> skip;
 };
@@ -257,6 +266,59 @@ bool splitCoalesces(scf::ParallelOp root, scf::ForOp loop) {
   return !result.wasInterrupted() && alongLoop;
 }
 
+/// `store` writes the element of `par`'s iteration: its indices are the
+/// loop's induction variables, in order.
+bool storesOwnElement(scf::ParallelOp par, memref::StoreOp store) {
+  return llvm::equal(store.getIndices(), par.getInductionVars());
+}
+
+/// The fills of the linalg form's outputs: the parallel loops right before
+/// the root (nothing but side-effect-free ops in between) that store one
+/// constant into every element the root accumulates into, over the same
+/// iteration space, and do nothing else.
+void matchFills(scf::ParallelOp root, Reduction &r) {
+  r.fillValues.assign(r.stores.size(), Value());
+  for (memref::StoreOp store : r.stores)
+    if (!storesOwnElement(root, store))
+      return;
+  Operation *op = root->getPrevNode();
+  for (; op && isMemoryEffectFree(op); op = op->getPrevNode()) {
+  }
+  auto branch = dyn_cast<scf::IfOp>(root->getParentOp());
+  if (!op && branch && !branch.getElseRegion().empty() &&
+      llvm::all_of(root->getBlock()->without_terminator(), [&](Operation &o) {
+        return &o == root.getOperation() || isMemoryEffectFree(&o);
+      })) {
+    r.fillsAbove = branch;
+    op = branch->getPrevNode();
+  }
+  for (; op; op = op->getPrevNode()) {
+    if (isMemoryEffectFree(op))
+      continue;
+    auto fill = dyn_cast<scf::ParallelOp>(op);
+    if (!fill || fill.getNumReductions() != 0 ||
+        fill.getLowerBound() != root.getLowerBound() ||
+        fill.getUpperBound() != root.getUpperBound() ||
+        fill.getStep() != root.getStep() ||
+        !llvm::hasSingleElement(fill.getBody()->without_terminator()))
+      return;
+    auto store = dyn_cast<memref::StoreOp>(fill.getBody()->front());
+    FloatAttr value;
+    if (!store || !storesOwnElement(fill, store) ||
+        !matchPattern(store.getValue(), m_Constant(&value)))
+      return;
+    bool used = false;
+    for (auto [i, out] : llvm::enumerate(r.stores))
+      if (out.getMemRef() == store.getMemRef() && !r.fillValues[i]) {
+        r.fillValues[i] = store.getValue();
+        used = true;
+      }
+    if (!used)
+      return;
+    r.fills.push_back(fill);
+  }
+}
+
 /// The body of `root`: read-only setup, the reduction loop, then anything.
 std::optional<Reduction> match(scf::ParallelOp root, Effects &effects) {
   if (root.getNumReductions() != 0 || root->hasAttr("k3.warp_lanes"))
@@ -274,7 +336,10 @@ std::optional<Reduction> match(scf::ParallelOp root, Effects &effects) {
     return std::nullopt;
   bool ok = r.loop.getNumResults() == 0 ? matchLinalgForm(r, effects)
                                         : matchIterArgsForm(r, effects);
-  return ok ? std::optional<Reduction>(std::move(r)) : std::nullopt;
+  if (!ok)
+    return std::nullopt;
+  matchFills(root, r);
+  return r;
 }
 
 /// Sum (or maximum) of `v` over the 32 lanes of the warp, in every lane.
@@ -715,12 +780,17 @@ void split(scf::ParallelOp root, Reduction &r, int64_t unroll,
   auto once = scf::IfOp::create(nb, loc, first, /*withElseRegion=*/false);
   OpBuilder tb = OpBuilder::atBlockTerminator(once.thenBlock());
   if (!r.stores.empty()) {
-    for (auto [store, first, sum] : llvm::zip(r.stores, r.loadFirst, sums)) {
+    for (auto [store, first, sum, filled] :
+         llvm::zip(r.stores, r.loadFirst, sums, r.fillValues)) {
       Value memref = map.lookupOrDefault(store.getMemRef());
       SmallVector<Value> idx;
       for (Value i : store.getIndices())
         idx.push_back(map.lookupOrDefault(i));
-      Value c = memref::LoadOp::create(tb, loc, memref, idx);
+      // The element as the fill left it: its constant (materialized here,
+      // kernels take no constants from outside), else a load.
+      Value c = filled ? tb.clone(*filled.getDefiningOp())->getResult(0)
+                       : memref::LoadOp::create(tb, loc, memref, idx)
+                             .getResult();
       Value s = first ? arith::AddFOp::create(tb, loc, c, sum)
                       : arith::AddFOp::create(tb, loc, sum, c);
       memref::StoreOp::create(tb, loc, s, memref, idx);
@@ -745,6 +815,20 @@ void split(scf::ParallelOp root, Reduction &r, int64_t unroll,
     if (!isa<scf::ReduceOp>(*it))
       tb.clone(*it, map);
   root.erase();
+  if (!r.stores.empty() &&
+      llvm::all_of(r.fillValues, [](Value v) { return bool(v); })) {
+    for (scf::ParallelOp fill : r.fills) {
+      if (scf::IfOp branch = r.fillsAbove) {
+        Region &other = branch.getThenRegion().isAncestor(par->getParentRegion())
+                            ? branch.getElseRegion()
+                            : branch.getThenRegion();
+        OpBuilder ob = OpBuilder::atBlockBegin(&other.front());
+        ob.clone(*fill);
+      }
+      fill.erase();
+    }
+    par->setAttr("k3.warp_fused_fill", b.getUnitAttr());
+  }
 }
 
 struct K3GPUWarpReducePass

@@ -19,8 +19,23 @@ struct CopyToLinalg : OpRewritePattern<memref::CopyOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(memref::CopyOp op,
                                 PatternRewriter &rewriter) const override {
-    rewriter.replaceOpWithNewOp<linalg::CopyOp>(op, op.getSource(),
-                                                op.getTarget());
+    Value source = op.getSource(), target = op.getTarget();
+    auto from = cast<MemRefType>(source.getType());
+    auto to = cast<MemRefType>(target.getType());
+    // Contiguous buffers are copied as one row: a GPU kernel over all their
+    // elements, not one thread per element of a short innermost dimension
+    // (a KDA conv tail is [channels, 3]).
+    if (from.getRank() > 1 && from.getLayout().isIdentity() &&
+        to.getLayout().isIdentity()) {
+      SmallVector<ReassociationIndices> all(1);
+      for (int64_t i = 0; i < from.getRank(); ++i)
+        all[0].push_back(i);
+      source = memref::CollapseShapeOp::create(rewriter, op.getLoc(), source,
+                                               all);
+      target = memref::CollapseShapeOp::create(rewriter, op.getLoc(), target,
+                                               all);
+    }
+    rewriter.replaceOpWithNewOp<linalg::CopyOp>(op, source, target);
     return success();
   }
 };

@@ -378,3 +378,66 @@ func.func @row_read(%x: memref<?xf32>, %i: index) -> vector<4xf32> {
   %v = vector.transfer_read %x[%i], %pad {in_bounds = [true]} : memref<?xf32>, vector<4xf32>
   return %v : vector<4xf32>
 }
+
+// A linalg.fill right before (as convert-linalg-to-parallel-loops leaves
+// it, only side-effect-free ops in between) that writes a constant into
+// every element the reduction accumulates into: lane 0 adds the sum to the
+// constant instead of loading the element, and the fill loop goes.
+// CHECK-LABEL: func.func @filled
+// CHECK-NOT: memref.store %{{.+}}, %{{.+}}[%{{.+}}] : memref<?xf32>
+// CHECK: scf.parallel (%[[J:.+]], %[[LANE:.+]]) =
+// CHECK:   scf.if
+// CHECK-NEXT: %[[C:.+]] = arith.constant 0.000000e+00 : f32
+// CHECK-NEXT: %[[S:.+]] = arith.addf %[[C]], %{{.+}} : f32
+// CHECK-NEXT: memref.store %[[S]], %{{.+}}[%[[J]]] : memref<?xf32>
+// CHECK: k3.warp_fused_fill
+// CHECK-LABEL: func.func @not_filled
+// CHECK: scf.parallel (%{{.+}}) = (%c0) to (%{{.+}}) step (%c1) {
+// CHECK-NEXT: memref.store
+// CHECK: memref.load %{{.+}}[%{{.+}}] : memref<?xf32>
+// CHECK-NOT: k3.warp_fused_fill
+func.func @filled(%w: memref<?x?xf32>, %y: memref<?xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %zero = arith.constant 0.0 : f32
+  %n = memref.dim %w, %c0 : memref<?x?xf32>
+  %k = memref.dim %w, %c1 : memref<?x?xf32>
+  scf.parallel (%j) = (%c0) to (%n) step (%c1) {
+    memref.store %zero, %y[%j] : memref<?xf32>
+    scf.reduce
+  }
+  %n2 = memref.dim %w, %c0 : memref<?x?xf32>
+  scf.parallel (%j) = (%c0) to (%n) step (%c1) {
+    scf.for %i = %c0 to %k step %c1 {
+      %v = memref.load %w[%j, %i] : memref<?x?xf32>
+      %c = memref.load %y[%j] : memref<?xf32>
+      %s = arith.addf %c, %v : f32
+      memref.store %s, %y[%j] : memref<?xf32>
+    }
+    scf.reduce
+  }
+  return
+}
+// The fill covers other elements (a different bound): kept, and the
+// element is loaded.
+func.func @not_filled(%w: memref<?x?xf32>, %y: memref<?xf32>, %m: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %zero = arith.constant 0.0 : f32
+  %n = memref.dim %w, %c0 : memref<?x?xf32>
+  %k = memref.dim %w, %c1 : memref<?x?xf32>
+  scf.parallel (%j) = (%c0) to (%m) step (%c1) {
+    memref.store %zero, %y[%j] : memref<?xf32>
+    scf.reduce
+  }
+  scf.parallel (%j) = (%c0) to (%n) step (%c1) {
+    scf.for %i = %c0 to %k step %c1 {
+      %v = memref.load %w[%j, %i] : memref<?x?xf32>
+      %c = memref.load %y[%j] : memref<?xf32>
+      %s = arith.addf %c, %v : f32
+      memref.store %s, %y[%j] : memref<?xf32>
+    }
+    scf.reduce
+  }
+  return
+}

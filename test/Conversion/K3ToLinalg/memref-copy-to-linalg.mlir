@@ -10,3 +10,13 @@ func.func @copy(%a: memref<?x64xbf16>, %b: memref<?x64xbf16, strided<[64, 1], of
   memref.copy %a, %b : memref<?x64xbf16> to memref<?x64xbf16, strided<[64, 1], offset: ?>>
   return
 }
+
+// Contiguous (identity-layout) buffers are copied as one flat row.
+// CHECK-LABEL: func.func @contiguous
+// CHECK: %[[S:.+]] = memref.collapse_shape %{{.+}} {{\[}}[0, 1]] : memref<?x3xbf16> into memref<?xbf16>
+// CHECK: %[[T:.+]] = memref.collapse_shape %{{.+}} {{\[}}[0, 1]] : memref<?x3xbf16> into memref<?xbf16>
+// CHECK: linalg.copy ins(%[[S]] : memref<?xbf16>) outs(%[[T]] : memref<?xbf16>)
+func.func @contiguous(%a: memref<?x3xbf16>, %b: memref<?x3xbf16>) {
+  memref.copy %a, %b : memref<?x3xbf16> to memref<?x3xbf16>
+  return
+}
