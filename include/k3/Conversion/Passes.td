@@ -128,6 +128,19 @@ def K3GPUWarpReducePass : Pass<"k3-gpu-warp-reduce"> {
     `vector.load`. f32 sums are reassociated (a different, not a less exact,
     order); maxima are exact in any order.
 
+    Split-K (`split-k`, default on): a step with fewer than 64 outputs and
+    at least 2048 terms per sum (a decode step's AttnRes scores) would keep
+    a few warps of the whole GPU busy. Chosen
+    at run time (`scf.if`), each output's terms are cut into 8 consecutive
+    slices (a multiple of 256 terms each, keeping the vector form's
+    alignment), a warp sums each slice into a partial-sum buffer
+    `[outputs, 8]`, and a second loop (`k3.split_k`) adds the slices in
+    order and runs what followed the sum. The order of the f32 sum then
+    depends on the number of outputs of the step as well as on K.
+    A reduction into elements that a fill loop right before set to a
+    constant (a `linalg.fill`) adds its sum to that constant and the fill
+    loop goes (`k3.warp_fused_fill`).
+
     ```mlir
     scf.parallel (%j) = (%c0) to (%n) step (%c1) {
       scf.for %k = %c0 to %K step %c1 {
@@ -152,7 +165,10 @@ def K3GPUWarpReducePass : Pass<"k3-gpu-warp-reduce"> {
            "Terms (vectors in the vector form) per lane per iteration of the "
            "main loop">,
     Option<"vectorize", "vectorize", "bool", "true",
-           "Generate the vector form where the loads allow it">
+           "Generate the vector form where the loads allow it">,
+    Option<"splitK", "split-k", "bool", "true",
+           "Split the sums of steps with few outputs over slices (run-time "
+           "choice)">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::arith::ArithDialect",

@@ -132,10 +132,10 @@ struct Reduction {
   /// then added to the constant and the fill loop goes (one launch less).
   SmallVector<Value> fillValues;
   SmallVector<scf::ParallelOp> fills;
-  /// An scf.if between the fills and the root (the root alone in one
-  /// branch, e.g. k3-gpu-mma's run-time choice): its other branch gets a
-  /// copy of the fills.
-  scf::IfOp fillsAbove;
+  /// The scf.ifs between the fills and the root, innermost first (the
+  /// root alone in one branch of each: k3-gpu-mma's and split-K's run-time
+  /// choices): their other branches get a copy of the fills.
+  SmallVector<scf::IfOp> fillsAbove;
   /// Ops of the loop body that the split loop does not clone.
   llvm::SmallPtrSet<Operation *, 8> skip;
 };
@@ -281,15 +281,21 @@ void matchFills(scf::ParallelOp root, Reduction &r) {
   for (memref::StoreOp store : r.stores)
     if (!storesOwnElement(root, store))
       return;
+  // Up through the scf.ifs whose branch holds nothing else with effects.
+  Operation *inner = root;
   Operation *op = root->getPrevNode();
-  for (; op && isMemoryEffectFree(op); op = op->getPrevNode()) {
-  }
-  auto branch = dyn_cast<scf::IfOp>(root->getParentOp());
-  if (!op && branch && !branch.getElseRegion().empty() &&
-      llvm::all_of(root->getBlock()->without_terminator(), [&](Operation &o) {
-        return &o == root.getOperation() || isMemoryEffectFree(&o);
-      })) {
-    r.fillsAbove = branch;
+  while (true) {
+    for (; op && isMemoryEffectFree(op); op = op->getPrevNode()) {
+    }
+    auto branch = dyn_cast<scf::IfOp>(inner->getParentOp());
+    if (op || !branch || branch.getElseRegion().empty() ||
+        !llvm::all_of(inner->getBlock()->without_terminator(),
+                      [&](Operation &o) {
+                        return &o == inner || isMemoryEffectFree(&o);
+                      }))
+      break;
+    r.fillsAbove.push_back(branch);
+    inner = branch;
     op = branch->getPrevNode();
   }
   for (; op; op = op->getPrevNode()) {
@@ -321,7 +327,8 @@ void matchFills(scf::ParallelOp root, Reduction &r) {
 
 /// The body of `root`: read-only setup, the reduction loop, then anything.
 std::optional<Reduction> match(scf::ParallelOp root, Effects &effects) {
-  if (root.getNumReductions() != 0 || root->hasAttr("k3.warp_lanes"))
+  if (root.getNumReductions() != 0 || root->hasAttr("k3.warp_lanes") ||
+      root->hasAttr("k3.split_k"))
     return std::nullopt;
   Reduction r;
   for (Operation &op : root.getBody()->without_terminator()) {
@@ -818,7 +825,7 @@ void split(scf::ParallelOp root, Reduction &r, int64_t unroll,
   if (!r.stores.empty() &&
       llvm::all_of(r.fillValues, [](Value v) { return bool(v); })) {
     for (scf::ParallelOp fill : r.fills) {
-      if (scf::IfOp branch = r.fillsAbove) {
+      for (scf::IfOp branch : r.fillsAbove) {
         Region &other = branch.getThenRegion().isAncestor(par->getParentRegion())
                             ? branch.getElseRegion()
                             : branch.getThenRegion();
@@ -828,6 +835,197 @@ void split(scf::ParallelOp root, Reduction &r, int64_t unroll,
       fill.erase();
     }
     par->setAttr("k3.warp_fused_fill", b.getUnitAttr());
+  }
+}
+
+/// Slices of a reduction with few outputs (split-K): each output's terms
+/// are cut into kSlices consecutive slices of a multiple of kSliceTerms
+/// terms (32 lanes x 8-term vectors, so that slices keep the vector form's
+/// alignment), summed by a warp each, then added in slice order by a second
+/// loop. Taken at run time when the step has fewer than kFewOutputs outputs
+/// and at least kSlices * kSliceTerms terms per output: the AttnRes scores
+/// of a decode step (a few candidates, two 7168-term sums each) otherwise
+/// keep a few warps of the whole GPU busy (15 us on the H200, 3.4 us
+/// split). With 1024 as the bound, the 96- and 128-row projections and the
+/// RMS norms split too, but their second launch cost more than it saved
+/// (decode step 4.04 -> 4.29 ms).
+constexpr int64_t kSlices = 8;
+constexpr int64_t kSliceTerms = 256;
+constexpr int64_t kFewOutputs = 64;
+
+/// Ceil division of non-negative index values.
+Value ceilDiv(OpBuilder &b, Location loc, Value a, Value d) {
+  return arith::CeilDivUIOp::create(b, loc, a, d);
+}
+
+/// The split-K form of `root` (see kSlices): `scf.if (few outputs, long
+/// sums) { slices; combine } else { root }`. The slice loop is an ordinary
+/// iter_args reduction that `split` gives lanes; the combine loop is marked
+/// `k3.split_k` and left alone.
+void splitK(scf::ParallelOp root, Reduction &r) {
+  scf::ForOp loop = r.loop;
+  for (Value v : {loop.getLowerBound(), loop.getUpperBound(), loop.getStep()})
+    if (!root.isDefinedOutsideOfLoop(v))
+      return;
+  Location loc = root.getLoc();
+  OpBuilder b(root);
+  Value c0 = arith::ConstantIndexOp::create(b, loc, 0);
+  Value c1 = arith::ConstantIndexOp::create(b, loc, 1);
+  Value outputs = c1;
+  for (auto [lb, ub, st] : llvm::zip(root.getLowerBound(),
+                                     root.getUpperBound(), root.getStep()))
+    outputs = arith::MulIOp::create(
+        b, loc, outputs,
+        ceilDiv(b, loc, arith::SubIOp::create(b, loc, ub, lb), st));
+  Value terms = ceilDiv(
+      b, loc,
+      arith::SubIOp::create(b, loc, loop.getUpperBound(),
+                            loop.getLowerBound()),
+      loop.getStep());
+  Value slices = arith::ConstantIndexOp::create(b, loc, kSlices);
+  Value quantum = arith::ConstantIndexOp::create(b, loc, kSliceTerms);
+  Value few = arith::CmpIOp::create(
+      b, loc, arith::CmpIPredicate::ult, outputs,
+      arith::ConstantIndexOp::create(b, loc, kFewOutputs));
+  Value longSums = arith::CmpIOp::create(
+      b, loc, arith::CmpIPredicate::uge, terms,
+      arith::ConstantIndexOp::create(b, loc, kSlices * kSliceTerms));
+  auto choice = scf::IfOp::create(b, loc,
+                                  arith::AndIOp::create(b, loc, few, longSums),
+                                  /*withElseRegion=*/true);
+  root->moveBefore(choice.elseBlock()->getTerminator());
+
+  OpBuilder tb = OpBuilder::atBlockTerminator(choice.thenBlock());
+  Value perSlice = arith::MulIOp::create(
+      tb, loc, ceilDiv(tb, loc, ceilDiv(tb, loc, terms, slices), quantum),
+      quantum);
+  SmallVector<Value> parts;
+  for (size_t i = 0; i < r.terms.size(); ++i)
+    parts.push_back(memref::AllocOp::create(
+        tb, loc, MemRefType::get({ShapedType::kDynamic, ShapedType::kDynamic},
+                                 tb.getF32Type()),
+        ValueRange{outputs, slices}));
+  Value zero = arith::ConstantFloatOp::create(tb, loc, tb.getF32Type(),
+                                              APFloat(0.0f));
+  Value ninf = arith::ConstantFloatOp::create(
+      tb, loc, tb.getF32Type(), APFloat::getInf(APFloat::IEEEsingle(), true));
+  SmallVector<Value> identities;
+  for (bool max : r.isMax)
+    identities.push_back(max ? ninf : zero);
+  auto combine = [&](OpBuilder &fb, Value a, Value t, bool max) -> Value {
+    return max ? arith::MaximumFOp::create(fb, loc, a, t).getResult()
+               : arith::AddFOp::create(fb, loc, a, t).getResult();
+  };
+  // The output's row in the partial sums: its iteration, linearized.
+  auto linear = [&](OpBuilder &fb, ValueRange ivs) {
+    Value lin = c0;
+    for (auto [iv, lb, ub, st] :
+         llvm::zip(ivs, root.getLowerBound(), root.getUpperBound(),
+                   root.getStep())) {
+      Value extent =
+          ceilDiv(fb, loc, arith::SubIOp::create(fb, loc, ub, lb), st);
+      Value pos = arith::DivUIOp::create(
+          fb, loc, arith::SubIOp::create(fb, loc, iv, lb), st);
+      lin = arith::AddIOp::create(
+          fb, loc, arith::MulIOp::create(fb, loc, lin, extent), pos);
+    }
+    return lin;
+  };
+  auto cloneSetup = [&](OpBuilder &fb, IRMapping &m) {
+    for (Operation &op : root.getBody()->without_terminator()) {
+      if (&op == loop.getOperation())
+        break;
+      fb.clone(op, m);
+    }
+  };
+
+  // The slices: (outputs..., slice) in parallel, each an iter_args sum.
+  SmallVector<Value> lbs(root.getLowerBound()), ubs(root.getUpperBound()),
+      steps(root.getStep());
+  lbs.push_back(c0);
+  ubs.push_back(slices);
+  steps.push_back(c1);
+  auto sliced = scf::ParallelOp::create(tb, loc, lbs, ubs, steps);
+  {
+    IRMapping m;
+    for (auto [from, to] :
+         llvm::zip(root.getInductionVars(), sliced.getInductionVars()))
+      m.map(from, to);
+    OpBuilder ab = OpBuilder::atBlockTerminator(sliced.getBody());
+    cloneSetup(ab, m);
+    Value s = sliced.getInductionVars().back();
+    Value step = loop.getStep();
+    Value first = arith::AddIOp::create(
+        ab, loc, loop.getLowerBound(),
+        arith::MulIOp::create(ab, loc,
+                              arith::MulIOp::create(ab, loc, s, perSlice),
+                              step));
+    Value end = arith::MinUIOp::create(
+        ab, loc, loop.getUpperBound(),
+        arith::AddIOp::create(ab, loc, first,
+                              arith::MulIOp::create(ab, loc, perSlice, step)));
+    auto sums = scf::ForOp::create(
+        ab, loc, first, end, step, identities,
+        [&](OpBuilder &fb, Location l, Value iv, ValueRange acc) {
+          m.map(loop.getInductionVar(), iv);
+          for (Operation &op : loop.getBody()->without_terminator())
+            if (!r.skip.contains(&op))
+              fb.clone(op, m);
+          SmallVector<Value> next;
+          for (auto [a, term, max] : llvm::zip(acc, r.terms, r.isMax))
+            next.push_back(combine(fb, a, m.lookupOrDefault(term), max));
+          scf::YieldOp::create(fb, l, next);
+        });
+    Value lin = linear(ab, ValueRange(sliced.getInductionVars()).drop_back());
+    for (auto [part, sum] : llvm::zip(parts, sums.getResults()))
+      memref::StoreOp::create(ab, loc, sum, part, ValueRange{lin, s});
+  }
+
+  // The combination: per output, the slices in order, then what followed
+  // the loop.
+  auto whole = scf::ParallelOp::create(tb, loc, root.getLowerBound(),
+                                       root.getUpperBound(), root.getStep());
+  whole->setAttr("k3.split_k", tb.getI64IntegerAttr(kSlices));
+  IRMapping m;
+  for (auto [from, to] :
+       llvm::zip(root.getInductionVars(), whole.getInductionVars()))
+    m.map(from, to);
+  OpBuilder wb = OpBuilder::atBlockTerminator(whole.getBody());
+  cloneSetup(wb, m);
+  Value lin = linear(wb, whole.getInductionVars());
+  auto totals = scf::ForOp::create(
+      wb, loc, c0, slices, c1, identities,
+      [&](OpBuilder &fb, Location l, Value s, ValueRange acc) {
+        SmallVector<Value> next;
+        for (auto [a, part, max] : llvm::zip(acc, parts, r.isMax))
+          next.push_back(combine(
+              fb, a, memref::LoadOp::create(fb, l, part, ValueRange{lin, s}),
+              max));
+        scf::YieldOp::create(fb, l, next);
+      });
+  if (!r.stores.empty()) {
+    for (auto [load, store, first, total] :
+         llvm::zip(r.loads, r.stores, r.loadFirst, totals.getResults())) {
+      Value c = wb.clone(*load, m)->getResult(0);
+      Value v = first ? arith::AddFOp::create(wb, loc, c, total)
+                      : arith::AddFOp::create(wb, loc, total, c);
+      m.map(store.getValue(), v);
+      wb.clone(*store, m);
+    }
+  } else {
+    for (auto [result, init, total, max] :
+         llvm::zip(loop.getResults(), loop.getInitArgs(), totals.getResults(),
+                   r.isMax)) {
+      Value start = m.lookupOrDefault(init);
+      bool identity = max ? isNegInf(init) : isZero(init);
+      m.map(result, identity ? total : combine(wb, start, total, max));
+    }
+  }
+  bool after = false;
+  for (Operation &op : root.getBody()->without_terminator()) {
+    if (after)
+      wb.clone(op, m);
+    after |= &op == loop.getOperation();
   }
 }
 
@@ -847,6 +1045,15 @@ struct K3GPUWarpReducePass
       return signalPassFailure();
     }
     Effects effects;
+    if (splitK)
+      for (scf::ParallelOp root : roots)
+        if (std::optional<Reduction> r = match(root, effects))
+          ::splitK(root, *r);
+    roots.clear();
+    getOperation()->walk([&](scf::ParallelOp op) {
+      if (!op->getParentOfType<scf::ParallelOp>())
+        roots.push_back(op);
+    });
     for (scf::ParallelOp root : roots)
       if (std::optional<Reduction> r = match(root, effects))
         split(root, *r, unroll, vectorize, effects);

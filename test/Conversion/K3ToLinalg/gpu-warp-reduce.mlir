@@ -1,7 +1,8 @@
-// RUN: k3-opt %s --pass-pipeline='builtin.module(func.func(k3-gpu-warp-reduce{vectorize=0}))' | FileCheck %s
-// RUN: k3-opt %s --pass-pipeline='builtin.module(func.func(k3-gpu-warp-reduce{unroll=1 vectorize=0}))' | FileCheck %s --check-prefix=U1
+// RUN: k3-opt %s --pass-pipeline='builtin.module(func.func(k3-gpu-warp-reduce{vectorize=0 split-k=0}))' | FileCheck %s
+// RUN: k3-opt %s --pass-pipeline='builtin.module(func.func(k3-gpu-warp-reduce{unroll=1 vectorize=0 split-k=0}))' | FileCheck %s --check-prefix=U1
 // RUN: not k3-opt %s --pass-pipeline='builtin.module(func.func(k3-gpu-warp-reduce{unroll=0}))' 2>&1 | FileCheck %s --check-prefix=BAD
-// RUN: k3-opt %s --pass-pipeline='builtin.module(func.func(k3-gpu-warp-reduce))' | FileCheck %s --check-prefix=VEC
+// RUN: k3-opt %s --pass-pipeline='builtin.module(func.func(k3-gpu-warp-reduce{split-k=0}))' | FileCheck %s --check-prefix=VEC
+// RUN: k3-opt %s --pass-pipeline='builtin.module(func.func(k3-gpu-warp-reduce{vectorize=0}))' | FileCheck %s --check-prefix=SPLITK
 // U1-LABEL: func.func @matvec
 // U1: k3.warp_unroll = 1 : i64
 // BAD: unroll must be in [1, 16], got 0
@@ -441,3 +442,29 @@ func.func @not_filled(%w: memref<?x?xf32>, %y: memref<?xf32>, %m: index) {
   }
   return
 }
+
+// Split-K (the default): when a step has fewer than 64 outputs and at
+// least 2048 terms per sum, chosen at run time, each output's terms are cut
+// into 8 slices of a multiple of 256 terms, summed by a warp each into a
+// partial-sum buffer [outputs, 8], and a second loop (k3.split_k, no lanes)
+// adds the slices in order and finishes the output as before; otherwise
+// one warp per output.
+// SPLITK-LABEL: func.func @matvec(
+// SPLITK: %[[FEW:.+]] = arith.cmpi ult, %{{.+}}, %c64
+// SPLITK: %[[LONG:.+]] = arith.cmpi uge, %{{.+}}, %c2048
+// SPLITK: %[[BOTH:.+]] = arith.andi %[[FEW]], %[[LONG]]
+// SPLITK: scf.if %[[BOTH]] {
+// SPLITK:   %[[PART:.+]] = memref.alloc(%{{.+}}, %c8) : memref<?x?xf32>
+// SPLITK:   scf.parallel (%[[J:.+]], %[[S:.+]], %[[LANE:.+]]) =
+// SPLITK:     gpu.shuffle xor
+// SPLITK:     memref.store %{{.+}}, %[[PART]][%{{.+}}, %[[S]]]
+// SPLITK:   } {k3.warp_lanes = 32 : i64, k3.warp_unroll = 4 : i64}
+// SPLITK:   scf.parallel (%[[J2:.+]]) =
+// SPLITK:     %[[TOT:.+]] = scf.for %[[S2:.+]] = %{{.+}} to %c8 step
+// SPLITK:       memref.load %[[PART]][%{{.+}}, %[[S2]]]
+// SPLITK:     %[[C:.+]] = memref.load %{{.+}}[%[[J2]]] : memref<?xf32>
+// SPLITK:     arith.addf %[[C]], %[[TOT]] : f32
+// SPLITK:   } {k3.split_k = 8 : i64}
+// SPLITK: } else {
+// SPLITK:   scf.parallel (%{{.+}}, %{{.+}}) =
+// SPLITK:   } {k3.warp_lanes = 32 : i64, k3.warp_unroll = 4 : i64}
