@@ -75,11 +75,15 @@ def main():
         whole = name.startswith("whole")
         ax.loglog([ai], [perf], "*" if whole else "o", ms=14 if whole else 8,
                   color="tab:red" if whole else "tab:blue")
+        # Labels to the left of the step and of the far-right points (the
+        # latter further down), above the points of intensity > 2, below the
+        # others.
         left = whole or ai > 100
+        above = not left and ai > 2
         ax.annotate("%s: %.2f ms, %.1f%% of copy bw" % (name, t * 1e3, 100 * nbytes / t / bw),
                     (ai, perf), textcoords="offset points", ha="right" if left else "left",
                     xytext=(-10 if left else 8,
-                            -16 if whole else 10 if left or i % 2 == 0 else -12),
+                            10 if above else -28 if left and not whole else -14),
                     fontsize=7)
     ax.set_xlim(0.01, 2e3)
     ax.set_ylim(1e-3, 2 * peak / 1e12)
