@@ -6,7 +6,11 @@
 // one thread walks a whole weight row and the 32 threads of a warp touch 32
 // rows at a time. This pass gives such a loop a lane dimension: the warp
 // shares one output, each lane takes every 32nd term, consecutive lanes read
-// consecutive elements, and gpu.shuffle combines the partial sums.
+// consecutive elements, and gpu.shuffle combines the partial sums. Loads
+// of bf16 rows become 16-byte vectors, chunk reads of the kernel source
+// (MXFP4 groups) 16-byte-aligned vector loads, a fill right before is folded
+// into the sum, and steps with very few outputs are split over slices
+// (split-K); the pass description in Passes.td has the details.
 //
 //===----------------------------------------------------------------------===//
 
