@@ -107,14 +107,26 @@ def main():
     p.add_argument("--min-corr", type=float,
                    help="also require this correlation of every logits row")
     p.add_argument("--states", action="store_true")
+    p.add_argument("--kda-key-first", action="store_true",
+                   help="the library keeps KDA states key-first [H, K, V] (ref: compared "
+                        "transposed to the reference's [H, V, K]; self: --lib-b's)")
     p.add_argument("--variant")
     p.add_argument("--expect-miss", action="store_true")
     a = p.parse_args()
     ok = True
+
+    def value_first(states):
+        """The KDA states of a key-first library in the reference's layout."""
+        if not a.kda_key_first:
+            return states
+        return {k: (np.swapaxes(v, -1, -2) if k.startswith("kda.recurrent.") else v)
+                for k, v in states.items()}
+
     with tempfile.TemporaryDirectory() as tmp:
         if a.what == "self":
             la, sa = k3run(a, tmp, "a", a.chunks_a)
             lb, sb = k3run(a, tmp, "b", a.chunks_b, a.lib_b)
+            sb = value_first(sb)
             if a.per_row:
                 per_row(la, lb)
             e = row_error(la, lb)
@@ -129,6 +141,7 @@ def main():
                     ok = False
         else:
             lo, so = k3run(a, tmp, "lib", a.chunks)
+            so = value_first(so)
             lr, sr = reference(a, tmp, a.variant)
             if lo.shape != lr.shape:
                 print("logits shapes differ: %s vs %s" % (lo.shape, lr.shape))

@@ -67,6 +67,8 @@ LIBS = {
     # The host library, run next to the GPU one on the same inputs.
     "small-bf16-host": ("k3-small", "bf16", ["--target=host"]),
     "tiny-f32-host": ("k3-tiny", "f32", ["--target=host"]),
+    # KDA states key-first: the decode step reads Sᵀ through a strided view.
+    "tiny-f32kf": ("k3-tiny", "f32", ["--kda-state-layout=key_first"]),
     # Rows of 256 elements and more: the vector form of k3-gpu-warp-reduce
     # (hidden 512); 40-token prompts: partial k3-gpu-mma tiles.
     "wide-f32": ("k3-wide", "f32", []),
@@ -143,6 +145,12 @@ def checks(a):
             (s + " bf16 batching and fork (bit-identical)",
              [os.path.join(b, "k3-serving-check"), lib(s + "-bf16"), w(wn)]),
         ]
+    p = PROMPT.format(x="511")
+    out_ += [
+        ("tiny f32, KDA state key-first, vs reference (states transposed)",
+         ref("k3-tiny", "tiny-f32kf", "w-tiny", "f32", p, DECODE16, 1e-4, "--states",
+             "--kda-key-first")),
+    ]
     p = PROMPT.format(x="911")
     out_ += [
         ("small bf16, GPU library vs host library",
