@@ -38,6 +38,7 @@ import time
 import torch
 
 from bytes_model import decode_bytes, prefill_flops
+from trace_gaps import describe, summary
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -360,6 +361,10 @@ def main():
                 print("  %-44s %9.3f ms %5.0f launches %5.1f%%" % (k[:44], ms, n, 100 * share))
             res["profile_decode_b1"] = {"kernel_ms": total, "kernels": [
                 {"name": k, "ms": ms, "launches": n, "share": share} for k, ms, n, share in kernels]}
+            if a.trace:
+                gaps = summary(a.trace)
+                print("decode B=1 trace: " + describe(gaps))
+                res["profile_decode_b1"]["trace"] = gaps
         return s
 
     for B in [int(x) for x in a.batches.split(",") if x]:
