@@ -353,6 +353,30 @@ std::optional<Reduction> match(scf::ParallelOp root, Effects &effects) {
   return r;
 }
 
+/// `a + t`, or `maximumf(a, t)` for a maximum.
+Value combineSum(OpBuilder &b, Location loc, Value a, Value t, bool max) {
+  return max ? arith::MaximumFOp::create(b, loc, a, t).getResult()
+             : arith::AddFOp::create(b, loc, a, t).getResult();
+}
+
+/// Where a sum (0.0) or a maximum (-inf) starts.
+Value identityOf(OpBuilder &b, Location loc, bool max) {
+  return arith::ConstantFloatOp::create(
+      b, loc, b.getF32Type(),
+      max ? APFloat::getInf(APFloat::IEEEsingle(), /*Negative=*/true)
+          : APFloat(0.0f));
+}
+
+/// The u-th of a lane's terms per iteration: `iv + u · width`.
+Value nthTerm(OpBuilder &b, Location loc, Value iv, Value width, int64_t u) {
+  if (u == 0)
+    return iv;
+  return arith::AddIOp::create(
+      b, loc, iv,
+      arith::MulIOp::create(b, loc, width,
+                            arith::ConstantIndexOp::create(b, loc, u)));
+}
+
 /// Sum (or maximum) of `v` over the 32 lanes of the warp, in every lane.
 Value warpCombine(OpBuilder &b, Location loc, Value v, bool max) {
   Value width = arith::ConstantIntOp::create(b, loc, kLanes, 32);
@@ -361,8 +385,7 @@ Value warpCombine(OpBuilder &b, Location loc, Value v, bool max) {
     auto shuffle =
         gpu::ShuffleOp::create(b, loc, v, off, width, gpu::ShuffleMode::XOR);
     Value other = shuffle.getShuffleResult();
-    v = max ? arith::MaximumFOp::create(b, loc, v, other).getResult()
-            : arith::AddFOp::create(b, loc, v, other).getResult();
+    v = combineSum(b, loc, v, other, max);
   }
   return v;
 }
@@ -505,13 +528,9 @@ void split(scf::ParallelOp root, Reduction &r, int64_t unroll,
       nb, loc, map.lookupOrDefault(loop.getLowerBound()),
       arith::MulIOp::create(nb, loc, lane, step));
   Value stride = arith::MulIOp::create(nb, loc, step, lanes);
-  Value zero = arith::ConstantFloatOp::create(nb, loc, nb.getF32Type(),
-                                              APFloat(0.0f));
-  Value ninf = arith::ConstantFloatOp::create(
-      nb, loc, nb.getF32Type(), APFloat::getInf(APFloat::IEEEsingle(), true));
   SmallVector<Value> inits;
   for (bool max : r.isMax)
-    inits.push_back(max ? ninf : zero);
+    inits.push_back(identityOf(nb, loc, max));
   // Chunk reads that `terms` makes plain vector loads, with the alignment
   // known in the branch being built (16 bytes where that was checked).
   llvm::DenseMap<Operation *, int64_t> chunkAlign;
@@ -522,13 +541,7 @@ void split(scf::ParallelOp root, Reduction &r, int64_t unroll,
                    int64_t copies) {
     SmallVector<SmallVector<Value>> perCopy;
     for (int64_t u = 0; u < copies; ++u) {
-      Value k = u == 0 ? iv
-                       : arith::AddIOp::create(
-                             fb, l, iv,
-                             arith::MulIOp::create(
-                                 fb, l, stride,
-                                 arith::ConstantIndexOp::create(fb, l, u)));
-      map.map(loop.getInductionVar(), k);
+      map.map(loop.getInductionVar(), nthTerm(fb, l, iv, stride, u));
       for (Operation &op : loop.getBody()->without_terminator()) {
         if (r.skip.contains(&op))
           continue;
@@ -554,8 +567,7 @@ void split(scf::ParallelOp root, Reduction &r, int64_t unroll,
     SmallVector<Value> next(acc);
     for (ArrayRef<Value> copy : perCopy)
       for (auto [a, t, max] : llvm::zip(next, copy, r.isMax))
-        a = max ? arith::MaximumFOp::create(fb, l, a, t).getResult()
-                : arith::AddFOp::create(fb, l, a, t).getResult();
+        a = combineSum(fb, l, a, t, max);
     scf::YieldOp::create(fb, l, next);
   };
   // The main loop takes `unroll` terms per iteration while all are in range;
@@ -709,12 +721,7 @@ void split(scf::ParallelOp root, Reduction &r, int64_t unroll,
       SmallVector<llvm::DenseMap<Operation *, Value>> loaded(copies);
       SmallVector<Value> starts;
       for (int64_t u = 0; u < copies; ++u) {
-        Value k = u == 0 ? iv
-                         : arith::AddIOp::create(
-                               fb, l, iv,
-                               arith::MulIOp::create(
-                                   fb, l, chunk,
-                                   arith::ConstantIndexOp::create(fb, l, u)));
+        Value k = nthTerm(fb, l, iv, chunk, u);
         starts.push_back(k);
         for (memref::LoadOp load : vecLoads) {
           SmallVector<Value> idx;
@@ -750,8 +757,7 @@ void split(scf::ParallelOp root, Reduction &r, int64_t unroll,
           }
           for (auto [a, term, max] : llvm::zip(next, r.terms, r.isMax)) {
             Value t = map.lookupOrDefault(term);
-            a = max ? arith::MaximumFOp::create(fb, l, a, t).getResult()
-                    : arith::AddFOp::create(fb, l, a, t).getResult();
+            a = combineSum(fb, l, a, t, max);
           }
         }
       scf::YieldOp::create(fb, l, next);
@@ -809,17 +815,10 @@ void split(scf::ParallelOp root, Reduction &r, int64_t unroll,
   } else {
     for (auto [result, init, sum, max] :
          llvm::zip(loop.getResults(), loop.getInitArgs(), sums, r.isMax)) {
-      Value start = map.lookupOrDefault(init);
-      if (max)
-        map.map(result, isNegInf(init) ? sum
-                                       : arith::MaximumFOp::create(
-                                             tb, loc, start, sum)
-                                             .getResult());
-      else
-        map.map(result, isZero(init) ? sum
-                                     : arith::AddFOp::create(tb, loc, start,
-                                                             sum)
-                                           .getResult());
+      bool identity = max ? isNegInf(init) : isZero(init);
+      map.map(result, identity ? sum
+                               : combineSum(tb, loc, map.lookupOrDefault(init),
+                                            sum, max));
     }
   }
   for (++it; it != root.getBody()->end(); ++it)
@@ -909,16 +908,11 @@ void splitK(scf::ParallelOp root, Reduction &r) {
         tb, loc, MemRefType::get({ShapedType::kDynamic, ShapedType::kDynamic},
                                  tb.getF32Type()),
         ValueRange{outputs, slices}));
-  Value zero = arith::ConstantFloatOp::create(tb, loc, tb.getF32Type(),
-                                              APFloat(0.0f));
-  Value ninf = arith::ConstantFloatOp::create(
-      tb, loc, tb.getF32Type(), APFloat::getInf(APFloat::IEEEsingle(), true));
   SmallVector<Value> identities;
   for (bool max : r.isMax)
-    identities.push_back(max ? ninf : zero);
-  auto combine = [&](OpBuilder &fb, Value a, Value t, bool max) -> Value {
-    return max ? arith::MaximumFOp::create(fb, loc, a, t).getResult()
-               : arith::AddFOp::create(fb, loc, a, t).getResult();
+    identities.push_back(identityOf(tb, loc, max));
+  auto combine = [&](OpBuilder &fb, Value a, Value t, bool max) {
+    return combineSum(fb, loc, a, t, max);
   };
   // The output's row in the partial sums: its iteration, linearized.
   auto linear = [&](OpBuilder &fb, ValueRange ivs) {
