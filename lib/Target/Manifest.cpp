@@ -318,10 +318,14 @@ FailureOr<ModelInfo> mlir::k3::describeModel(ModuleOp module) {
                           {-1, mla.getPageSize(), mla.getTokenWidth()},
                           g.dtype});
       info.abi.push_back(
-          {"state", g.kind, "page_table", layer.getInt(), {-1}, "i32"});
-      info.abi.push_back({"state", g.kind, "length", layer.getInt(), {1}, "i64"});
+          {"state", g.kind, "page_table", layer.getInt(), {-1, -1}, "i32"});
+      info.abi.push_back({"state", g.kind, "length", layer.getInt(), {-1}, "i64"});
     } else {
-      info.abi.push_back({"state", g.kind, "", layer.getInt(), g.shape, g.dtype});
+      // The slot pool (one state per sequence slot) and the call's slots.
+      std::vector<int64_t> pool = {-1};
+      pool.insert(pool.end(), g.shape.begin(), g.shape.end());
+      info.abi.push_back({"state", g.kind, "pool", layer.getInt(), pool, g.dtype});
+      info.abi.push_back({"state", g.kind, "slots", layer.getInt(), {-1}, "i32"});
     }
   }
   info.abi.push_back({"logits", "", "", -1, {-1, info.vocabSize}, "f32"});

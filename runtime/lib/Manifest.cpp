@@ -613,29 +613,36 @@ parseAbi(const json &root, Manifest &m,
           m.pagedLayers.push_back(arg.layer);
         } else if (arg.part == "page_table") {
           arg.role = ArgRole::PageTable;
-          if (!shapeEq(arg.shape, {-1}) || arg.dtype != DType::I32)
-            return bad(path, "a page table must be [-1] i32");
+          if (!shapeEq(arg.shape, {-1, -1}) || arg.dtype != DType::I32)
+            return bad(path, "a page table must be [-1, -1] i32");
         } else if (arg.part == "length") {
           arg.role = ArgRole::PageLength;
-          if (!shapeEq(arg.shape, {1}) || arg.dtype != DType::I64)
-            return bad(path, "a length must be [1] i64");
+          if (!shapeEq(arg.shape, {-1}) || arg.dtype != DType::I64)
+            return bad(path, "a length must be [-1] i64");
         } else {
           return bad(path + ".part", "'" + arg.part +
                                          "', expected 'pool', 'page_table' "
                                          "or 'length'");
         }
+      } else if (arg.part == "slots") {
+        arg.role = ArgRole::Slots;
+        if (!shapeEq(arg.shape, {-1}) || arg.dtype != DType::I32)
+          return bad(path, "slots must be [-1] i32");
       } else {
-        arg.role = ArgRole::SlotState;
-        if (!arg.part.empty())
-          return bad(path + ".part", "unexpected for a per-sequence state");
-        if (!shapeEq(arg.shape, group.shape) || arg.dtype != group.dtype)
+        arg.role = ArgRole::SlotPool;
+        if (arg.part != "pool")
+          return bad(path + ".part", "'" + arg.part +
+                                         "', expected 'pool' or 'slots'");
+        std::vector<int64_t> want = {-1};
+        want.insert(want.end(), group.shape.begin(), group.shape.end());
+        if (!shapeEq(arg.shape, want) || arg.dtype != group.dtype)
           return bad(path, format("shape %s %s differs from the group's %s %s",
                                   shapeString(arg.shape).c_str(),
                                   manifestName(arg.dtype),
-                                  shapeString(group.shape).c_str(),
+                                  shapeString(want).c_str(),
                                   manifestName(group.dtype)));
         uint64_t bytes;
-        if (!tensorBytes(arg.shape, arg.dtype, bytes))
+        if (!tensorBytes(group.shape, arg.dtype, bytes))
           return bad(path, "size overflows");
         arg.bytes = bytes;
         // 64-byte aligned regions inside a slot.
@@ -660,9 +667,12 @@ parseAbi(const json &root, Manifest &m,
             return bad("abi.args",
                        format("%s layer %lld has no '%s' argument",
                               group.kind.c_str(), (long long)layer, part));
-      } else if (!stateSeen.count({int64_t(g), layer, ""})) {
-        return bad("abi.args", format("%s layer %lld is not passed",
-                                      group.kind.c_str(), (long long)layer));
+      } else {
+        for (const char *part : {"pool", "slots"})
+          if (!stateSeen.count({int64_t(g), layer, part}))
+            return bad("abi.args",
+                       format("%s layer %lld has no '%s' argument",
+                              group.kind.c_str(), (long long)layer, part));
       }
     }
   }

@@ -83,10 +83,11 @@ struct StateGroup {
 enum class ArgRole : uint8_t {
   Tokens,
   Weight,
-  SlotState,  ///< per-sequence state (KDA recurrent, conv tails)
+  SlotPool,   ///< per-sequence states of one kind and layer [slots, ...]
+  Slots,      ///< the call's slots [1 or T] i32
   PagePool,   ///< a paged group's pool [num_pages, P, W]
-  PageTable,  ///< the sequence's page table [n] i32
-  PageLength, ///< the sequence's length [1] i64
+  PageTable,  ///< the call's page tables [1 or T, n] i32
+  PageLength, ///< the call's lengths [1 or T] i64
   Logits,
 };
 
@@ -100,9 +101,9 @@ struct AbiArg {
   DType dtype = DType::F32;
   /// Weight: index into Manifest::tensors. State: index into groups.
   int64_t ref = -1;
-  /// SlotState: byte offset of this state inside a sequence's slot.
+  /// SlotPool: byte offset of this state inside a sequence's slot.
   uint64_t slotOffset = 0;
-  /// Weight, SlotState, PagePool (per page): bytes of the buffer.
+  /// Weight, SlotPool (one slot's), PagePool (per page): bytes of the buffer.
   uint64_t bytes = 0;
   /// Byte alignment the data must have: the manifest's optional
   /// "alignment", else the element size. A weight stored less aligned is
@@ -143,7 +144,7 @@ struct Manifest {
   /// Index of the paged group in `groups`, or -1.
   int64_t pagedGroup = -1;
   int64_t pageSize = 0;
-  /// Bytes of one sequence's slot (all SlotState args, 64-byte aligned).
+  /// Bytes of one sequence's slot (all SlotPool args, 64-byte aligned).
   uint64_t slotBytes = 0;
   /// Bytes of one page of one paged layer, and over all paged layers.
   uint64_t pageBytesPerLayer = 0;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -590,6 +591,8 @@ k3rt_status *k3rt::createSession(k3rt_library *library, k3rt_weights *weights,
   s->maxVerifyTokens = maxVerify;
   s->maxStepTokens = maxStepTokens;
   s->maxStepEntries = maxStepEntries ? maxStepEntries : maxSequences;
+  if (const char *v = std::getenv("K3RT_SEPARATE_DECODE"))
+    s->batchDecode = std::string(v) != "1";
   s->gpu = m.gpu;
   s->stream = stream;
   s->device = m.gpu ? cudaDeviceDescription() : "host";
@@ -629,6 +632,15 @@ k3rt_status *k3rt::createSession(k3rt_library *library, k3rt_weights *weights,
     void *data = nullptr;
     if (arg.role == ArgRole::Weight) {
       data = const_cast<void *>(weights->argData[a]);
+    } else if (arg.role == ArgRole::SlotPool) {
+      // The states of this kind and layer in every sequence slot: slot k's
+      // at slots + k * slotBytes + slotOffset (docs/ABI.md).
+      shape[0] = maxSequences;
+      setDesc(s->descs[a], s->slots.data(), shape);
+      uint64_t elem = dtypeBits(arg.dtype) / 8;
+      s->descs[a].offset = int64_t(arg.slotOffset / elem);
+      s->descs[a].dims[shape.size()] = int64_t(m.slotBytes / elem);
+      continue;
     } else if (arg.role == ArgRole::PagePool) {
       s->poolOf[a] = int64_t(pool);
       shape[0] = numPages;
@@ -1081,7 +1093,7 @@ k3rt_status *k3rt::readState(k3rt_session *s, int64_t id, const char *group,
   for (size_t a = 0; a < m.args.size(); ++a) {
     const AbiArg &arg = m.args[a];
     if (arg.ref == g && arg.layer == layer &&
-        (arg.role == ArgRole::SlotState || arg.role == ArgRole::PagePool)) {
+        (arg.role == ArgRole::SlotPool || arg.role == ArgRole::PagePool)) {
       argIndex = int64_t(a);
       break;
     }
@@ -1097,7 +1109,7 @@ k3rt_status *k3rt::readState(k3rt_session *s, int64_t id, const char *group,
   }
   const AbiArg &arg = m.args[size_t(argIndex)];
   std::vector<int64_t> dims;
-  if (arg.role == ArgRole::SlotState)
+  if (arg.role == ArgRole::SlotPool)
     dims = sg.shape;
   else
     dims = {seq.length, sg.shape[0]};
@@ -1129,7 +1141,7 @@ k3rt_status *k3rt::readState(k3rt_session *s, int64_t id, const char *group,
     copyBytes(true, host.data(), src, bytes);
     return host.data();
   };
-  if (arg.role == ArgRole::SlotState) {
+  if (arg.role == ArgRole::SlotPool) {
     const uint8_t *src =
         hostView(slotData(s, seq.slot) + arg.slotOffset,
                  uint64_t(count) * dtypeBits(arg.dtype) / 8);
@@ -1170,6 +1182,12 @@ static bool isVerify(const k3rt_step_entry &e) {
   return (e.logits & K3RT_STEP_VERIFY) != 0;
 }
 
+/// A decode entry: one token, no checkpoints; the step runs all of them as
+/// one call.
+static bool isDecode(const k3rt_session *s, const k3rt_step_entry &e) {
+  return s->batchDecode && e.n_tokens == 1 && !isVerify(e);
+}
+
 size_t k3rt::logitsRows(const k3rt_step_entry *entries, size_t numEntries) {
   if (!entries)
     return 0;
@@ -1200,9 +1218,12 @@ static int64_t stagePages(const k3rt_session *s) {
   return s->pageSize ? ceilDiv(s->maxContext, s->pageSize) : 0;
 }
 
-/// Bytes of the GPU stage for calls of up to `tokens` tokens.
+/// Bytes of the GPU stage for calls of up to `tokens` tokens: a length, a
+/// slot and a page table per sequence of the call (at most `tokens`), then
+/// the tokens.
 static uint64_t stageBytes(const k3rt_session *s, int64_t tokens) {
-  return sizeof(int64_t) + uint64_t(stagePages(s) + tokens) * sizeof(int32_t);
+  return uint64_t(tokens) *
+         (sizeof(int64_t) + uint64_t(stagePages(s) + 2) * sizeof(int32_t));
 }
 
 struct StepPlan {
@@ -1230,7 +1251,7 @@ static k3rt_status *validateStep(k3rt_session *s,
   std::unordered_map<int64_t, size_t> seen;
   seen.reserve(n);
   plan = StepPlan();
-  int64_t verifySlots = 0, ownCheckpoints = 0;
+  int64_t verifySlots = 0, ownCheckpoints = 0, decodeEntries = 0;
   for (size_t i = 0; i < n; ++i) {
     const k3rt_step_entry &e = entries[i];
     long long id = (long long)e.seq_id;
@@ -1308,7 +1329,10 @@ static k3rt_status *validateStep(k3rt_session *s,
                  : mode == K3RT_LOGITS_LAST ? 1
                                             : 0;
     plan.maxTokens = std::max(plan.maxTokens, e.n_tokens);
+    decodeEntries += isDecode(s, e);
   }
+  // The decode entries run as one call.
+  plan.maxTokens = std::max(plan.maxTokens, decodeEntries);
 
   // Checkpoints: the batch's sequences give theirs back first, and cached
   // states are evicted for them.
@@ -1434,28 +1458,47 @@ static void preparePages(k3rt_session *s, Sequence &seq, int64_t n) {
     seq.pages.push_back(takeZeroedPage(s));
 }
 
-/// One k3_forward call over tokens [seq.length, seq.length + T) of `seq`
-/// (pages prepared); the logits land in the scratch.
-static void forwardCall(k3rt_session *s, Sequence &seq, const int32_t *tokens,
-                        int64_t T) {
+/// One k3_forward call (docs/ABI.md) over `seqs`: one sequence and its next
+/// T tokens (a segment), or T sequences and one token each (a decode
+/// batch); pages prepared. The logits land in the scratch, a row per token.
+static void forwardCall(k3rt_session *s, const std::vector<Sequence *> &seqs,
+                        const int32_t *tokens, int64_t T) {
   const Manifest &m = *s->manifest;
-  // One length per call, shared by every paged layer; the kernel reads it.
-  int64_t length = seq.length;
-  int64_t *lengthData = &length;
-  int32_t *pageTable = seq.pages.data();
+  size_t R = seqs.size();
+  int64_t each = R == 1 ? T : 1; // tokens per sequence
+  // Page tables as rows of the longest one the call needs.
+  int64_t n = 1;
+  if (s->pageSize)
+    for (const Sequence *seq : seqs)
+      n = std::max(n, ceilDiv(seq->length + each, s->pageSize));
+  int64_t *lengths;
+  int32_t *slots, *tables;
   if (s->gpu) {
-    // Page-locked copies that the kernels (and the library's host code)
-    // can read: length, then the page table, then the tokens.
-    auto *stage = reinterpret_cast<int64_t *>(s->stage.data());
-    stage[0] = length;
-    lengthData = stage;
-    pageTable = reinterpret_cast<int32_t *>(stage + 1);
-    std::copy(seq.pages.begin(), seq.pages.end(), pageTable);
-    int32_t *staged = pageTable + stagePages(s);
+    // Page-locked, read by the kernels and the library's host code:
+    // lengths, slots, page tables, tokens.
+    lengths = reinterpret_cast<int64_t *>(s->stage.data());
+    slots = reinterpret_cast<int32_t *>(lengths + R);
+    tables = slots + R;
+    int32_t *staged = tables + R * size_t(n);
     std::copy(tokens, tokens + T, staged);
     tokens = staged;
+  } else {
+    s->callLengths.resize(R);
+    s->callSlots.resize(R);
+    s->callTables.resize(R * size_t(n));
+    lengths = s->callLengths.data();
+    slots = s->callSlots.data();
+    tables = s->callTables.data();
   }
-  uint8_t *slot = slotData(s, seq.slot);
+  for (size_t r = 0; r < R; ++r) {
+    const Sequence &seq = *seqs[r];
+    lengths[r] = seq.length;
+    slots[r] = seq.slot;
+    int32_t *row = tables + r * size_t(n);
+    std::fill(row, row + n, 0);
+    std::copy(seq.pages.begin(),
+              seq.pages.begin() + std::min<int64_t>(n, seq.pages.size()), row);
+  }
   float *scratch = reinterpret_cast<float *>(s->scratch.data());
   for (size_t a = 0; a < m.args.size(); ++a) {
     const AbiArg &arg = m.args[a];
@@ -1465,21 +1508,23 @@ static void forwardCall(k3rt_session *s, Sequence &seq, const int32_t *tokens,
       setData(d, const_cast<int32_t *>(tokens));
       d.dims[0] = T;
       break;
-    case ArgRole::SlotState:
-      setData(d, slot + arg.slotOffset);
+    case ArgRole::Slots: // [R], stride 1
+      setData(d, slots);
+      d.dims[0] = int64_t(R);
       break;
-    case ArgRole::PageTable: // [pages of this call], stride 1
-      setData(d, pageTable);
-      d.dims[0] = ceilDiv(length + T, s->pageSize);
+    case ArgRole::PageTable: // [R, n], strides [n, 1]
+      setDesc(d, tables, {int64_t(R), n});
       break;
-    case ArgRole::PageLength:
-      setData(d, lengthData);
+    case ArgRole::PageLength: // [R], stride 1
+      setData(d, lengths);
+      d.dims[0] = int64_t(R);
       break;
     case ArgRole::Logits: // [T, V], strides [V, 1]
       setData(d, scratch);
       d.dims[0] = T;
       break;
     case ArgRole::Weight:
+    case ArgRole::SlotPool:
     case ArgRole::PagePool:
       break;
     }
@@ -1487,7 +1532,8 @@ static void forwardCall(k3rt_session *s, Sequence &seq, const int32_t *tokens,
   s->library->forward(s->args.data());
   if (s->gpu)
     cudaWorkspaceReset(); // waits for the call's kernels
-  seq.length += T;
+  for (Sequence *seq : seqs)
+    seq->length += each;
 }
 
 k3rt_status *k3rt::step(k3rt_session *s, const k3rt_step_entry *entries,
@@ -1515,14 +1561,86 @@ k3rt_status *k3rt::step(k3rt_session *s, const k3rt_step_entry *entries,
   int64_t V = m.vocabSize;
   int64_t I = s->snapshotInterval;
   float *scratch = reinterpret_cast<float *>(s->scratch.data());
-  float *dst = logits;
   k3rt_status *firstBad = nullptr;
+  // Each entry's rows in logits_out, in entry order.
+  std::vector<float *> dst(n);
+  float *next = logits;
+  for (size_t i = 0; i < n; ++i) {
+    dst[i] = next;
+    int mode = logitsMode(entries[i].logits);
+    next += (mode == K3RT_LOGITS_ALL    ? entries[i].n_tokens
+             : mode == K3RT_LOGITS_LAST ? 1
+                                        : 0) *
+            V;
+  }
+  // After a call over positions [a, b) of entry i (which ends at `stop`):
+  // a snapshot at a multiple of the interval, and the requested rows
+  // (scratch rows from `row`).
+  auto finish = [&](size_t i, Sequence &seq, int64_t a, int64_t b,
+                    int64_t stop, int64_t row) {
+    const k3rt_step_entry &e = entries[i];
+    if (I && b % I == 0) {
+      int32_t slot = takeSnapshotSlot(s, /*stealPending=*/true);
+      if (slot >= 0) {
+        copyState(s, snapshotData(s, slot), slotData(s, seq.slot));
+        s->pending.push_back({e.seq_id, b, slot});
+      }
+    }
+    int mode = logitsMode(e.logits);
+    int64_t first = 0, count = 0;
+    if (mode == K3RT_LOGITS_ALL) {
+      count = b - a;
+    } else if (mode == K3RT_LOGITS_LAST && b == stop) {
+      first = b - a - 1;
+      count = 1;
+    }
+    if (count == 0)
+      return;
+    copyBytes(s->gpu, dst[i], scratch + (row + first) * V,
+              uint64_t(count * V) * sizeof(float));
+    if (s->checkLogits && !firstBad) {
+      for (int64_t k = 0; k < count * V && !firstBad; ++k)
+        if (!std::isfinite(dst[i][k]))
+          firstBad = makeStatus(
+              K3RT_DATA_LOSS,
+              "step entry %zu (sequence %lld): logit %lld of position %lld "
+              "is %f (the step has run; its snapshots are discarded)",
+              i, (long long)e.seq_id, (long long)(k % V),
+              (long long)(a + first + k / V), double(dst[i][k]));
+    }
+    dst[i] += count * V;
+  };
+
+  // 1. The decode entries, one call for all of them.
+  std::vector<Sequence *> batch;
+  std::vector<size_t> batchEntries;
+  std::vector<int32_t> batchTokens;
+  for (size_t i = 0; i < n; ++i) {
+    if (!isDecode(s, entries[i]))
+      continue;
+    Sequence &seq = s->sequences.find(entries[i].seq_id)->second;
+    if (s->pageSize)
+      preparePages(s, seq, 1);
+    seq.tokens.push_back(entries[i].tokens[0]);
+    batch.push_back(&seq);
+    batchEntries.push_back(i);
+    batchTokens.push_back(entries[i].tokens[0]);
+  }
+  if (!batch.empty()) {
+    forwardCall(s, batch, batchTokens.data(), int64_t(batch.size()));
+    for (size_t k = 0; k < batch.size(); ++k)
+      finish(batchEntries[k], *batch[k], batch[k]->length - 1,
+             batch[k]->length, batch[k]->length, int64_t(k));
+  }
+
+  // 2. The others, one call per segment.
   for (size_t i = 0; i < n; ++i) {
     const k3rt_step_entry &e = entries[i];
+    if (isDecode(s, e))
+      continue;
     Sequence &seq = s->sequences.find(e.seq_id)->second;
     int64_t T = e.n_tokens;
     int64_t start = seq.length, stop = start + T;
-    int mode = logitsMode(e.logits);
     bool verify = isVerify(e);
     if (s->pageSize)
       preparePages(s, seq, T);
@@ -1539,36 +1657,8 @@ k3rt_status *k3rt::step(k3rt_session *s, const k3rt_step_entry *entries,
       } else if (I) {
         b = std::min(stop, (a / I + 1) * I);
       }
-      forwardCall(s, seq, e.tokens + (a - start), b - a);
-      if (I && b % I == 0) {
-        int32_t slot = takeSnapshotSlot(s, /*stealPending=*/true);
-        if (slot >= 0) {
-          copyState(s, snapshotData(s, slot), slotData(s, seq.slot));
-          s->pending.push_back({e.seq_id, b, slot});
-        }
-      }
-      int64_t first = 0, count = 0;
-      if (mode == K3RT_LOGITS_ALL) {
-        count = b - a;
-      } else if (mode == K3RT_LOGITS_LAST && b == stop) {
-        first = b - a - 1;
-        count = 1;
-      }
-      if (count == 0)
-        continue;
-      copyBytes(s->gpu, dst, scratch + first * V,
-                uint64_t(count * V) * sizeof(float));
-      if (s->checkLogits && !firstBad) {
-        for (int64_t k = 0; k < count * V && !firstBad; ++k)
-          if (!std::isfinite(dst[k]))
-            firstBad = makeStatus(
-                K3RT_DATA_LOSS,
-                "step entry %zu (sequence %lld): logit %lld of position %lld "
-                "is %f (the step has run; its snapshots are discarded)",
-                i, (long long)e.seq_id, (long long)(k % V),
-                (long long)(a + first + k / V), double(dst[k]));
-      }
-      dst += count * V;
+      forwardCall(s, {&seq}, e.tokens + (a - start), b - a);
+      finish(i, seq, a, b, stop, 0);
     }
   }
 

@@ -113,6 +113,9 @@ struct k3rt_session {
   bool checkLogits = false;
   int64_t maxStepTokens = 0;  ///< 0 = no limit
   int64_t maxStepEntries = 0;
+  /// Decode entries of a step run as one call (K3RT_SEPARATE_DECODE=1: one
+  /// call per entry, for comparisons).
+  bool batchDecode = true;
 
   /// A GPU library: state, logits and weights live in device memory and
   /// every copy goes through the driver (Device.h).
@@ -148,8 +151,11 @@ struct k3rt_session {
   /// Logits scratch [T, V] f32, grown on demand.
   k3rt::Memory scratch;
   /// GPU: the per-call inputs in page-locked memory the kernels and the
-  /// library's host code both read: tokens, page table, length.
+  /// library's host code both read: lengths, slots, page tables, tokens.
   k3rt::Memory stage;
+  /// Host: the same per-call inputs (lengths, slots, page tables).
+  std::vector<int64_t> callLengths;
+  std::vector<int32_t> callSlots, callTables;
 
   /// k3_forward arguments: constant parts filled at creation.
   std::vector<k3rt::MemRefDesc> descs;

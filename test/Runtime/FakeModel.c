@@ -3,15 +3,17 @@
  * A test fixture, not a runtime component: it exports the three symbols of
  * docs/ABI.md with a small hand-written manifest in the k3c format (tokens,
  * weights incl. an MXFP4 expert stack and an unused tensor, two KDA layers
- * with recurrent state and conv tails, two MLA layers with pool, page table
- * and length, logits), and a k3_forward that is simple and deterministic but
+ * with recurrent state and conv tails (slot pools and slots), two MLA
+ * layers with pool, page tables and lengths, logits), and a k3_forward
+ * that takes a segment of one sequence or a decode batch (docs/ABI.md) that is simple and deterministic but
  * exposes orchestration bugs: every logit row is a vector of features that
  * depend on the whole history of the sequence as seen through its state
  * (KDA slot, conv tails, MLA pages via the page table), plus checks of every
  * descriptor and of the "zeroed when handed out" rule. FakeModelRef.h
  * computes the same features from the token history alone.
  *
- * Per token `tok` at position p = len + t:
+ * Per token `tok` at position p = len + t of its sequence (t = 0 in a
+ * decode batch), in that sequence's slot and page table:
  *   KDA layer: S[0] += tok; S[1] += 1; S[2] = S[2] * 0.5 + tok; S[3] += p;
  *              conv_q[c] shifts in tok + c, conv_k[c] 2 tok + c,
  *              conv_v[c] p + c (bf16, oldest first).
@@ -93,7 +95,7 @@ static const char manifest[] =
     "\"quantization\": \"mxfp4.scale\", \"experts\": 3, \"bytes\": 4},\n"
     "    {\"name\": \"language_model.lm_head.weight\", \"shape\": [32, 4], "
     "\"dtype\": \"bf16\", \"bytes\": 256}]},\n"
-    "  \"abi\": {\"version\": 1, \"entry\": \"k3_forward\", \"args\": [\n"
+    "  \"abi\": {\"version\": 2, \"entry\": \"k3_forward\", \"args\": [\n"
     "    {\"role\": \"tokens\", \"shape\": [-1], \"dtype\": \"i32\"},\n"
     "    {\"role\": \"weight\", \"name\": "
     "\"language_model.model.embed_tokens.weight\", \"shape\": [32, 4], "
@@ -109,34 +111,50 @@ static const char manifest[] =
     "\"part\": \"scale\", \"shape\": [3, 4, 1], \"dtype\": \"u8\"},\n"
     "    {\"role\": \"weight\", \"name\": \"language_model.lm_head.weight\", "
     "\"shape\": [32, 4], \"dtype\": \"bf16\"},\n"
-    "    {\"role\": \"state\", \"name\": \"kda.recurrent\", \"layer\": 0, "
-    "\"shape\": [2, 2, 2], \"dtype\": \"f32\"},\n"
-    "    {\"role\": \"state\", \"name\": \"kda.conv_q\", \"layer\": 0, "
-    "\"shape\": [4, 3], \"dtype\": \"bf16\"},\n"
-    "    {\"role\": \"state\", \"name\": \"kda.conv_k\", \"layer\": 0, "
-    "\"shape\": [4, 3], \"dtype\": \"bf16\"},\n"
-    "    {\"role\": \"state\", \"name\": \"kda.conv_v\", \"layer\": 0, "
-    "\"shape\": [4, 3], \"dtype\": \"bf16\"},\n"
+    "    {\"role\": \"state\", \"name\": \"kda.recurrent\", \"part\": "
+    "\"pool\", \"layer\": 0, \"shape\": [-1, 2, 2, 2], \"dtype\": \"f32\"},\n"
+    "    {\"role\": \"state\", \"name\": \"kda.recurrent\", \"part\": "
+    "\"slots\", \"layer\": 0, \"shape\": [-1], \"dtype\": \"i32\"},\n"
+    "    {\"role\": \"state\", \"name\": \"kda.conv_q\", \"part\": \"pool\", "
+    "\"layer\": 0, \"shape\": [-1, 4, 3], \"dtype\": \"bf16\"},\n"
+    "    {\"role\": \"state\", \"name\": \"kda.conv_q\", \"part\": \"slots\", "
+    "\"layer\": 0, \"shape\": [-1], \"dtype\": \"i32\"},\n"
+    "    {\"role\": \"state\", \"name\": \"kda.conv_k\", \"part\": \"pool\", "
+    "\"layer\": 0, \"shape\": [-1, 4, 3], \"dtype\": \"bf16\"},\n"
+    "    {\"role\": \"state\", \"name\": \"kda.conv_k\", \"part\": \"slots\", "
+    "\"layer\": 0, \"shape\": [-1], \"dtype\": \"i32\"},\n"
+    "    {\"role\": \"state\", \"name\": \"kda.conv_v\", \"part\": \"pool\", "
+    "\"layer\": 0, \"shape\": [-1, 4, 3], \"dtype\": \"bf16\"},\n"
+    "    {\"role\": \"state\", \"name\": \"kda.conv_v\", \"part\": \"slots\", "
+    "\"layer\": 0, \"shape\": [-1], \"dtype\": \"i32\"},\n"
     "    {\"role\": \"state\", \"name\": \"mla.latent\", \"part\": \"pool\", "
     "\"layer\": 1, \"shape\": [-1, 4, 6], \"dtype\": \"bf16\"},\n"
     "    {\"role\": \"state\", \"name\": \"mla.latent\", \"part\": "
-    "\"page_table\", \"layer\": 1, \"shape\": [-1], \"dtype\": \"i32\"},\n"
+    "\"page_table\", \"layer\": 1, \"shape\": [-1, -1], \"dtype\": \"i32\"},\n"
     "    {\"role\": \"state\", \"name\": \"mla.latent\", \"part\": \"length\", "
-    "\"layer\": 1, \"shape\": [1], \"dtype\": \"i64\"},\n"
-    "    {\"role\": \"state\", \"name\": \"kda.recurrent\", \"layer\": 2, "
-    "\"shape\": [2, 2, 2], \"dtype\": \"f32\"},\n"
-    "    {\"role\": \"state\", \"name\": \"kda.conv_q\", \"layer\": 2, "
-    "\"shape\": [4, 3], \"dtype\": \"bf16\"},\n"
-    "    {\"role\": \"state\", \"name\": \"kda.conv_k\", \"layer\": 2, "
-    "\"shape\": [4, 3], \"dtype\": \"bf16\"},\n"
-    "    {\"role\": \"state\", \"name\": \"kda.conv_v\", \"layer\": 2, "
-    "\"shape\": [4, 3], \"dtype\": \"bf16\"},\n"
+    "\"layer\": 1, \"shape\": [-1], \"dtype\": \"i64\"},\n"
+    "    {\"role\": \"state\", \"name\": \"kda.recurrent\", \"part\": "
+    "\"pool\", \"layer\": 2, \"shape\": [-1, 2, 2, 2], \"dtype\": \"f32\"},\n"
+    "    {\"role\": \"state\", \"name\": \"kda.recurrent\", \"part\": "
+    "\"slots\", \"layer\": 2, \"shape\": [-1], \"dtype\": \"i32\"},\n"
+    "    {\"role\": \"state\", \"name\": \"kda.conv_q\", \"part\": \"pool\", "
+    "\"layer\": 2, \"shape\": [-1, 4, 3], \"dtype\": \"bf16\"},\n"
+    "    {\"role\": \"state\", \"name\": \"kda.conv_q\", \"part\": \"slots\", "
+    "\"layer\": 2, \"shape\": [-1], \"dtype\": \"i32\"},\n"
+    "    {\"role\": \"state\", \"name\": \"kda.conv_k\", \"part\": \"pool\", "
+    "\"layer\": 2, \"shape\": [-1, 4, 3], \"dtype\": \"bf16\"},\n"
+    "    {\"role\": \"state\", \"name\": \"kda.conv_k\", \"part\": \"slots\", "
+    "\"layer\": 2, \"shape\": [-1], \"dtype\": \"i32\"},\n"
+    "    {\"role\": \"state\", \"name\": \"kda.conv_v\", \"part\": \"pool\", "
+    "\"layer\": 2, \"shape\": [-1, 4, 3], \"dtype\": \"bf16\"},\n"
+    "    {\"role\": \"state\", \"name\": \"kda.conv_v\", \"part\": \"slots\", "
+    "\"layer\": 2, \"shape\": [-1], \"dtype\": \"i32\"},\n"
     "    {\"role\": \"state\", \"name\": \"mla.latent\", \"part\": \"pool\", "
     "\"layer\": 3, \"shape\": [-1, 4, 6], \"dtype\": \"bf16\"},\n"
     "    {\"role\": \"state\", \"name\": \"mla.latent\", \"part\": "
-    "\"page_table\", \"layer\": 3, \"shape\": [-1], \"dtype\": \"i32\"},\n"
+    "\"page_table\", \"layer\": 3, \"shape\": [-1, -1], \"dtype\": \"i32\"},\n"
     "    {\"role\": \"state\", \"name\": \"mla.latent\", \"part\": \"length\", "
-    "\"layer\": 3, \"shape\": [1], \"dtype\": \"i64\"},\n"
+    "\"layer\": 3, \"shape\": [-1], \"dtype\": \"i64\"},\n"
     "    {\"role\": \"logits\", \"shape\": [-1, 32], \"dtype\": \"f32\"}]},\n"
     "  \"parameters\": {\"total\": 1, \"active_per_token\": 1, "
     "\"active_excludes\": [\"embedding\"]}\n"
@@ -146,7 +164,7 @@ EXPORT const char *k3fake_builtin_manifest(void) { return manifest; }
 
 EXPORT uint32_t k3_abi_version(void) {
   const char *v = getenv("K3FAKE_ABI_VERSION");
-  return v ? (uint32_t)atoi(v) : 1u;
+  return v ? (uint32_t)atoi(v) : 2u;
 }
 
 EXPORT const char *k3_manifest_json(void) {
@@ -226,6 +244,21 @@ static int badDesc(const Desc *d, int rank, const int64_t *sizes) {
   return 0;
 }
 
+/* Nonzero unless `d` is a pool [any, sizes...] of `rank` whose inner
+ * dimensions are contiguous and whose slots (dimension 0) do not overlap. */
+static int badPool(const Desc *d, int rank, const int64_t *sizes) {
+  if (!d->allocated || d->allocated != d->aligned || d->offset < 0 ||
+      d->dims[0] <= 0)
+    return 1;
+  int64_t stride = 1;
+  for (int i = rank - 1; i >= 1; --i) {
+    if (d->dims[i] != sizes[i] || d->dims[rank + i] != stride)
+      return 1;
+    stride *= sizes[i];
+  }
+  return d->dims[rank] < stride;
+}
+
 enum {
   ArgTokens = 0,
   ArgEmbed = 1,
@@ -233,24 +266,35 @@ enum {
   ArgPacked = 3,
   ArgScale = 4,
   ArgLmHead = 5,
-  ArgFirstKda = 6,  /* rec, conv_q, conv_k, conv_v of layer 0 */
-  ArgFirstMla = 10, /* pool, page_table, length of layer 1 */
-  ArgSecondKda = 13,
-  ArgSecondMla = 17,
-  ArgLogits = 20,
+  ArgFirstKda = 6,  /* (pool, slots) of rec, conv_q, conv_k, conv_v, layer 0 */
+  ArgFirstMla = 14, /* pool, page_table, length of layer 1 */
+  ArgSecondKda = 17,
+  ArgSecondMla = 25,
+  ArgLogits = 28,
 };
 
+/* A pool argument: element e of slot k is base[offset + k * stride + e]. */
 typedef struct {
-  float *rec;
-  uint16_t *conv[3];
+  char *base;
+  int64_t offset, stride, slots;
+} Pool;
+
+static Pool pool(const Desc *d, int rank) {
+  Pool p = {(char *)d->aligned, d->offset, d->dims[rank], d->dims[0]};
+  return p;
+}
+
+typedef struct {
+  Pool rec;
+  Pool conv[3];
 } KdaArgs;
 
 typedef struct {
   uint16_t *pool;
   int64_t numPages;
-  const int32_t *table;
-  int64_t tableSize;
-  int64_t length;
+  const int32_t *table; /* [rows, width] */
+  int64_t width;
+  const int64_t *length; /* [rows] */
   int layer;
 } MlaArgs;
 
@@ -290,47 +334,68 @@ EXPORT void k3_forward(void **args) {
   const uint8_t *scale = (const uint8_t *)d[ArgScale]->aligned;
   const uint16_t *lmHead = (const uint16_t *)d[ArgLmHead]->aligned;
 
+  /* The call's sequences (docs/ABI.md): one (a segment of T tokens) or T
+   * (one token each), from the slots, page tables and lengths. */
+  const Desc *slotsDesc = d[ArgFirstKda + 1];
+  if (badDesc(slotsDesc, 1, any1))
+    errors |= FAKE_BAD_KDA;
+  int64_t R = slotsDesc->dims[0];
+  const int32_t *slots = (const int32_t *)slotsDesc->aligned;
+  if (R != 1 && R != T)
+    errors |= FAKE_BAD_KDA;
+
   KdaArgs kda[2];
   MlaArgs mla[2];
-  static const int64_t recShape[3] = {2, 2, 2};
-  static const int64_t convShape[2] = {4, FAKE_TAPS};
+  static const int64_t recShape[4] = {-1, 2, 2, 2};
+  static const int64_t convShape[3] = {-1, 4, FAKE_TAPS};
   static const int64_t poolShape[3] = {-1, FAKE_PAGE, FAKE_WIDTH};
-  static const int64_t oneShape[1] = {1};
+  static const int64_t any2[2] = {-1, -1};
   for (int k = 0; k < 2; ++k) {
     int base = k == 0 ? ArgFirstKda : ArgSecondKda;
-    if (badDesc(d[base], 3, recShape))
-      errors |= FAKE_BAD_KDA;
-    kda[k].rec = (float *)d[base]->aligned;
-    for (int c = 0; c < 3; ++c) {
-      if (badDesc(d[base + 1 + c], 2, convShape))
+    for (int c = 0; c < 4; ++c) {
+      const Desc *pd = d[base + 2 * c], *sd = d[base + 2 * c + 1];
+      if (c == 0 ? badPool(pd, 4, recShape) : badPool(pd, 3, convShape))
         errors |= FAKE_BAD_KDA;
-      kda[k].conv[c] = (uint16_t *)d[base + 1 + c]->aligned;
+      if (sd->aligned != slots || sd->dims[0] != R)
+        errors |= FAKE_BAD_KDA;
+      if (c == 0)
+        kda[k].rec = pool(pd, 4);
+      else
+        kda[k].conv[c - 1] = pool(pd, 3);
     }
   }
+  for (int64_t r = 0; r < R && !(errors & FAKE_BAD_KDA); ++r)
+    if (slots[r] < 0 || slots[r] >= kda[0].rec.slots)
+      errors |= FAKE_BAD_KDA;
   for (int k = 0; k < 2; ++k) {
     int base = k == 0 ? ArgFirstMla : ArgSecondMla;
     if (badDesc(d[base], 3, poolShape))
       errors |= FAKE_BAD_POOL;
-    if (badDesc(d[base + 1], 1, any1))
+    if (badDesc(d[base + 1], 2, any2) || d[base + 1]->dims[0] != R)
       errors |= FAKE_BAD_PAGE_TABLE;
-    if (badDesc(d[base + 2], 1, oneShape))
+    if (badDesc(d[base + 2], 1, any1) || d[base + 2]->dims[0] != R)
       errors |= FAKE_BAD_LENGTH;
     mla[k].pool = (uint16_t *)d[base]->aligned;
     mla[k].numPages = d[base]->dims[0];
     mla[k].table = (const int32_t *)d[base + 1]->aligned;
-    mla[k].tableSize = d[base + 1]->dims[0];
-    mla[k].length = *(const int64_t *)d[base + 2]->aligned;
+    mla[k].width = d[base + 1]->dims[1];
+    mla[k].length = (const int64_t *)d[base + 2]->aligned;
     mla[k].layer = k == 0 ? 1 : 3;
   }
   if (mla[0].length != mla[1].length || mla[0].numPages != mla[1].numPages ||
       mla[0].pool == mla[1].pool || mla[0].table != mla[1].table)
     errors |= FAKE_BAD_LENGTH;
-  int64_t len = mla[0].length;
-  if (mla[0].tableSize < (len + T + FAKE_PAGE - 1) / FAKE_PAGE)
-    errors |= FAKE_BAD_PAGE_TABLE;
-  for (int64_t i = 0; i < mla[0].tableSize; ++i)
-    if (mla[0].table[i] < 0 || mla[0].table[i] >= mla[0].numPages)
-      errors |= FAKE_BAD_PAGE_INDEX;
+  int64_t seg = R == 1 ? T : 1; /* tokens per sequence */
+  if (!(errors & (FAKE_BAD_PAGE_TABLE | FAKE_BAD_LENGTH)))
+    for (int64_t r = 0; r < R; ++r) {
+      if (mla[0].width < (mla[0].length[r] + seg + FAKE_PAGE - 1) / FAKE_PAGE)
+        errors |= FAKE_BAD_PAGE_TABLE;
+      for (int64_t i = 0; i < mla[0].width; ++i) {
+        int32_t page = mla[0].table[r * mla[0].width + i];
+        if (page < 0 || page >= mla[0].numPages)
+          errors |= FAKE_BAD_PAGE_INDEX;
+      }
+    }
   static const int64_t logitsShape[2] = {-1, FAKE_VOCAB};
   if (badDesc(d[ArgLogits], 2, logitsShape) || d[ArgLogits]->dims[0] != T)
     errors |= FAKE_BAD_LOGITS;
@@ -360,24 +425,38 @@ EXPORT void k3_forward(void **args) {
 
   for (int64_t t = 0; t < T; ++t) {
     int32_t tok = tokens[t];
-    int64_t p = len + t;
+    int64_t r = R == 1 ? 0 : t;   /* the token's sequence in the call */
+    int64_t index = t - r;        /* its index in its segment */
+    int64_t p = mla[0].length[r] + index;
+    int32_t slot = slots[r];
+    float *S[2];
+    uint16_t *conv[2][3];
     for (int k = 0; k < 2; ++k) {
-      float *S = kda[k].rec;
-      S[0] += (float)tok;
-      S[1] += 1.0f;
-      S[2] = S[2] * 0.5f + (float)tok;
-      S[3] += (float)p;
+      Pool *rp = &kda[k].rec;
+      S[k] = (float *)rp->base + rp->offset + slot * rp->stride;
+      for (int c = 0; c < 3; ++c) {
+        Pool *cp = &kda[k].conv[c];
+        conv[k][c] = (uint16_t *)cp->base + cp->offset + slot * cp->stride;
+      }
+    }
+    for (int k = 0; k < 2; ++k) {
+      float *S0 = S[k];
+      S0[0] += (float)tok;
+      S0[1] += 1.0f;
+      S0[2] = S0[2] * 0.5f + (float)tok;
+      S0[3] += (float)p;
       for (int c = 0; c < 4; ++c) {
-        shiftIn(kda[k].conv[0], c, (float)(tok + c));
-        shiftIn(kda[k].conv[1], c, (float)(2 * tok + c));
-        shiftIn(kda[k].conv[2], c, (float)(p + c));
+        shiftIn(conv[k][0], c, (float)(tok + c));
+        shiftIn(conv[k][1], c, (float)(2 * tok + c));
+        shiftIn(conv[k][2], c, (float)(p + c));
       }
     }
     float stale = 0, mlaTokens[2] = {0, 0}, mlaPositions[2] = {0, 0},
           mlaRows[2] = {0, 0};
     for (int k = 0; k < 2; ++k) {
       MlaArgs *m = &mla[k];
-      int32_t page = m->table[p / FAKE_PAGE];
+      const int32_t *table = m->table + r * m->width;
+      int32_t page = table[p / FAKE_PAGE];
       uint16_t *pageData = m->pool + (int64_t)page * FAKE_PAGE * FAKE_WIDTH;
       /* Rows p .. end of page must still be zero (zeroed on hand-out, never
        * written by another sequence). */
@@ -395,7 +474,7 @@ EXPORT void k3_forward(void **args) {
       for (int64_t q = 0; q <= p; ++q) {
         const uint16_t *r =
             m->pool +
-            ((int64_t)m->table[q / FAKE_PAGE] * FAKE_PAGE + q % FAKE_PAGE) *
+            ((int64_t)table[q / FAKE_PAGE] * FAKE_PAGE + q % FAKE_PAGE) *
                 FAKE_WIDTH;
         mlaTokens[k] += bf16ToFloat(r[0]);
         mlaPositions[k] += bf16ToFloat(r[1]);
@@ -405,7 +484,7 @@ EXPORT void k3_forward(void **args) {
     float *out = logits + t * FAKE_VOCAB;
     for (int v = 0; v < FAKE_VOCAB; ++v)
       out[v] = (float)v * 0.5f + (float)tok;
-    const float *S0 = kda[0].rec, *S2 = kda[1].rec;
+    const float *S0 = S[0], *S2 = S[1];
     out[FAKE_F_TOKEN] = (float)tok;
     out[FAKE_F_POSITION] = (float)p;
     out[FAKE_F_SUM] = S0[0];
@@ -414,9 +493,9 @@ EXPORT void k3_forward(void **args) {
     out[FAKE_F_POSITION_SUM] = S0[3];
     out[FAKE_F_LAYER2] = S2[0] + S2[1] * 1000.0f + S2[2] * 0.25f;
     for (int i = 0; i < 3; ++i)
-      out[FAKE_F_CONV_Q + i] = bf16ToFloat(kda[0].conv[0][1 * FAKE_TAPS + i]);
-    out[FAKE_F_CONV_K2] = bf16ToFloat(kda[1].conv[1][0 * FAKE_TAPS + 0]);
-    out[FAKE_F_CONV_V2] = bf16ToFloat(kda[1].conv[2][3 * FAKE_TAPS + 2]);
+      out[FAKE_F_CONV_Q + i] = bf16ToFloat(conv[0][0][1 * FAKE_TAPS + i]);
+    out[FAKE_F_CONV_K2] = bf16ToFloat(conv[1][1][0 * FAKE_TAPS + 0]);
+    out[FAKE_F_CONV_V2] = bf16ToFloat(conv[1][2][3 * FAKE_TAPS + 2]);
     out[FAKE_F_MLA_TOKENS] = mlaTokens[0];
     out[FAKE_F_MLA_POSITIONS] = mlaPositions[1];
     out[FAKE_F_MLA_ROWS] = mlaRows[0] + mlaRows[1] * 100.0f;
@@ -427,9 +506,10 @@ EXPORT void k3_forward(void **args) {
     out[FAKE_F_LM_HEAD] = bf16ToFloat(lmHead[tok * 4 + 1]);
     out[FAKE_F_EXPERTS] = expertSum;
     out[FAKE_F_CONV_WEIGHT] = convWSum;
-    out[FAKE_F_PAGES] = (float)mla[0].tableSize;
-    out[FAKE_F_SEGMENT] = (float)T;
-    out[FAKE_F_INDEX] = (float)t;
+    out[FAKE_F_PAGES] =
+        (float)((mla[0].length[r] + seg + FAKE_PAGE - 1) / FAKE_PAGE);
+    out[FAKE_F_SEGMENT] = (float)seg;
+    out[FAKE_F_INDEX] = (float)index;
   }
 }
 

@@ -46,9 +46,9 @@ enum {
   FAKE_F_LM_HEAD = 18,       /* lm_head[tok][1]                            */
   FAKE_F_EXPERTS = 19,       /* sum (e+1) packed + 1000 (e+1) scale        */
   FAKE_F_CONV_WEIGHT = 20,   /* sum of q_conv1d.weight                     */
-  FAKE_F_PAGES = 21,         /* page table entries passed                  */
-  FAKE_F_SEGMENT = 22,       /* T of this call                             */
-  FAKE_F_INDEX = 23,         /* t within this call                         */
+  FAKE_F_PAGES = 21,         /* pages the sequence's segment needs         */
+  FAKE_F_SEGMENT = 22,       /* tokens of the sequence in this call        */
+  FAKE_F_INDEX = 23,         /* t within the sequence's segment            */
   FAKE_F_FIRST_FILLER = 24
 };
 

@@ -23,7 +23,7 @@ TEST(LibraryTest, OpensTheFakeLibraryAndReportsItsManifest) {
   EXPECT_EQ(info.hidden_size, 4);
   EXPECT_EQ(info.num_layers, 4);
   EXPECT_EQ(info.max_context, FAKE_MAX_CONTEXT);
-  EXPECT_EQ(info.num_abi_args, 21);
+  EXPECT_EQ(info.num_abi_args, 29);
   // embed, q_conv1d, the unused norm, 3 + 3 experts, lm_head.
   EXPECT_EQ(info.num_tensors, 10);
   EXPECT_EQ(info.page_size, FAKE_PAGE);
@@ -83,11 +83,12 @@ TEST(LibraryTest, MissingEntryPoint) {
 }
 
 TEST(LibraryTest, AbiVersionMismatch) {
-  setenv("K3FAKE_ABI_VERSION", "2", 1);
+  setenv("K3FAKE_ABI_VERSION", "1", 1);
   k3rt_library *lib = nullptr;
   k3rt_status *s = k3rt_library_open(K3RT_FAKE_MODEL, &lib);
   unsetenv("K3FAKE_ABI_VERSION");
-  EXPECT_ERROR(s, K3RT_FAILED_PRECONDITION, "ABI version 2");
+  EXPECT_ERROR(s, K3RT_FAILED_PRECONDITION, "ABI version 1",
+               "implements version 2");
 }
 
 //===----------------------------------------------------------------------===//
@@ -120,7 +121,7 @@ const ManifestCase manifestCases[] = {
      K3RT_INVALID_ARGUMENT, "model.max_context"},
     {"LogitsWidth",
      [](json &m) {
-       arg(m, 20)["shape"] = {-1, 31};
+       arg(m, 28)["shape"] = {-1, 31};
      },
      K3RT_INVALID_ARGUMENT, "logits must be [-1, 32] f32"},
     {"TokensDtype", [](json &m) { arg(m, 0)["dtype"] = "i64"; },
@@ -161,21 +162,30 @@ const ManifestCase manifestCases[] = {
      K3RT_INVALID_ARGUMENT, "not one of the group's layers"},
     {"StateShapeDiffers",
      [](json &m) {
-       arg(m, 7)["shape"] = {3, 4};
+       arg(m, 8)["shape"] = {-1, 3, 4};
      },
-     K3RT_INVALID_ARGUMENT, "differs from the group's"},
+     K3RT_INVALID_ARGUMENT, "differs from the group's [-1, 4, 3]"},
+    {"StateUnknownPart", [](json &m) { arg(m, 6)["part"] = "tail"; },
+     K3RT_INVALID_ARGUMENT, "'tail', expected 'pool' or 'slots'"},
+    {"SlotsDtype", [](json &m) { arg(m, 7)["dtype"] = "i64"; },
+     K3RT_INVALID_ARGUMENT, "slots must be [-1] i32"},
+    {"MissingSlots",
+     [](json &m) { m["abi"]["args"].erase(m["abi"]["args"].begin() + 7); },
+     K3RT_INVALID_ARGUMENT, "kda.recurrent layer 0 has no 'slots'"},
     {"MissingPageTable",
-     [](json &m) { m["abi"]["args"].erase(m["abi"]["args"].begin() + 11); },
+     [](json &m) { m["abi"]["args"].erase(m["abi"]["args"].begin() + 15); },
      K3RT_INVALID_ARGUMENT, "mla.latent layer 1 has no 'page_table'"},
+    {"PageTableRank", [](json &m) { arg(m, 15)["shape"] = {-1}; },
+     K3RT_INVALID_ARGUMENT, "a page table must be [-1, -1] i32"},
     {"MissingKdaLayer",
-     [](json &m) { m["abi"]["args"].erase(m["abi"]["args"].begin() + 13); },
-     K3RT_INVALID_ARGUMENT, "kda.recurrent layer 2 is not passed"},
+     [](json &m) { m["abi"]["args"].erase(m["abi"]["args"].begin() + 17); },
+     K3RT_INVALID_ARGUMENT, "kda.recurrent layer 2 has no 'pool'"},
     {"PoolPageSize",
      [](json &m) {
-       arg(m, 10)["shape"] = {-1, 8, 6};
+       arg(m, 14)["shape"] = {-1, 8, 6};
      },
      K3RT_INVALID_ARGUMENT, "a pool must be [-1, 4, 6] bf16"},
-    {"StatePassedTwice", [](json &m) { arg(m, 13)["layer"] = 0; },
+    {"StatePassedTwice", [](json &m) { arg(m, 17)["layer"] = 0; },
      K3RT_INVALID_ARGUMENT, "passed twice"},
     {"UnknownRole", [](json &m) { arg(m, 5)["role"] = "bias"; },
      K3RT_INVALID_ARGUMENT, "unknown role 'bias'"},
@@ -191,7 +201,7 @@ const ManifestCase manifestCases[] = {
     {"BadAlignment", [](json &m) { arg(m, 1)["alignment"] = 24; },
      K3RT_INVALID_ARGUMENT, "must be a power of two"},
     {"NoLogits",
-     [](json &m) { m["abi"]["args"].erase(m["abi"]["args"].begin() + 20); },
+     [](json &m) { m["abi"]["args"].erase(m["abi"]["args"].begin() + 28); },
      K3RT_INVALID_ARGUMENT, "exactly one tokens and one logits"},
     // What the manifest records about targets, layouts and the config.
     {"NoTargets", [](json &m) { m.erase("targets"); }, K3RT_INVALID_ARGUMENT,

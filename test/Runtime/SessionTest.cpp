@@ -240,6 +240,58 @@ TEST(SessionTest, BatchingEqualsRunningAlone) {
   EXPECT_TRUE(batched.matches(r2, concat(b, {bNext}), 3, 1, 4));
 }
 
+// The decode entries of a step (one token, not verify) run as one call, each
+// token in its own sequence's slot and page table (docs/ABI.md); the other
+// entries run as before; rows come back in entry order either way.
+TEST(SessionTest, DecodeEntriesRunAsOneCall) {
+  auto run = [](bool separate, long &calls) {
+    if (separate)
+      setenv("K3RT_SEPARATE_DECODE", "1", 1);
+    FakeSession s(8);
+    unsetenv("K3RT_SEPARATE_DECODE");
+    // Lengths 1, 5, 9, 14 (pages of 4: one to four pages; 5 and 9 start a
+    // page with their next token).
+    std::vector<std::vector<int32_t>> h = {range(3, 1), range(7, 5),
+                                           range(2, 9), range(9, 14)};
+    for (int64_t i = 0; i < 4; ++i) {
+      EXPECT_OK(k3rt_sequence_add(s.get(), 10 + i));
+      s.feed(10 + i, h[size_t(i)]);
+    }
+    EXPECT_OK(k3rt_sequence_add(s.get(), 20));
+    std::vector<int32_t> p = range(4, 3);
+    int32_t next[4] = {5, 6, 7, 8};
+    long before = fakeForwardCalls();
+    std::vector<float> rows =
+        s.step({{10, 1, &next[0], K3RT_LOGITS_LAST},
+                {20, 3, p.data(), K3RT_LOGITS_ALL},
+                {11, 1, &next[1], K3RT_LOGITS_ALL},
+                {12, 1, &next[2], K3RT_LOGITS_NONE},
+                {13, 1, &next[3], K3RT_LOGITS_LAST}});
+    calls = fakeForwardCalls() - before;
+    EXPECT_EQ(rows.size(), size_t(6 * FAKE_VOCAB));
+    for (size_t i = 0; i < 4; ++i)
+      h[i].push_back(next[i]);
+    EXPECT_TRUE(s.matches(rows, h[0], 1, 1, 0));
+    EXPECT_TRUE(s.matches(rows, p, 0, 3, 1));
+    EXPECT_TRUE(s.matches(rows, h[1], 5, 1, 4));
+    EXPECT_TRUE(s.matches(rows, h[3], 14, 1, 5));
+    // The states moved on: the next token of each sees its whole history.
+    for (int64_t i = 0; i < 4; ++i) {
+      std::vector<float> r = s.feed(10 + i, {1});
+      h[size_t(i)].push_back(1);
+      EXPECT_TRUE(s.matches(r, h[size_t(i)], int64_t(h[size_t(i)].size()) - 1,
+                            1));
+    }
+    return rows;
+  };
+  long batchedCalls = 0, separateCalls = 0;
+  std::vector<float> batched = run(false, batchedCalls);
+  std::vector<float> separate = run(true, separateCalls);
+  EXPECT_EQ(batchedCalls, 2);  // the four decode tokens, the prefill
+  EXPECT_EQ(separateCalls, 5); // one per entry
+  EXPECT_EQ(batched, separate);
+}
+
 //===----------------------------------------------------------------------===//
 // Fork and copy-on-write
 //===----------------------------------------------------------------------===//

@@ -4,7 +4,11 @@
 //  * two sequences batched in the same steps (a prefill chunk of one next
 //    to a decode token of the other) give the logits each gives alone;
 //  * a sequence forked mid-page continues exactly like a fresh sequence fed
-//    the same tokens, and the parent is not disturbed by the child.
+//    the same tokens, and the parent is not disturbed by the child;
+//  * a decode batch (the decode entries of a step run as one call, each
+//    token its own sequence: docs/ABI.md) gives the logits and states of
+//    one call per entry (K3RT_SEPARATE_DECODE=1), for sequences of
+//    different lengths and pages, next to a prefill chunk in the same step.
 // Chunking is the same in the runs compared, so the logits must be equal
 // bit for bit. Prints the differences and PASS or FAIL.
 //
@@ -176,9 +180,66 @@ int main(int argc, char **argv) {
   std::printf("forked child vs fresh sequence: max abs diff %g\n", dFork);
   std::printf("parent after fork vs undisturbed: max abs diff %g\n", dParent);
 
+  // C: five sequences of different lengths decode together for four steps
+  // (one of them also prefilling a chunk in the first), batched and then
+  // with one call per decode entry; logits and every layer's state compared.
+  const int kSeqs = 5;
+  const int lengths[kSeqs] = {1, 3, 9, 17, 30};
+  auto runC = [&](bool separate, std::vector<Logits> &rows,
+                  std::vector<float> &states) {
+    if (separate)
+      setenv("K3RT_SEPARATE_DECODE", "1", 1);
+    k3rt_session *s = newSession(m);
+    unsetenv("K3RT_SEPARATE_DECODE");
+    for (int i = 0; i < kSeqs; ++i) {
+      CHECK(k3rt_sequence_add(s, 30 + i), "add");
+      Chunk c = seqTokens(lengths[i], 40 + i, m.vocab);
+      step(m, s, {{30 + i, c}});
+    }
+    for (int k = 0; k < 4; ++k) {
+      std::vector<std::pair<int64_t, Chunk>> work;
+      for (int i = 0; i < kSeqs; ++i)
+        work.push_back({30 + i, Chunk{int32_t((7 * k + 13 * i + 1) % m.vocab)}});
+      if (k == 0) { // a prefill chunk of another sequence in the same step
+        CHECK(k3rt_sequence_add(s, 40), "add");
+        work.insert(work.begin() + 2, {40, seqTokens(6, 50, m.vocab)});
+      }
+      for (Logits &r : step(m, s, work))
+        rows.push_back(std::move(r));
+    }
+    for (int i = 0; i < kSeqs; ++i)
+      for (int64_t l = 0; l < info.num_layers; ++l)
+        for (const char *g : {"kda.recurrent", "kda.conv_q", "mla.latent"}) {
+          k3rt_state_shape shape{};
+          shape.struct_size = sizeof(shape);
+          if (k3rt_status *st =
+                  k3rt_sequence_read_state(s, 30 + i, g, l, nullptr, 0, &shape)) {
+            k3rt_status_free(st); // not a layer of this group
+            continue;
+          }
+          size_t at = states.size();
+          states.resize(at + size_t(shape.count));
+          CHECK(k3rt_sequence_read_state(s, 30 + i, g, l, states.data() + at,
+                                         size_t(shape.count), nullptr),
+                "read state");
+        }
+    k3rt_session_release(s);
+  };
+  std::vector<Logits> batchedRows, separateRows;
+  std::vector<float> batchedStates, separateStates;
+  runC(false, batchedRows, batchedStates);
+  runC(true, separateRows, separateStates);
+  double dDecode = maxDiff(batchedRows, separateRows);
+  double dStates = maxDiff({batchedStates}, {separateStates});
+  std::printf("decode batch of %d vs one call each: max abs diff %g over %zu "
+              "rows, states %g over %zu values\n",
+              kSeqs, dDecode, batchedRows.size(), dStates,
+              batchedStates.size());
+
   k3rt_weights_release(m.weights);
   k3rt_library_release(m.lib);
-  bool ok = dBatch == 0 && dFork == 0 && dParent == 0;
+  bool ok = dBatch == 0 && dFork == 0 && dParent == 0 && dDecode == 0 &&
+            dStates == 0 && !batchedStates.empty();
   std::printf("%s\n", ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;
 }

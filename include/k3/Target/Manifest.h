@@ -94,7 +94,7 @@ struct ModelInfo {
 };
 
 /// Version of the library ABI the manifest's "abi" section describes.
-inline constexpr int kLibraryAbiVersion = 1;
+inline constexpr int kLibraryAbiVersion = 2;
 
 /// Reads the model description off an imported module. Emits a diagnostic
 /// on the module and fails if it is not an imported k3 model.

@@ -3,7 +3,10 @@
 // Each k3 op becomes a call to a kernel function of Kernels/*.mlir (written
 // in linalg, tensor, scf, memref, arith and math with dynamic shapes), after
 // casting its operands to the kernel's dynamic types. State types become
-// buffers updated in place; MXFP4 weights become (packed, scale) tensors.
+// buffers updated in place, addressed per call (docs/ABI.md): a KDA state or
+// conv tail is (pool of every sequence's state, slots of the call), an MLA
+// cache (page pool, page tables, lengths); MXFP4 weights become (packed,
+// scale) tensors.
 //
 //===----------------------------------------------------------------------===//
 
@@ -71,29 +74,45 @@ static Type activationType(ModuleOp module) {
 //===----------------------------------------------------------------------===//
 
 namespace {
+/// A pool [?, dims...] with any strides and offset: the runtime's slot pool
+/// (docs/ABI.md) seen as the states of one kind and layer.
+MemRefType poolType(ArrayRef<int64_t> dims, Type elem) {
+  SmallVector<int64_t> shape = {ShapedType::kDynamic};
+  llvm::append_range(shape, dims);
+  SmallVector<int64_t> strides(shape.size(), ShapedType::kDynamic);
+  return MemRefType::get(shape, elem,
+                         StridedLayoutAttr::get(elem.getContext(),
+                                                ShapedType::kDynamic, strides));
+}
+
 class K3TypeConverter : public TypeConverter {
 public:
   K3TypeConverter() {
     addConversion([](Type t) { return t; });
-    addConversion([](KDAStateType t) -> Type {
+    addConversion([](KDAStateType t, SmallVectorImpl<Type> &out) {
       bool vFirst = t.getLayout() == KDAStateLayout::ValueFirst;
-      return MemRefType::get({t.getHeads(),
+      out.push_back(poolType({t.getHeads(),
                               vFirst ? t.getValueDim() : t.getKeyDim(),
                               vFirst ? t.getKeyDim() : t.getValueDim()},
-                             t.getElementType());
+                             t.getElementType()));
+      out.push_back(MemRefType::get({ShapedType::kDynamic},
+                                    IntegerType::get(t.getContext(), 32)));
+      return success();
     });
-    addConversion([](ConvStateType t) -> Type {
-      return MemRefType::get({t.getChannels(), t.getWidth()},
-                             t.getElementType());
+    addConversion([](ConvStateType t, SmallVectorImpl<Type> &out) {
+      out.push_back(
+          poolType({t.getChannels(), t.getWidth()}, t.getElementType()));
+      out.push_back(MemRefType::get({ShapedType::kDynamic},
+                                    IntegerType::get(t.getContext(), 32)));
+      return success();
     });
     addConversion([](MLACacheType t, SmallVectorImpl<Type> &out) {
       MLIRContext *ctx = t.getContext();
-      out.push_back(MemRefType::get(
-          {ShapedType::kDynamic, t.getPageSize(), t.getTokenWidth()},
-          t.getElementType()));
-      out.push_back(MemRefType::get({ShapedType::kDynamic},
-                                    IntegerType::get(ctx, 32)));
-      out.push_back(MemRefType::get({1}, IntegerType::get(ctx, 64)));
+      int64_t dyn = ShapedType::kDynamic;
+      out.push_back(MemRefType::get({dyn, t.getPageSize(), t.getTokenWidth()},
+                                    t.getElementType()));
+      out.push_back(MemRefType::get({dyn, dyn}, IntegerType::get(ctx, 32)));
+      out.push_back(MemRefType::get({dyn}, IntegerType::get(ctx, 64)));
       return success();
     });
     addConversion([](MXFP4Type t, SmallVectorImpl<Type> &out) {
@@ -108,7 +127,8 @@ public:
   }
 };
 
-/// Casts a ranked tensor or memref to the fully dynamic type kernels take.
+/// Casts a ranked tensor or memref to the fully dynamic type kernels take
+/// (a strided memref keeps a strided layout, all of it dynamic).
 Value toDynamic(OpBuilder &b, Location loc, Value v) {
   if (auto t = dyn_cast<RankedTensorType>(v.getType())) {
     SmallVector<int64_t> dyn(t.getRank(), ShapedType::kDynamic);
@@ -117,7 +137,10 @@ Value toDynamic(OpBuilder &b, Location loc, Value v) {
   }
   if (auto t = dyn_cast<MemRefType>(v.getType())) {
     SmallVector<int64_t> dyn(t.getRank(), ShapedType::kDynamic);
-    auto type = MemRefType::get(dyn, t.getElementType());
+    auto type = t.getLayout().isIdentity()
+                    ? MemRefType::get(dyn, t.getElementType())
+                    : poolType(ArrayRef<int64_t>(dyn).drop_front(),
+                               t.getElementType());
     return type == t ? v : memref::CastOp::create(b, loc, type, v).getResult();
   }
   return v;
@@ -284,16 +307,19 @@ struct AttnResLowering : KernelPattern<AttnResOp> {
 struct ShortConvLowering : KernelPattern<ShortConvOp> {
   using KernelPattern::KernelPattern;
   LogicalResult
-  matchAndRewrite(ShortConvOp op, OpAdaptor a,
+  matchAndRewrite(ShortConvOp op, OneToNOpAdaptor a,
                   ConversionPatternRewriter &rewriter) const override {
     if (op.getTail().getType().getElementType() !=
         op.getInput().getType().getElementType())
       return rewriter.notifyMatchFailure(op, "tail dtype must be the input's");
+    ValueRange tail = a.getTail();
     Value y = callKernel(rewriter, op.getLoc(), "k3k_short_conv",
-                         {a.getInput(), a.getWeight(), a.getTail()},
+                         {one(a.getInput()), one(a.getWeight()), tail[0],
+                          tail[1]},
                          op.getResult().getType());
-    // The tail buffer was updated in place.
-    rewriter.replaceOp(op, {y, a.getTail()});
+    // The tails were updated in place in the pool.
+    SmallVector<SmallVector<Value>> results = {{y}, llvm::to_vector(tail)};
+    rewriter.replaceOpWithMultiple(op, results);
     return success();
   }
 };
@@ -301,7 +327,7 @@ struct ShortConvLowering : KernelPattern<ShortConvOp> {
 struct KDALowering : KernelPattern<KDAOp> {
   using KernelPattern::KernelPattern;
   LogicalResult
-  matchAndRewrite(KDAOp op, OpAdaptor a,
+  matchAndRewrite(KDAOp op, OneToNOpAdaptor a,
                   ConversionPatternRewriter &rewriter) const override {
     KDAStateType st = op.getState().getType();
     if (!st.getElementType().isF32())
@@ -309,10 +335,12 @@ struct KDALowering : KernelPattern<KDAOp> {
     Location loc = op.getLoc();
     bool softplus = op.getGateForm() == KDAGateForm::Softplus;
     double lb = op.getLowerBound() ? op.getLowerBound()->convertToDouble() : 0;
+    ValueRange state = a.getState();
     Value o = callKernel(
         rewriter, loc, "k3k_kda",
-        {a.getQuery(), a.getKey(), a.getValue(), a.getGate(), a.getBeta(),
-         a.getALog(), a.getDtBias(), a.getState(),
+        {one(a.getQuery()), one(a.getKey()), one(a.getValue()),
+         one(a.getGate()), one(a.getBeta()), one(a.getALog()),
+         one(a.getDtBias()), state[0], state[1],
          boolConst(rewriter, loc, softplus), f32Const(rewriter, loc, lb),
          f32Const(rewriter, loc, f64(op.getScaleAttr())),
          f32Const(rewriter, loc, f64(op.getL2EpsAttr())),
@@ -320,7 +348,9 @@ struct KDALowering : KernelPattern<KDAOp> {
          boolConst(rewriter, loc,
                    st.getLayout() == KDAStateLayout::ValueFirst)},
         op.getResult().getType());
-    rewriter.replaceOp(op, {o, a.getState()});
+    // The states were updated in place in the pool.
+    SmallVector<SmallVector<Value>> results = {{o}, llvm::to_vector(state)};
+    rewriter.replaceOpWithMultiple(op, results);
     return success();
   }
 };

@@ -66,7 +66,7 @@ extern "C" {
 #define K3RT_API_VERSION 4
 
 /** The compiled library ABI version this runtime implements (docs/ABI.md). */
-#define K3RT_LIBRARY_ABI_VERSION 1
+#define K3RT_LIBRARY_ABI_VERSION 2
 
 /*===----------------------------------------------------------------------===*
  * Status

@@ -34,22 +34,24 @@ func.func @dense(%tok: tensor<?xi32>, %e: tensor<64x16xbf16>, %g: tensor<16xbf16
 
 // -----
 
-// KDA: the recurrent state is a value-first [H, V, K] f32 buffer and the
-// conv tail a [C, W-1] buffer, both updated in place by the kernels; the
-// chunk size, gate form and layout are passed to the kernel.
+// KDA: a state converts 1:2 (docs/ABI.md): the pool of every sequence's
+// state ([S, H, V, K] f32 value-first, [S, C, W-1] conv tails; strided, as
+// slots of the runtime's slot memory) and the call's slots; both are updated
+// in place by the kernels and returned as they came. The chunk size, gate
+// form and layout are passed to the kernel.
 // CHECK-LABEL: func.func @kda
-// CHECK-SAME: %[[TAIL:[a-z0-9]+]]: memref<16x3xbf16>
-// CHECK-SAME: %[[S:[a-z0-9]+]]: memref<2x4x8xf32>
-// CHECK-SAME: -> (tensor<?x2x4xbf16>, memref<2x4x8xf32>, memref<16x3xbf16>)
-// CHECK: %[[DT:.+]] = memref.cast %[[TAIL]] : memref<16x3xbf16> to memref<?x?xbf16>
-// CHECK: call @k3k_short_conv({{.*}}, %[[DT]])
+// CHECK-SAME: %[[TAIL:[a-z0-9]+]]: memref<?x16x3xbf16, strided<[?, ?, ?], offset: ?>>, %[[TS:[a-z0-9]+]]: memref<?xi32>
+// CHECK-SAME: %[[S:[a-z0-9]+]]: memref<?x2x4x8xf32, strided<[?, ?, ?, ?], offset: ?>>, %[[SS:[a-z0-9]+]]: memref<?xi32>
+// CHECK-SAME: -> (tensor<?x2x4xbf16>, memref<?x2x4x8xf32, strided<[?, ?, ?, ?], offset: ?>>, memref<?xi32>, memref<?x16x3xbf16, strided<[?, ?, ?], offset: ?>>, memref<?xi32>)
+// CHECK: %[[DT:.+]] = memref.cast %[[TAIL]] : memref<?x16x3xbf16, strided<[?, ?, ?], offset: ?>> to memref<?x?x?xbf16, strided<[?, ?, ?], offset: ?>>
+// CHECK: call @k3k_short_conv({{.*}}, %[[DT]], %[[TS]])
 // CHECK-DAG: %[[SP:.+]] = arith.constant false
 // CHECK-DAG: %[[LB:.+]] = arith.constant -5.000000e+00 : f32
 // CHECK-DAG: %[[C16:.+]] = arith.constant 16 : index
 // CHECK-DAG: %[[VF:.+]] = arith.constant true
-// CHECK-DAG: %[[DS:.+]] = memref.cast %[[S]] : memref<2x4x8xf32> to memref<?x?x?xf32>
-// CHECK: call @k3k_kda({{.*}}, %[[DS]], %[[SP]], %[[LB]], %{{.+}}, %{{.+}}, %[[C16]], %[[VF]])
-// CHECK: return %{{.+}}, %[[S]], %[[TAIL]]
+// CHECK-DAG: %[[DS:.+]] = memref.cast %[[S]] : memref<?x2x4x8xf32, strided<[?, ?, ?, ?], offset: ?>> to memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>
+// CHECK: call @k3k_kda({{.*}}, %[[DS]], %[[SS]], %[[SP]], %[[LB]], %{{.+}}, %{{.+}}, %[[C16]], %[[VF]])
+// CHECK: return %{{.+}}, %[[S]], %[[SS]], %[[TAIL]], %[[TS]]
 // CHECK: func.func private @k3k_kda_recurrent(
 // CHECK: func.func private @k3k_kda_chunked(
 func.func @kda(%u: tensor<?x16xbf16>, %cw: tensor<16x1x4xf32>,
@@ -74,17 +76,16 @@ func.func @kda(%u: tensor<?x16xbf16>, %cw: tensor<16x1x4xf32>,
 
 // -----
 
-// MLA: the cache converts 1:3 (page pool, page table, length) through the
-// function signature, the call and the return.
+// MLA: the cache converts 1:3 (page pool, page tables [S, n], lengths [S])
+// through the function signature, the call and the return.
 // CHECK-LABEL: func.func private @mla_body
-// CHECK-SAME: %[[POOL:[a-z0-9]+]]: memref<?x16x20xbf16>, %[[TAB:[a-z0-9]+]]: memref<?xi32>, %[[LEN:[a-z0-9]+]]: memref<1xi64>
-// CHECK-SAME: -> (tensor<?x32xbf16>, memref<?x16x20xbf16>, memref<?xi32>, memref<1xi64>)
+// CHECK-SAME: %[[POOL:[a-z0-9]+]]: memref<?x16x20xbf16>, %[[TAB:[a-z0-9]+]]: memref<?x?xi32>, %[[LEN:[a-z0-9]+]]: memref<?xi64>
+// CHECK-SAME: -> (tensor<?x32xbf16>, memref<?x16x20xbf16>, memref<?x?xi32>, memref<?xi64>)
 // CHECK: %[[DP:.+]] = memref.cast %[[POOL]] : memref<?x16x20xbf16> to memref<?x?x?xbf16>
-// CHECK: %[[DL:.+]] = memref.cast %[[LEN]] : memref<1xi64> to memref<?xi64>
-// CHECK: call @k3k_gated_mla({{.*}}, %true, %[[DP]], %[[TAB]], %[[DL]],
+// CHECK: call @k3k_gated_mla({{.*}}, %true, %[[DP]], %[[TAB]], %[[LEN]],
 // CHECK: return %{{.+}}, %[[POOL]], %[[TAB]], %[[LEN]]
 // CHECK-LABEL: func.func @mla_caller
-// CHECK: call @mla_body({{.*}}) : ({{.*}}, memref<?x16x20xbf16>, memref<?xi32>, memref<1xi64>) -> (tensor<?x32xbf16>, memref<?x16x20xbf16>, memref<?xi32>, memref<1xi64>)
+// CHECK: call @mla_body({{.*}}) : ({{.*}}, memref<?x16x20xbf16>, memref<?x?xi32>, memref<?xi64>) -> (tensor<?x32xbf16>, memref<?x16x20xbf16>, memref<?x?xi32>, memref<?xi64>)
 func.func private @mla_body(%x: tensor<?x16xbf16>, %qa: tensor<8x16xbf16>, %qan: tensor<8xbf16>,
     %qb: tensor<48x8xbf16>, %kva: tensor<20x16xbf16>, %kvan: tensor<16xbf16>,
     %kvb: tensor<72x16xbf16>, %g: tensor<32x16xbf16>,

@@ -7,7 +7,7 @@
 
 // CHECK: llvm.func @forward(%{{.+}}: !llvm.ptr) attributes {passthrough = ["noinline", "optnone"]}
 // CHECK: llvm.func @k3_abi_version() -> i32
-// CHECK: llvm.mlir.constant(1 : i32) : i32
+// CHECK: llvm.mlir.constant(2 : i32) : i32
 // CHECK: llvm.mlir.global internal constant @k3_manifest_text("{\22format\22: \22k3c-manifest\22}\00")
 // CHECK: llvm.func @k3_manifest_json() -> !llvm.ptr
 // CHECK: llvm.mlir.addressof @k3_manifest_text

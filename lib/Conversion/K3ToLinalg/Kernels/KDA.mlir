@@ -14,9 +14,12 @@ func.func private @k3k_sigmoid(%x: f32) -> f32 {
 }
 
 // k3.short_conv (§4.2): y_t[c] = round(SiLU(Σ_j w[c,0,j] · u_{t-W+1+j}[c]));
-// inputs before the segment come from `tail` [C, W-1] (oldest first), which
-// is replaced by the segment's last W-1 raw inputs.
-func.func private @k3k_short_conv(%x: tensor<?x?x!act>, %w: tensor<?x?x?xf32>, %tail: memref<?x?x!act>) -> tensor<?x?x!act> {
+// inputs before a sequence's segment come from its tail [C, W-1] (oldest
+// first) in `pool` [S, C, W-1], which is replaced by the segment's last W-1
+// raw inputs. `slots` as for k3k_kda: one entry (the T tokens are one
+// segment of sequence slots[0]) or T (token i is a segment of its own, of
+// sequence slots[i]).
+func.func private @k3k_short_conv(%x: tensor<?x?x!act>, %w: tensor<?x?x?xf32>, %pool: memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, %slots: memref<?xi32>) -> tensor<?x?x!act> {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index
@@ -25,17 +28,28 @@ func.func private @k3k_short_conv(%x: tensor<?x?x!act>, %w: tensor<?x?x?xf32>, %
   %ch = tensor.dim %x, %c1 : tensor<?x?x!act>
   %kw = tensor.dim %w, %c2 : tensor<?x?x?xf32>
   %wm1 = arith.subi %kw, %c1 : index
+  // Segments: %nseq of %seglen tokens; token i is position i - s of
+  // segment s (s = i per token, else 0), which starts at token s.
+  %nslots = memref.dim %slots, %c0 : memref<?xi32>
+  %pertoken = arith.cmpi ugt, %nslots, %c1 : index
+  %nseq = arith.select %pertoken, %t, %c1 : index
+  %seglen = arith.select %pertoken, %c1, %t : index
   %out = memref.alloc(%t, %ch) : memref<?x?x!act>
   scf.parallel (%i, %c) = (%c0, %c0) to (%t, %ch) step (%c1, %c1) {
+    %sq = arith.select %pertoken, %i, %c0 : index
+    %pos = arith.subi %i, %sq : index
+    %s32 = memref.load %slots[%sq] : memref<?xi32>
+    %sl = arith.index_cast %s32 : i32 to index
     %acc = scf.for %j = %c0 to %kw step %c1 iter_args(%a = %zero) -> (f32) {
-      %ij = arith.addi %i, %j : index
+      %ij = arith.addi %pos, %j : index
       %inseg = arith.cmpi uge, %ij, %wm1 : index
       %u = scf.if %inseg -> (!act) {
-        %src = arith.subi %ij, %wm1 : index
+        %rel = arith.subi %ij, %wm1 : index
+        %src = arith.addi %sq, %rel : index
         %v = tensor.extract %x[%src, %c] : tensor<?x?x!act>
         scf.yield %v : !act
       } else {
-        %v = memref.load %tail[%c, %ij] : memref<?x?x!act>
+        %v = memref.load %pool[%sl, %c, %ij] : memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>
         scf.yield %v : !act
       }
       %uf = func.call @k3k_widen(%u) : (!act) -> f32
@@ -49,26 +63,31 @@ func.func private @k3k_short_conv(%x: tensor<?x?x!act>, %w: tensor<?x?x?xf32>, %
     %ya = func.call @k3k_narrow(%y) : (f32) -> !act
     memref.store %ya, %out[%i, %c] : memref<?x?x!act>
   }
-  // New tail: raw inputs at segment positions T-W+1 .. T-1 (older ones from
-  // the old tail), built aside so the old tail is read before it is written.
-  // Channels innermost (one GPU thread each; the taps are few).
-  %nt = memref.alloc(%ch, %wm1) : memref<?x?x!act>
-  scf.parallel (%k, %c) = (%c0, %c0) to (%wm1, %ch) step (%c1, %c1) {
-    %tk = arith.addi %t, %k : index
+  // New tails: raw inputs at segment positions L-W+1 .. L-1 (older ones
+  // from the old tail), built aside so the old tails are read before they
+  // are written. Channels innermost (one GPU thread each; the taps are few).
+  %nt = memref.alloc(%nseq, %ch, %wm1) : memref<?x?x?x!act>
+  scf.parallel (%sq, %k, %c) = (%c0, %c0, %c0) to (%nseq, %wm1, %ch) step (%c1, %c1, %c1) {
+    %s32 = memref.load %slots[%sq] : memref<?xi32>
+    %sl = arith.index_cast %s32 : i32 to index
+    %tk = arith.addi %seglen, %k : index
     %inseg = arith.cmpi uge, %tk, %wm1 : index
     %u = scf.if %inseg -> (!act) {
-      %src = arith.subi %tk, %wm1 : index
+      %rel = arith.subi %tk, %wm1 : index
+      %src = arith.addi %sq, %rel : index
       %v = tensor.extract %x[%src, %c] : tensor<?x?x!act>
       scf.yield %v : !act
     } else {
-      %v = memref.load %tail[%c, %tk] : memref<?x?x!act>
+      %v = memref.load %pool[%sl, %c, %tk] : memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>
       scf.yield %v : !act
     }
-    memref.store %u, %nt[%c, %k] : memref<?x?x!act>
+    memref.store %u, %nt[%sq, %c, %k] : memref<?x?x?x!act>
   }
-  scf.parallel (%k, %c) = (%c0, %c0) to (%wm1, %ch) step (%c1, %c1) {
-    %u = memref.load %nt[%c, %k] : memref<?x?x!act>
-    memref.store %u, %tail[%c, %k] : memref<?x?x!act>
+  scf.parallel (%sq, %k, %c) = (%c0, %c0, %c0) to (%nseq, %wm1, %ch) step (%c1, %c1, %c1) {
+    %s32 = memref.load %slots[%sq] : memref<?xi32>
+    %sl = arith.index_cast %s32 : i32 to index
+    %u = memref.load %nt[%sq, %c, %k] : memref<?x?x?x!act>
+    memref.store %u, %pool[%sl, %c, %k] : memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>
   }
   %res = bufferization.to_tensor %out restrict : memref<?x?x!act> to tensor<?x?x!act>
   return %res : tensor<?x?x!act>
@@ -83,10 +102,13 @@ func.func private @k3k_state_index(%k: index, %v: index, %vfirst: i1) -> (index,
 }
 
 // k3.kda (§4.3–4.6). q, k, v, f: [T, H, D]; beta: [T, H]; a_log: [>= H];
-// dt: [H*D]; state: [H, V, K] (vfirst) or [H, K, V]. Returns o [T, H, V].
+// dt: [H*D]; pool: states [S, H, V, K] (vfirst) or [S, H, K, V]; slots: the
+// states of the call (docs/ABI.md): one entry (every token of one sequence,
+// state pool[slots[0]]) or T entries (a decode batch: token i alone in its
+// sequence, state pool[slots[i]]). Returns o [T, H, V].
 func.func private @k3k_kda(%q: tensor<?x?x?x!act>, %k: tensor<?x?x?x!act>, %v: tensor<?x?x?x!act>,
                            %f: tensor<?x?x?x!act>, %beta: tensor<?x?x!act>, %alog: tensor<?xf32>,
-                           %dt: tensor<?xf32>, %state: memref<?x?x?xf32>,
+                           %dt: tensor<?xf32>, %pool: memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>, %slots: memref<?xi32>,
                            %softplus: i1, %lb: f32, %scale: f32, %l2eps: f32, %chunk: index,
                            %vfirst: i1) -> tensor<?x?x?x!act> {
   %c0 = arith.constant 0 : index
@@ -180,15 +202,26 @@ func.func private @k3k_kda(%q: tensor<?x?x?x!act>, %k: tensor<?x?x?x!act>, %v: t
   }
 
   %o = memref.alloc(%t, %nh, %dv) : memref<?x?x?xf32>
+  // The recurrence when every token has its own state (a decode batch, or
+  // one token); the chunked form over a segment of one sequence.
+  %nslots = memref.dim %slots, %c0 : memref<?xi32>
+  %pertoken = arith.cmpi ugt, %nslots, %c1 : index
   %decode = arith.cmpi eq, %t, %c1 : index
-  scf.if %decode {
-    func.call @k3k_kda_recurrent(%qn, %kn, %vf, %gg, %bb, %state, %o, %vfirst)
+  %own = arith.ori %pertoken, %decode : i1
+  scf.if %own {
+    func.call @k3k_kda_recurrent(%qn, %kn, %vf, %gg, %bb, %pool, %slots, %o, %vfirst)
         : (memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?xf32>,
-           memref<?x?x?xf32>, memref<?x?x?xf32>, i1) -> ()
+           memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>, memref<?xi32>, memref<?x?x?xf32>, i1) -> ()
   } else {
+    %s32 = memref.load %slots[%c0] : memref<?xi32>
+    %s0 = arith.index_cast %s32 : i32 to index
+    %d1 = memref.dim %pool, %c2 : memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>
+    %c3 = arith.constant 3 : index
+    %d2 = memref.dim %pool, %c3 : memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>
+    %state = memref.subview %pool[%s0, 0, 0, 0] [1, %nh, %d1, %d2] [1, 1, 1, 1] : memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>> to memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
     func.call @k3k_kda_chunked(%qn, %kn, %vf, %gg, %bb, %state, %o, %chunk, %vfirst)
         : (memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?xf32>,
-           memref<?x?x?xf32>, memref<?x?x?xf32>, index, i1) -> ()
+           memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>, memref<?x?x?xf32>, index, i1) -> ()
   }
 
   %out = memref.alloc(%t, %nh, %dv) : memref<?x?x?x!act>
@@ -201,15 +234,16 @@ func.func private @k3k_kda(%q: tensor<?x?x?x!act>, %k: tensor<?x?x?x!act>, %v: t
   return %res : tensor<?x?x?x!act>
 }
 
-// §4.5, one token at a time: S ← (I − β k kᵀ) Diag(α) S + β k vᵀ, o = Sᵀ q.
-// Column v of S only depends on column v. Per token, in three parallel
-// stages over the state seen as Sᵀ [H, V, K] (the value-first layout itself,
-// or a transposed view of a key-first state): u_v = β (v_v − k·(αS)[:, v])
-// per (head, v); the update of every element; o_v = q·S[:, v] per (head, v).
-// Each sum runs over k in order, as one pass per (head, v) would take it.
+// §4.5, tokens that each have their own state (pool[slots[i]]):
+// S ← (I − β k kᵀ) Diag(α) S + β k vᵀ, o = Sᵀ q. Column v of S only depends
+// on column v. In three parallel stages over the states seen as Sᵀ
+// [S, H, V, K] (the value-first layout itself, or a transposed view of a
+// key-first pool): u_v = β (v_v − k·(αS)[:, v]) per (token, head, v); the
+// update of every element; o_v = q·S[:, v] per (token, head, v). Each sum
+// runs over k in order, as one pass per (head, v) would take it.
 func.func private @k3k_kda_recurrent(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf32>, %vf: memref<?x?x?xf32>,
-                                     %gg: memref<?x?x?xf32>, %bb: memref<?x?xf32>, %state: memref<?x?x?xf32>,
-                                     %o: memref<?x?x?xf32>, %vfirst: i1) {
+                                     %gg: memref<?x?x?xf32>, %bb: memref<?x?xf32>, %pool: memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>,
+                                     %slots: memref<?xi32>, %o: memref<?x?x?xf32>, %vfirst: i1) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index
@@ -218,54 +252,56 @@ func.func private @k3k_kda_recurrent(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf
   %nh = memref.dim %qn, %c1 : memref<?x?x?xf32>
   %dk = memref.dim %qn, %c2 : memref<?x?x?xf32>
   %dv = memref.dim %vf, %c2 : memref<?x?x?xf32>
-  %st = scf.if %vfirst -> (memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>) {
-    %c = memref.cast %state : memref<?x?x?xf32> to memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
-    scf.yield %c : memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
+  %st = scf.if %vfirst -> (memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>) {
+    scf.yield %pool : memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>
   } else {
-    %tr = memref.transpose %state (h, k, v) -> (h, v, k) : memref<?x?x?xf32> to memref<?x?x?xf32, strided<[?, 1, ?]>>
-    %c = memref.cast %tr : memref<?x?x?xf32, strided<[?, 1, ?]>> to memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
-    scf.yield %c : memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
+    %tr = memref.transpose %pool (s, h, k, v) -> (s, h, v, k) : memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>> to memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>
+    scf.yield %tr : memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>
   }
-  %bu = memref.alloc(%nh, %dv) : memref<?x?xf32>
-  scf.for %i = %c0 to %t step %c1 {
-    scf.parallel (%h, %c) = (%c0, %c0) to (%nh, %dv) step (%c1, %c1) {
-      %b = memref.load %bb[%i, %h] : memref<?x?xf32>
-      %pred = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero) -> (f32) {
-        %s = memref.load %st[%h, %c, %j] : memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
-        %g = memref.load %gg[%i, %h, %j] : memref<?x?x?xf32>
-        %al = math.exp %g : f32
-        %kj = memref.load %kn[%i, %h, %j] : memref<?x?x?xf32>
-        %as = arith.mulf %al, %s : f32
-        %p = arith.mulf %kj, %as : f32
-        %r = arith.addf %a, %p : f32
-        scf.yield %r : f32
-      }
-      %vv = memref.load %vf[%i, %h, %c] : memref<?x?x?xf32>
-      %u = arith.subf %vv, %pred : f32
-      %bv = arith.mulf %b, %u : f32
-      memref.store %bv, %bu[%h, %c] : memref<?x?xf32>
-    }
-    scf.parallel (%h, %c, %j) = (%c0, %c0, %c0) to (%nh, %dv, %dk) step (%c1, %c1, %c1) {
-      %s = memref.load %st[%h, %c, %j] : memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
+  %bu = memref.alloc(%t, %nh, %dv) : memref<?x?x?xf32>
+  scf.parallel (%i, %h, %c) = (%c0, %c0, %c0) to (%t, %nh, %dv) step (%c1, %c1, %c1) {
+    %s32 = memref.load %slots[%i] : memref<?xi32>
+    %sl = arith.index_cast %s32 : i32 to index
+    %b = memref.load %bb[%i, %h] : memref<?x?xf32>
+    %pred = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero) -> (f32) {
+      %s = memref.load %st[%sl, %h, %c, %j] : memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>
       %g = memref.load %gg[%i, %h, %j] : memref<?x?x?xf32>
       %al = math.exp %g : f32
       %kj = memref.load %kn[%i, %h, %j] : memref<?x?x?xf32>
-      %bv = memref.load %bu[%h, %c] : memref<?x?xf32>
       %as = arith.mulf %al, %s : f32
-      %kb = arith.mulf %kj, %bv : f32
-      %ns = arith.addf %as, %kb : f32
-      memref.store %ns, %st[%h, %c, %j] : memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
+      %p = arith.mulf %kj, %as : f32
+      %r = arith.addf %a, %p : f32
+      scf.yield %r : f32
     }
-    scf.parallel (%h, %c) = (%c0, %c0) to (%nh, %dv) step (%c1, %c1) {
-      %out = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero) -> (f32) {
-        %ns = memref.load %st[%h, %c, %j] : memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
-        %qj = memref.load %qn[%i, %h, %j] : memref<?x?x?xf32>
-        %p = arith.mulf %qj, %ns : f32
-        %r = arith.addf %a, %p : f32
-        scf.yield %r : f32
-      }
-      memref.store %out, %o[%i, %h, %c] : memref<?x?x?xf32>
+    %vv = memref.load %vf[%i, %h, %c] : memref<?x?x?xf32>
+    %u = arith.subf %vv, %pred : f32
+    %bv = arith.mulf %b, %u : f32
+    memref.store %bv, %bu[%i, %h, %c] : memref<?x?x?xf32>
+  }
+  scf.parallel (%i, %h, %c, %j) = (%c0, %c0, %c0, %c0) to (%t, %nh, %dv, %dk) step (%c1, %c1, %c1, %c1) {
+    %s32 = memref.load %slots[%i] : memref<?xi32>
+    %sl = arith.index_cast %s32 : i32 to index
+    %s = memref.load %st[%sl, %h, %c, %j] : memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>
+    %g = memref.load %gg[%i, %h, %j] : memref<?x?x?xf32>
+    %al = math.exp %g : f32
+    %kj = memref.load %kn[%i, %h, %j] : memref<?x?x?xf32>
+    %bv = memref.load %bu[%i, %h, %c] : memref<?x?x?xf32>
+    %as = arith.mulf %al, %s : f32
+    %kb = arith.mulf %kj, %bv : f32
+    %ns = arith.addf %as, %kb : f32
+    memref.store %ns, %st[%sl, %h, %c, %j] : memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>
+  }
+  scf.parallel (%i, %h, %c) = (%c0, %c0, %c0) to (%t, %nh, %dv) step (%c1, %c1, %c1) {
+    %s32 = memref.load %slots[%i] : memref<?xi32>
+    %sl = arith.index_cast %s32 : i32 to index
+    %out = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero) -> (f32) {
+      %ns = memref.load %st[%sl, %h, %c, %j] : memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>
+      %qj = memref.load %qn[%i, %h, %j] : memref<?x?x?xf32>
+      %p = arith.mulf %qj, %ns : f32
+      %r = arith.addf %a, %p : f32
+      scf.yield %r : f32
     }
+    memref.store %out, %o[%i, %h, %c] : memref<?x?x?xf32>
   }
   return
 }
@@ -277,7 +313,7 @@ func.func private @k3k_kda_recurrent(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf
 //   S = Diag(e^{Γ_n}) S0 + Σ_s (e^{Γ_n−Γ_s} ⊙ k_s) V'[s]ᵀ.
 // Only exponentials of non-positive numbers are formed (g ≤ 0).
 func.func private @k3k_kda_chunked(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf32>, %vf: memref<?x?x?xf32>,
-                                   %gg: memref<?x?x?xf32>, %bb: memref<?x?xf32>, %state: memref<?x?x?xf32>,
+                                   %gg: memref<?x?x?xf32>, %bb: memref<?x?xf32>, %state: memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>,
                                    %o: memref<?x?x?xf32>, %chunk: index, %vfirst: i1) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
@@ -385,7 +421,7 @@ func.func private @k3k_kda_chunked(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf32
       }
       %ws = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero) -> (f32) {
         %x, %y = func.call @k3k_state_index(%j, %c, %vfirst) : (index, index, i1) -> (index, index)
-        %s0 = memref.load %state[%h, %x, %y] : memref<?x?x?xf32>
+        %s0 = memref.load %state[%h, %x, %y] : memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
         %w = memref.load %wm[%h, %r, %j] : memref<?x?x?xf32>
         %p = arith.mulf %w, %s0 : f32
         %d = arith.addf %a, %p : f32
@@ -400,7 +436,7 @@ func.func private @k3k_kda_chunked(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf32
       %r1 = arith.addi %r, %c1 : index
       %inter = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero) -> (f32) {
         %x, %y = func.call @k3k_state_index(%j, %c, %vfirst) : (index, index, i1) -> (index, index)
-        %s0 = memref.load %state[%h, %x, %y] : memref<?x?x?xf32>
+        %s0 = memref.load %state[%h, %x, %y] : memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
         %qr = memref.load %qn[%tr, %h, %j] : memref<?x?x?xf32>
         %gr = memref.load %gam[%h, %r, %j] : memref<?x?x?xf32>
         %e = math.exp %gr : f32
@@ -425,7 +461,7 @@ func.func private @k3k_kda_chunked(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf32
       %gn = memref.load %gam[%h, %last, %j] : memref<?x?x?xf32>
       %en = math.exp %gn : f32
       %x, %y = func.call @k3k_state_index(%j, %c, %vfirst) : (index, index, i1) -> (index, index)
-      %s0 = memref.load %state[%h, %x, %y] : memref<?x?x?xf32>
+      %s0 = memref.load %state[%h, %x, %y] : memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
       %init = arith.mulf %en, %s0 : f32
       %sn = scf.for %s = %c0 to %n step %c1 iter_args(%a = %init) -> (f32) {
         %ts = arith.addi %start, %s : index
@@ -439,7 +475,7 @@ func.func private @k3k_kda_chunked(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf32
         %d = arith.addf %a, %p : f32
         scf.yield %d : f32
       }
-      memref.store %sn, %state[%h, %x, %y] : memref<?x?x?xf32>
+      memref.store %sn, %state[%h, %x, %y] : memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
     }
   }
   return
