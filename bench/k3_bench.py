@@ -17,10 +17,10 @@ bracketed by torch.cuda.synchronize(); median and p10/p90 are reported.
 Bytes that had to move per decode step = every non-expert weight once + the
 embedding row per sequence + the expected distinct routed experts of the
 batch (896 * (1 - (1 - 16/896)^B), uniform routing) + per sequence the KDA
-state read and written and the MLA cache read.  The k3c ABI takes one
-sequence per call, so a batch-B step is B calls; the fraction of the copy
-bandwidth is computed from the bytes that had to move, not from what our
-kernels re-read.
+state read and written and the MLA cache read.  A batch-B decode step is
+one k3_forward call over B sequences (library ABI 2, docs/ABI.md); the
+fraction of the copy bandwidth is computed from the bytes that had to move,
+not from what our kernels re-read.
 
   k3_bench.py --lib k3-group.so --cuda-rt libk3rt_cuda.so --config C
               [--batches 1,8,64] [--prefill 4096,32768] [--context 8192]
@@ -175,43 +175,44 @@ class K3Lib:
                 return a["shape"][1]
         return 64
 
-    def new_state(self, num_pages):
-        st = {"arrs": {}}
-        st["table"] = torch.arange(num_pages, dtype=torch.int32).pin_memory()
-        st["length"] = torch.zeros(1, dtype=torch.int64).pin_memory()
+    def new_state(self, seqs, pages):
+        """State of `seqs` sequences (docs/ABI.md): a slot pool per KDA state
+        and conv tail, MLA page pools of `pages` pages per sequence, page
+        tables (sequence i owns pages i*pages ..) and lengths."""
+        st = {"arrs": {}, "seqs": seqs}
+        st["table"] = torch.arange(seqs * pages, dtype=torch.int32).reshape(seqs, pages).pin_memory()
+        st["length"] = torch.zeros(seqs, dtype=torch.int64).pin_memory()
+        st["slots"] = torch.arange(seqs, dtype=torch.int32).pin_memory()
         for i, a in enumerate(self.args):
-            if a["role"] != "state":
+            if a["role"] != "state" or a.get("part") not in ("pool",):
                 continue
-            part = a.get("part")
             dt = torch.float32 if a["dtype"] == "f32" else torch.bfloat16
-            if part == "pool":
-                st["arrs"][i] = torch.zeros([num_pages] + a["shape"][1:], dtype=dt, device="cuda")
-            elif part == "page_table":
-                st["arrs"][i] = st["table"]
-            elif part == "length":
-                st["arrs"][i] = st["length"]
-            else:
-                st["arrs"][i] = torch.zeros(a["shape"], dtype=dt, device="cuda")
+            n = seqs * pages if a["name"] == "mla.latent" else seqs
+            st["arrs"][i] = torch.zeros([n] + a["shape"][1:], dtype=dt, device="cuda")
         return st
 
     def fill_random(self, st, length, g):
         """CONTEXT tokens of latent cache and a KDA state of typical size."""
         for i, a in enumerate(self.args):
-            if a["role"] != "state" or a.get("part") in ("page_table", "length"):
-                continue
-            t = st["arrs"][i]
-            t.normal_(0.0, 0.05 if a["name"] == "kda.recurrent" else 1.0, generator=g)
-        st["length"][0] = length
+            if i in st["arrs"]:
+                st["arrs"][i].normal_(0.0, 0.05 if a["name"] == "kda.recurrent" else 1.0, generator=g)
+        st["length"][:] = length
 
-    def call(self, tokens, st):
-        """Builds the argument list once; returns (run, logits)."""
+    def call(self, tokens, st, first=0):
+        """Builds the argument list once; returns (run, logits). One sequence
+        (`first`) and its next T tokens, or with T = st["seqs"] > 1 one
+        token of every sequence (a decode batch)."""
         T = tokens.numel()
+        rows = slice(0, T) if T == st["seqs"] and T > 1 else slice(first, first + 1)
+        each = 1 if rows.stop - rows.start == T and T > 1 else T
+        per_call = {"slots": st["slots"][rows], "page_table": st["table"][rows],
+                    "length": st["length"][rows]}
         logits = torch.empty([T, self.vocab], dtype=torch.float32, device="cuda")
         keep, ptrs = [], (ctypes.c_void_p * len(self.args))()
         for i, a in enumerate(self.args):
             t = {"tokens": tokens, "weight": self.w.get(i), "logits": logits}.get(a["role"])
             if a["role"] == "state":
-                t = st["arrs"][i]
+                t = st["arrs"][i] if a.get("part") == "pool" else per_call[a["part"]]
             d = desc_type(t.dim())()
             d.allocated = d.aligned = t.data_ptr()
             d.offset = 0
@@ -227,9 +228,9 @@ class K3Lib:
             err = self.rt.k3rt_cuda_last_error()
             if err:
                 raise RuntimeError(err.decode())
-            st["length"][0] += T
+            st["length"][rows] += each
 
-        run.keep = (keep, ptrs)
+        run.keep = (keep, ptrs, per_call)
         return run, logits
 
 
@@ -318,7 +319,7 @@ def main():
     # Same weights, same tokens, fresh state: our logits against the peer's.
     def compare(p, name):
         toks = torch.randint(3, lib.vocab, (a.compare_prompt + 2,), dtype=torch.int32, generator=gen)
-        st = lib.new_state(a.compare_prompt // ps + 2)
+        st = lib.new_state(1, a.compare_prompt // ps + 2)
         pst = p.m.new_state(1, a.compare_prompt + 4)
         ours, theirs = [], []
         with torch.no_grad():
@@ -343,15 +344,14 @@ def main():
             if p is not None:
                 compare(p, name)
 
-    # Decode: B sequences, CONTEXT tokens each already in the cache.
+    # Decode: B sequences, CONTEXT tokens each already in the cache, one
+    # call per step.
     def k3c_decode(B):
         pages = (a.context + a.reps + 8) // ps + 2
-        sts = [lib.new_state(pages) for _ in range(B)]
-        for st in sts:
-            lib.fill_random(st, a.context, g)
-        toks = [torch.randint(3, lib.vocab, (1,), dtype=torch.int32, generator=gen).pin_memory()
-                for _ in range(B)]
-        runs = [lib.call(toks[b], sts[b])[0] for b in range(B)]
+        st = lib.new_state(B, pages)
+        lib.fill_random(st, a.context, g)
+        toks = torch.randint(3, lib.vocab, (B,), dtype=torch.int32, generator=gen).pin_memory()
+        runs = [lib.call(toks, st)[0]]
         s = timed(lambda: [r() for r in runs], a.reps, warmup=1)
         if a.profile and B == 1:
             kernels, total = kernel_profile(lambda: [r() for r in runs], trace=a.trace)
@@ -390,7 +390,7 @@ def main():
 
     def k3c_prefill(T):
         nonlocal last
-        st = lib.new_state(T // ps + 2)
+        st = lib.new_state(1, T // ps + 2)
         tok = torch.randint(3, lib.vocab, (T,), dtype=torch.int32, generator=gen).pin_memory()
         # Chunked prefill (as a serving engine runs a long prompt): calls of
         # at most --prefill-chunk tokens, each continuing the last.

@@ -140,9 +140,9 @@ def checks(a):
             (s + " bf16, one call = uneven chunks", self_(s + "-bf16", wn, p, "16", "6,2,5,3", 1e-1)),
             (s + " bf16 vs reference (logits, states)",
              ref(model, s + "-bf16", wn, "bf16", p, DECODE16, 2e-1, "--states", "--min-corr", "0.98")),
-            (s + " f32 batching and fork (bit-identical)",
+            (s + " f32 batching, fork, decode batch (bit-identical)",
              [os.path.join(b, "k3-serving-check"), lib(s + "-f32"), w(wn)]),
-            (s + " bf16 batching and fork (bit-identical)",
+            (s + " bf16 batching, fork, decode batch (bit-identical)",
              [os.path.join(b, "k3-serving-check"), lib(s + "-bf16"), w(wn)]),
         ]
     p = PROMPT.format(x="511")
