@@ -182,7 +182,7 @@ class K3Lib:
         st = {"arrs": {}, "seqs": seqs}
         st["table"] = torch.arange(seqs * pages, dtype=torch.int32).reshape(seqs, pages).pin_memory()
         st["length"] = torch.zeros(seqs, dtype=torch.int64).pin_memory()
-        st["slots"] = torch.arange(seqs, dtype=torch.int32).pin_memory()
+        st["slots"] = torch.arange(seqs, dtype=torch.int32, device="cuda")
         for i, a in enumerate(self.args):
             if a["role"] != "state" or a.get("part") not in ("pool",):
                 continue
@@ -257,7 +257,7 @@ def main():
     ap.add_argument("--fla", action="store_true",
                     help="also the peer with fla-core's KDA kernels (needs fla-core)")
     ap.add_argument("--profile", action="store_true",
-                    help="per-kernel breakdown of a batch-1 decode step and of each k3c prefill")
+                    help="per-kernel breakdown of each k3c decode batch and prefill")
     ap.add_argument("--trace", help="with --profile: the launch trace of one batch-1 "
                     "decode step (Chrome trace JSON: grid, block, registers, duration)")
     ap.add_argument("--json")
@@ -353,18 +353,20 @@ def main():
         toks = torch.randint(3, lib.vocab, (B,), dtype=torch.int32, generator=gen).pin_memory()
         runs = [lib.call(toks, st)[0]]
         s = timed(lambda: [r() for r in runs], a.reps, warmup=1)
-        if a.profile and B == 1:
-            kernels, total = kernel_profile(lambda: [r() for r in runs], trace=a.trace)
-            print("decode B=1 kernels: %.3f ms of kernel time per step (wall %.3f ms)"
-                  % (total, s["median_s"] * 1e3))
+        if a.profile:
+            trace = a.trace if B == 1 else None
+            kernels, total = kernel_profile(lambda: [r() for r in runs], trace=trace)
+            print("decode B=%d kernels: %.3f ms of kernel time per step (wall %.3f ms)"
+                  % (B, total, s["median_s"] * 1e3))
             for k, ms, n, share in kernels:
                 print("  %-44s %9.3f ms %5.0f launches %5.1f%%" % (k[:44], ms, n, 100 * share))
-            res["profile_decode_b1"] = {"kernel_ms": total, "kernels": [
+            key = "profile_decode_b%d" % B
+            res[key] = {"kernel_ms": total, "kernels": [
                 {"name": k, "ms": ms, "launches": n, "share": share} for k, ms, n, share in kernels]}
-            if a.trace:
-                gaps = summary(a.trace)
+            if trace:
+                gaps = summary(trace)
                 print("decode B=1 trace: " + describe(gaps))
-                res["profile_decode_b1"]["trace"] = gaps
+                res[key]["trace"] = gaps
         return s
 
     for B in [int(x) for x in a.batches.split(",") if x]:

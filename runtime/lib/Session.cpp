@@ -1421,6 +1421,13 @@ static k3rt_status *validateStep(k3rt_session *s,
         stage, "the step's token buffer", Memory::Place::Pinned, b));
     s->stage = std::move(b);
   }
+  uint64_t slotsBytes = uint64_t(plan.maxTokens) * sizeof(int32_t);
+  if (s->gpu && s->deviceSlots.size() < slotsBytes) {
+    Memory b;
+    K3RT_RETURN_IF_ERROR(Memory::allocate(slotsBytes, "the step's slots",
+                                          Memory::Place::Device, b));
+    s->deviceSlots = std::move(b);
+  }
   return nullptr;
 }
 
@@ -1498,6 +1505,10 @@ static void forwardCall(k3rt_session *s, const std::vector<Sequence *> &seqs,
     std::fill(row, row + n, 0);
     std::copy(seq.pages.begin(),
               seq.pages.begin() + std::min<int64_t>(n, seq.pages.size()), row);
+  }
+  if (s->gpu) {
+    copyBytes(true, s->deviceSlots.data(), slots, R * sizeof(int32_t));
+    slots = reinterpret_cast<int32_t *>(s->deviceSlots.data());
   }
   float *scratch = reinterpret_cast<float *>(s->scratch.data());
   for (size_t a = 0; a < m.args.size(); ++a) {

@@ -153,6 +153,9 @@ struct k3rt_session {
   /// GPU: the per-call inputs in page-locked memory the kernels and the
   /// library's host code both read: lengths, slots, page tables, tokens.
   k3rt::Memory stage;
+  /// GPU: the call's slots in device memory (kernels read them; nothing
+  /// on the host does).
+  k3rt::Memory deviceSlots;
   /// Host: the same per-call inputs (lengths, slots, page tables).
   std::vector<int64_t> callLengths;
   std::vector<int32_t> callSlots, callTables;

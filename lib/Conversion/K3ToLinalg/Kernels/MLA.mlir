@@ -27,6 +27,10 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
   %psz = memref.dim %pool, %c1 : memref<?x?x?x!act>
   %nseq = memref.dim %lenm, %c0 : memref<?xi64>
   %pertoken = arith.cmpi ugt, %nseq, %c1 : index
+  // The first sequence's length, read by the host code (a kernel reads the
+  // lengths itself only in a decode batch).
+  %len064 = memref.load %lenm[%c0] : memref<?xi64>
+  %len0 = arith.index_cast %len064 : i64 to index
   %dq = arith.addi %dn, %dr : index
   %dkv = arith.addi %dn, %dvh : index
 
@@ -42,8 +46,13 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
   // position i - s of sequence s (s = i per token, else 0).
   scf.parallel (%i) = (%c0) to (%t) step (%c1) {
     %sq = arith.select %pertoken, %i, %c0 : index
-    %len64 = memref.load %lenm[%sq] : memref<?xi64>
-    %len = arith.index_cast %len64 : i64 to index
+    %len = scf.if %pertoken -> (index) {
+      %l64 = memref.load %lenm[%i] : memref<?xi64>
+      %l = arith.index_cast %l64 : i64 to index
+      scf.yield %l : index
+    } else {
+      scf.yield %len0 : index
+    }
     %rel = arith.subi %i, %sq : index
     %pos = arith.addi %len, %rel : index
     %pg = arith.divui %pos, %psz : index
@@ -437,9 +446,7 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     // softmax over the cached tokens and the segment.
     // One sequence: its length and page table row 0. The whole cache, in
     // order: [len + T, R + dr] (f32 values of the cache).
-    %len64 = memref.load %lenm[%c0] : memref<?xi64>
-    %len = arith.index_cast %len64 : i64 to index
-    %ntok = arith.addi %len, %t : index
+    %ntok = arith.addi %len0, %t : index
     %all = memref.alloc(%ntok, %w) : memref<?x?xf32>
     scf.parallel (%j, %e) = (%c0, %c0) to (%ntok, %w) step (%c1, %c1) {
       %pg = arith.divui %j, %psz : index
@@ -490,7 +497,7 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     }
     %pmax = memref.alloc(%t, %nh) : memref<?x?xf32>
     scf.parallel (%i, %h) = (%c0, %c0) to (%t, %nh) step (%c1, %c1) {
-      %qpos = arith.addi %len, %i : index
+      %qpos = arith.addi %len0, %i : index
       %nvis = arith.addi %qpos, %c1 : index
       %mx = scf.for %j = %c0 to %nvis step %c1 iter_args(%m = %ninf) -> (f32) {
         %sc = memref.load %p[%i, %h, %j] : memref<?x?x?xf32>
@@ -500,7 +507,7 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
       memref.store %mx, %pmax[%i, %h] : memref<?x?xf32>
     }
     scf.parallel (%i, %h, %j) = (%c0, %c0, %c0) to (%t, %nh, %ntok) step (%c1, %c1, %c1) {
-      %qpos = arith.addi %len, %i : index
+      %qpos = arith.addi %len0, %i : index
       %vis = arith.cmpi ule, %j, %qpos : index
       %sc = memref.load %p[%i, %h, %j] : memref<?x?x?xf32>
       %mx = memref.load %pmax[%i, %h] : memref<?x?xf32>
@@ -511,7 +518,7 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     }
     %psum = memref.alloc(%t, %nh) : memref<?x?xf32>
     scf.parallel (%i, %h) = (%c0, %c0) to (%t, %nh) step (%c1, %c1) {
-      %qpos = arith.addi %len, %i : index
+      %qpos = arith.addi %len0, %i : index
       %nvis = arith.addi %qpos, %c1 : index
       %sum = scf.for %j = %c0 to %nvis step %c1 iter_args(%a = %zero) -> (f32) {
         %e = memref.load %p[%i, %h, %j] : memref<?x?x?xf32>
@@ -521,7 +528,7 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
       memref.store %sum, %psum[%i, %h] : memref<?x?xf32>
     }
     scf.parallel (%i, %h, %d) = (%c0, %c0, %c0) to (%t, %nh, %dvh) step (%c1, %c1, %c1) {
-      %qpos = arith.addi %len, %i : index
+      %qpos = arith.addi %len0, %i : index
       %nvis = arith.addi %qpos, %c1 : index
       %kvbase = arith.muli %h, %dkv : index
       %vi0 = arith.addi %kvbase, %dn : index
