@@ -10,25 +10,152 @@
 #row2 = affine_map<(i, j) -> (i)>
 #col2 = affine_map<(i, j) -> (j)>
 
-// y[T, N] = x[T, K] · W[N, K]ᵀ accumulated in f32 (no rounding).
+// y[T, N] = x[T, K] · W[N, K]ᵀ accumulated in f32 (no rounding). One
+// token, or 16 and more (tensor cores on a GPU: k3-gpu-mma), as one
+// contraction; 2 to 15 tokens (a decode batch) in blocks of 8 per output
+// row, so that each weight row is read once per 8 tokens instead of once
+// per token. Every sum runs over k in order either way.
 func.func private @k3k_matmul_f32(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>) -> tensor<?x?xf32> {
   %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c16 = arith.constant 16 : index
   %t = tensor.dim %x, %c0 : tensor<?x?x!act>
-  %n = tensor.dim %w, %c0 : tensor<?x?xbf16>
-  %zero = arith.constant 0.0 : f32
-  %e = tensor.empty(%t, %n) : tensor<?x?xf32>
-  %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<?x?xf32>) -> tensor<?x?xf32>
-  %r = linalg.generic {indexing_maps = [#map_mk, #map_nk, #map_mn],
-                       iterator_types = ["parallel", "parallel", "reduction"]}
-      ins(%x, %w : tensor<?x?x!act>, tensor<?x?xbf16>) outs(%acc : tensor<?x?xf32>) {
-  ^bb0(%a: !act, %b: bf16, %s: f32):
-    %af = func.call @k3k_widen(%a) : (!act) -> f32
-    %bf = arith.extf %b : bf16 to f32
-    %p = arith.mulf %af, %bf : f32
-    %r = arith.addf %s, %p : f32
-    linalg.yield %r : f32
-  } -> tensor<?x?xf32>
+  %few = arith.cmpi ugt, %t, %c1 : index
+  %notmany = arith.cmpi ult, %t, %c16 : index
+  %blocked = arith.andi %few, %notmany : i1
+  %r = scf.if %blocked -> (tensor<?x?xf32>) {
+    %y = func.call @k3k_matmul_tok8(%x, %w) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?xf32>
+    scf.yield %y : tensor<?x?xf32>
+  } else {
+    %n = tensor.dim %w, %c0 : tensor<?x?xbf16>
+    %zero = arith.constant 0.0 : f32
+    %e = tensor.empty(%t, %n) : tensor<?x?xf32>
+    %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<?x?xf32>) -> tensor<?x?xf32>
+    %y = linalg.generic {indexing_maps = [#map_mk, #map_nk, #map_mn],
+                         iterator_types = ["parallel", "parallel", "reduction"]}
+        ins(%x, %w : tensor<?x?x!act>, tensor<?x?xbf16>) outs(%acc : tensor<?x?xf32>) {
+    ^bb0(%a: !act, %b: bf16, %s: f32):
+      %af = func.call @k3k_widen(%a) : (!act) -> f32
+      %bf = arith.extf %b : bf16 to f32
+      %p = arith.mulf %af, %bf : f32
+      %q = arith.addf %s, %p : f32
+      linalg.yield %q : f32
+    } -> tensor<?x?xf32>
+    scf.yield %y : tensor<?x?xf32>
+  }
   return %r : tensor<?x?xf32>
+}
+
+// The same product for blocks of 8 tokens: each (block, output row) sums
+// the row against its 8 tokens (a block past T repeats token T-1, not
+// stored).
+func.func private @k3k_matmul_tok8(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>) -> tensor<?x?xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c1_t = arith.constant 1 : index
+  %c2_t = arith.constant 2 : index
+  %c3_t = arith.constant 3 : index
+  %c4_t = arith.constant 4 : index
+  %c5_t = arith.constant 5 : index
+  %c6_t = arith.constant 6 : index
+  %c7_t = arith.constant 7 : index
+  %c8 = arith.constant 8 : index
+  %zero = arith.constant 0.0 : f32
+  %t = tensor.dim %x, %c0 : tensor<?x?x!act>
+  %kk = tensor.dim %x, %c1 : tensor<?x?x!act>
+  %n = tensor.dim %w, %c0 : tensor<?x?xbf16>
+  %tlast = arith.subi %t, %c1 : index
+  %nb = arith.ceildivui %t, %c8 : index
+  %out = memref.alloc(%t, %n) : memref<?x?xf32>
+  scf.parallel (%b, %j) = (%c0, %c0) to (%nb, %n) step (%c1, %c1) {
+    %t0 = arith.muli %b, %c8 : index
+    %tu0 = arith.minui %t0, %tlast : index
+    %tk1 = arith.addi %t0, %c1_t : index
+    %tu1 = arith.minui %tk1, %tlast : index
+    %tk2 = arith.addi %t0, %c2_t : index
+    %tu2 = arith.minui %tk2, %tlast : index
+    %tk3 = arith.addi %t0, %c3_t : index
+    %tu3 = arith.minui %tk3, %tlast : index
+    %tk4 = arith.addi %t0, %c4_t : index
+    %tu4 = arith.minui %tk4, %tlast : index
+    %tk5 = arith.addi %t0, %c5_t : index
+    %tu5 = arith.minui %tk5, %tlast : index
+    %tk6 = arith.addi %t0, %c6_t : index
+    %tu6 = arith.minui %tk6, %tlast : index
+    %tk7 = arith.addi %t0, %c7_t : index
+    %tu7 = arith.minui %tk7, %tlast : index
+    %s0, %s1, %s2, %s3, %s4, %s5, %s6, %s7 = scf.for %k = %c0 to %kk step %c1 iter_args(%a0 = %zero, %a1 = %zero, %a2 = %zero, %a3 = %zero, %a4 = %zero, %a5 = %zero, %a6 = %zero, %a7 = %zero) -> (f32, f32, f32, f32, f32, f32, f32, f32) {
+      %wv = tensor.extract %w[%j, %k] : tensor<?x?xbf16>
+      %wf = arith.extf %wv : bf16 to f32
+      %x0 = tensor.extract %x[%tu0, %k] : tensor<?x?x!act>
+      %xf0 = func.call @k3k_widen(%x0) : (!act) -> f32
+      %m0 = arith.mulf %xf0, %wf : f32
+      %n0 = arith.addf %a0, %m0 : f32
+      %x1 = tensor.extract %x[%tu1, %k] : tensor<?x?x!act>
+      %xf1 = func.call @k3k_widen(%x1) : (!act) -> f32
+      %m1 = arith.mulf %xf1, %wf : f32
+      %n1 = arith.addf %a1, %m1 : f32
+      %x2 = tensor.extract %x[%tu2, %k] : tensor<?x?x!act>
+      %xf2 = func.call @k3k_widen(%x2) : (!act) -> f32
+      %m2 = arith.mulf %xf2, %wf : f32
+      %n2 = arith.addf %a2, %m2 : f32
+      %x3 = tensor.extract %x[%tu3, %k] : tensor<?x?x!act>
+      %xf3 = func.call @k3k_widen(%x3) : (!act) -> f32
+      %m3 = arith.mulf %xf3, %wf : f32
+      %n3 = arith.addf %a3, %m3 : f32
+      %x4 = tensor.extract %x[%tu4, %k] : tensor<?x?x!act>
+      %xf4 = func.call @k3k_widen(%x4) : (!act) -> f32
+      %m4 = arith.mulf %xf4, %wf : f32
+      %n4 = arith.addf %a4, %m4 : f32
+      %x5 = tensor.extract %x[%tu5, %k] : tensor<?x?x!act>
+      %xf5 = func.call @k3k_widen(%x5) : (!act) -> f32
+      %m5 = arith.mulf %xf5, %wf : f32
+      %n5 = arith.addf %a5, %m5 : f32
+      %x6 = tensor.extract %x[%tu6, %k] : tensor<?x?x!act>
+      %xf6 = func.call @k3k_widen(%x6) : (!act) -> f32
+      %m6 = arith.mulf %xf6, %wf : f32
+      %n6 = arith.addf %a6, %m6 : f32
+      %x7 = tensor.extract %x[%tu7, %k] : tensor<?x?x!act>
+      %xf7 = func.call @k3k_widen(%x7) : (!act) -> f32
+      %m7 = arith.mulf %xf7, %wf : f32
+      %n7 = arith.addf %a7, %m7 : f32
+      scf.yield %n0, %n1, %n2, %n3, %n4, %n5, %n6, %n7 : f32, f32, f32, f32, f32, f32, f32, f32
+    }
+    %in0 = arith.cmpi ult, %t0, %t : index
+    scf.if %in0 {
+      memref.store %s0, %out[%t0, %j] : memref<?x?xf32>
+    }
+    %in1 = arith.cmpi ult, %tk1, %t : index
+    scf.if %in1 {
+      memref.store %s1, %out[%tk1, %j] : memref<?x?xf32>
+    }
+    %in2 = arith.cmpi ult, %tk2, %t : index
+    scf.if %in2 {
+      memref.store %s2, %out[%tk2, %j] : memref<?x?xf32>
+    }
+    %in3 = arith.cmpi ult, %tk3, %t : index
+    scf.if %in3 {
+      memref.store %s3, %out[%tk3, %j] : memref<?x?xf32>
+    }
+    %in4 = arith.cmpi ult, %tk4, %t : index
+    scf.if %in4 {
+      memref.store %s4, %out[%tk4, %j] : memref<?x?xf32>
+    }
+    %in5 = arith.cmpi ult, %tk5, %t : index
+    scf.if %in5 {
+      memref.store %s5, %out[%tk5, %j] : memref<?x?xf32>
+    }
+    %in6 = arith.cmpi ult, %tk6, %t : index
+    scf.if %in6 {
+      memref.store %s6, %out[%tk6, %j] : memref<?x?xf32>
+    }
+    %in7 = arith.cmpi ult, %tk7, %t : index
+    scf.if %in7 {
+      memref.store %s7, %out[%tk7, %j] : memref<?x?xf32>
+    }
+  }
+  %res = bufferization.to_tensor %out restrict : memref<?x?xf32> to tensor<?x?xf32>
+  return %res : tensor<?x?xf32>
 }
 
 // Narrows an f32 tensor to the activation dtype (one rounding).
