@@ -213,15 +213,9 @@ func.func private @k3k_kda(%q: tensor<?x?x?x!act>, %k: tensor<?x?x?x!act>, %v: t
         : (memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?xf32>,
            memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>, memref<?xi32>, memref<?x?x?xf32>, i1) -> ()
   } else {
-    %s32 = memref.load %slots[%c0] : memref<?xi32>
-    %s0 = arith.index_cast %s32 : i32 to index
-    %d1 = memref.dim %pool, %c2 : memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>
-    %c3 = arith.constant 3 : index
-    %d2 = memref.dim %pool, %c3 : memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>
-    %state = memref.subview %pool[%s0, 0, 0, 0] [1, %nh, %d1, %d2] [1, 1, 1, 1] : memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>> to memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
-    func.call @k3k_kda_chunked(%qn, %kn, %vf, %gg, %bb, %state, %o, %chunk, %vfirst)
+    func.call @k3k_kda_chunked(%qn, %kn, %vf, %gg, %bb, %pool, %slots, %o, %chunk, %vfirst)
         : (memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?xf32>,
-           memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>, memref<?x?x?xf32>, index, i1) -> ()
+           memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>, memref<?xi32>, memref<?x?x?xf32>, index, i1) -> ()
   }
 
   %out = memref.alloc(%t, %nh, %dv) : memref<?x?x?x!act>
@@ -306,14 +300,16 @@ func.func private @k3k_kda_recurrent(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf
   return
 }
 
-// §4.6, chunks of up to `chunk` tokens, per head, from the entering state S0:
+// §4.6, chunks of up to `chunk` tokens, per head, from the entering state S0
+// (pool[slots[0]]; the slot is read by the kernels: slots are device memory):
 //   Γ = cumulative g; L[r,s] = β_r Σ_j k_r k_s e^{Γ_r−Γ_s} (s < r);
 //   A[r,s] = Σ_j q_r k_s e^{Γ_r−Γ_s} (s ≤ r); X = (I + L)⁻¹ Diag(β);
 //   W = X (e^Γ ⊙ K); U = X V; V' = U − W S0; O = (Q ⊙ e^Γ) S0 + A V';
 //   S = Diag(e^{Γ_n}) S0 + Σ_s (e^{Γ_n−Γ_s} ⊙ k_s) V'[s]ᵀ.
 // Only exponentials of non-positive numbers are formed (g ≤ 0).
 func.func private @k3k_kda_chunked(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf32>, %vf: memref<?x?x?xf32>,
-                                   %gg: memref<?x?x?xf32>, %bb: memref<?x?xf32>, %state: memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>,
+                                   %gg: memref<?x?x?xf32>, %bb: memref<?x?xf32>, %pool: memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>,
+                                   %slots: memref<?xi32>,
                                    %o: memref<?x?x?xf32>, %chunk: index, %vfirst: i1) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
@@ -324,6 +320,9 @@ func.func private @k3k_kda_chunked(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf32
   %nh = memref.dim %qn, %c1 : memref<?x?x?xf32>
   %dk = memref.dim %qn, %c2 : memref<?x?x?xf32>
   %dv = memref.dim %vf, %c2 : memref<?x?x?xf32>
+  %c3 = arith.constant 3 : index
+  %pd1 = memref.dim %pool, %c2 : memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>
+  %pd2 = memref.dim %pool, %c3 : memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>
   %gam = memref.alloc(%nh, %chunk, %dk) : memref<?x?x?xf32>
   %lm = memref.alloc(%nh, %chunk, %chunk) : memref<?x?x?xf32>
   %am = memref.alloc(%nh, %chunk, %chunk) : memref<?x?x?xf32>
@@ -410,6 +409,9 @@ func.func private @k3k_kda_chunked(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf32
     }
     // U = X V, then V' = U − W S0 (stored over U).
     scf.parallel (%h, %r, %c) = (%c0, %c0, %c0) to (%nh, %n, %dv) step (%c1, %c1, %c1) {
+      %sl132 = memref.load %slots[%c0] : memref<?xi32>
+      %sl1 = arith.index_cast %sl132 : i32 to index
+      %st1 = memref.subview %pool[%sl1, 0, 0, 0] [1, %nh, %pd1, %pd2] [1, 1, 1, 1] : memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>> to memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
       %r1 = arith.addi %r, %c1 : index
       %u = scf.for %s = %c0 to %r1 step %c1 iter_args(%a = %zero) -> (f32) {
         %ts = arith.addi %start, %s : index
@@ -421,7 +423,7 @@ func.func private @k3k_kda_chunked(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf32
       }
       %ws = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero) -> (f32) {
         %x, %y = func.call @k3k_state_index(%j, %c, %vfirst) : (index, index, i1) -> (index, index)
-        %s0 = memref.load %state[%h, %x, %y] : memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
+        %s0 = memref.load %st1[%h, %x, %y] : memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
         %w = memref.load %wm[%h, %r, %j] : memref<?x?x?xf32>
         %p = arith.mulf %w, %s0 : f32
         %d = arith.addf %a, %p : f32
@@ -432,11 +434,14 @@ func.func private @k3k_kda_chunked(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf32
     }
     // O = (Q ⊙ e^Γ) S0 + A V'.
     scf.parallel (%h, %r, %c) = (%c0, %c0, %c0) to (%nh, %n, %dv) step (%c1, %c1, %c1) {
+      %sl232 = memref.load %slots[%c0] : memref<?xi32>
+      %sl2 = arith.index_cast %sl232 : i32 to index
+      %st2 = memref.subview %pool[%sl2, 0, 0, 0] [1, %nh, %pd1, %pd2] [1, 1, 1, 1] : memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>> to memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
       %tr = arith.addi %start, %r : index
       %r1 = arith.addi %r, %c1 : index
       %inter = scf.for %j = %c0 to %dk step %c1 iter_args(%a = %zero) -> (f32) {
         %x, %y = func.call @k3k_state_index(%j, %c, %vfirst) : (index, index, i1) -> (index, index)
-        %s0 = memref.load %state[%h, %x, %y] : memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
+        %s0 = memref.load %st2[%h, %x, %y] : memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
         %qr = memref.load %qn[%tr, %h, %j] : memref<?x?x?xf32>
         %gr = memref.load %gam[%h, %r, %j] : memref<?x?x?xf32>
         %e = math.exp %gr : f32
@@ -458,10 +463,13 @@ func.func private @k3k_kda_chunked(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf32
     // (each element reads only itself of S0).
     %last = arith.subi %n, %c1 : index
     scf.parallel (%h, %j, %c) = (%c0, %c0, %c0) to (%nh, %dk, %dv) step (%c1, %c1, %c1) {
+      %sl332 = memref.load %slots[%c0] : memref<?xi32>
+      %sl3 = arith.index_cast %sl332 : i32 to index
+      %st3 = memref.subview %pool[%sl3, 0, 0, 0] [1, %nh, %pd1, %pd2] [1, 1, 1, 1] : memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>> to memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
       %gn = memref.load %gam[%h, %last, %j] : memref<?x?x?xf32>
       %en = math.exp %gn : f32
       %x, %y = func.call @k3k_state_index(%j, %c, %vfirst) : (index, index, i1) -> (index, index)
-      %s0 = memref.load %state[%h, %x, %y] : memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
+      %s0 = memref.load %st3[%h, %x, %y] : memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
       %init = arith.mulf %en, %s0 : f32
       %sn = scf.for %s = %c0 to %n step %c1 iter_args(%a = %init) -> (f32) {
         %ts = arith.addi %start, %s : index
@@ -475,7 +483,7 @@ func.func private @k3k_kda_chunked(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf32
         %d = arith.addf %a, %p : f32
         scf.yield %d : f32
       }
-      memref.store %sn, %state[%h, %x, %y] : memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
+      memref.store %sn, %st3[%h, %x, %y] : memref<?x?x?xf32, strided<[?, ?, ?], offset: ?>>
     }
   }
   return
