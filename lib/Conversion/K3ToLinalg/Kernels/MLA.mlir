@@ -42,9 +42,11 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
   %ct = tensor.extract_slice %kva[0, 0] [%t, %r] [1, 1] : tensor<?x?x!act> to tensor<?x?x!act>
   %c = func.call @k3k_rms_norm(%ct, %gkva, %kveps) : (tensor<?x?x!act>, tensor<?xbf16>, f32) -> tensor<?x?x!act>
 
-  // Append [c ; k_r] of every new token to the cache pages: token i is
-  // position i - s of sequence s (s = i per token, else 0).
-  scf.parallel (%i) = (%c0) to (%t) step (%c1) {
+  // Append [c ; k_r] of every new token to the cache pages, one element
+  // per thread: token i is position i - s of sequence s (s = i per token,
+  // else 0).
+  %wa = arith.addi %r, %dr : index
+  scf.parallel (%i, %e) = (%c0, %c0) to (%t, %wa) step (%c1, %c1) {
     %sq = arith.select %pertoken, %i, %c0 : index
     %len = scf.if %pertoken -> (index) {
       %l64 = memref.load %lenm[%i] : memref<?xi64>
@@ -59,15 +61,15 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     %off = arith.remui %pos, %psz : index
     %pid32 = memref.load %table[%sq, %pg] : memref<?x?xi32>
     %pid = arith.index_cast %pid32 : i32 to index
-    scf.for %j = %c0 to %r step %c1 {
-      %v = tensor.extract %c[%i, %j] : tensor<?x?x!act>
-      memref.store %v, %pool[%pid, %off, %j] : memref<?x?x?x!act>
+    %latent = arith.cmpi ult, %e, %r : index
+    %v = scf.if %latent -> (!act) {
+      %xv = tensor.extract %c[%i, %e] : tensor<?x?x!act>
+      scf.yield %xv : !act
+    } else {
+      %xv = tensor.extract %kva[%i, %e] : tensor<?x?x!act>
+      scf.yield %xv : !act
     }
-    scf.for %j = %c0 to %dr step %c1 {
-      %rj = arith.addi %r, %j : index
-      %v = tensor.extract %kva[%i, %rj] : tensor<?x?x!act>
-      memref.store %v, %pool[%pid, %off, %rj] : memref<?x?x?x!act>
-    }
+    memref.store %v, %pool[%pid, %off, %e] : memref<?x?x?x!act>
   }
 
   %w = arith.addi %r, %dr : index
@@ -155,9 +157,10 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
       }
     }
     %pool2 = memref.collapse_shape %pool [[0, 1], [2]] : memref<?x?x?x!act> into memref<?x?x!act>
-    // Scores of %hblk heads per cached token: each cache element is read
-    // once for all of them (heads past H are computed on head H-1 and not
-    // stored; rows past n_i on row n_i - 1, not stored).
+    // Scores of %hblk heads and %rblk cached tokens per warp: each cache
+    // element is read once for all the heads, each q̂ element once for all
+    // the tokens (heads past H are computed on head H-1, tokens past n_i on
+    // token n_i - 1; neither is stored).
     %c1_h = arith.constant 1 : index
     %c2_h = arith.constant 2 : index
     %c3_h = arith.constant 3 : index
@@ -166,19 +169,30 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     %c6_h = arith.constant 6 : index
     %c7_h = arith.constant 7 : index
     %hblk = arith.constant 8 : index
+    %rblk = arith.constant 4 : index
     %nhb = arith.ceildivui %nh, %hblk : index
+    %nrb = arith.ceildivui %maxn, %rblk : index
     %hlast = arith.subi %nh, %c1 : index
-    scf.parallel (%i, %hb, %j) = (%c0, %c0, %c0) to (%t, %nhb, %maxn) step (%c1, %c1, %c1) {
+    scf.parallel (%i, %hb, %jb) = (%c0, %c0, %c0) to (%t, %nhb, %nrb) step (%c1, %c1, %c1) {
       %ntok = scf.if %pertoken -> (index) {
         %v = memref.load %ntk[%i] : memref<?xindex>
         scf.yield %v : index
       } else {
         scf.yield %maxn : index
       }
-      %jin = arith.cmpi ult, %j, %ntok : index
       %jlast = arith.subi %ntok, %c1 : index
-      %jc = arith.minui %j, %jlast : index
-      %row = memref.load %rows[%i, %jc] : memref<?x?xindex>
+      %j0 = arith.muli %jb, %rblk : index
+      %jc0 = arith.minui %j0, %jlast : index
+      %row0 = memref.load %rows[%i, %jc0] : memref<?x?xindex>
+      %jr1 = arith.addi %j0, %c1_h : index
+      %jc1 = arith.minui %jr1, %jlast : index
+      %row1 = memref.load %rows[%i, %jc1] : memref<?x?xindex>
+      %jr2 = arith.addi %j0, %c2_h : index
+      %jc2 = arith.minui %jr2, %jlast : index
+      %row2 = memref.load %rows[%i, %jc2] : memref<?x?xindex>
+      %jr3 = arith.addi %j0, %c3_h : index
+      %jc3 = arith.minui %jr3, %jlast : index
+      %row3 = memref.load %rows[%i, %jc3] : memref<?x?xindex>
       %h0 = arith.muli %hb, %hblk : index
       %hu0 = arith.minui %h0, %hlast : index
       %hk1 = arith.addi %h0, %c1_h : index
@@ -195,82 +209,284 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
       %hu6 = arith.minui %hk6, %hlast : index
       %hk7 = arith.addi %h0, %c7_h : index
       %hu7 = arith.minui %hk7, %hlast : index
-      %s0, %s1, %s2, %s3, %s4, %s5, %s6, %s7 = scf.for %e = %c0 to %w step %c1 iter_args(%a0 = %zero, %a1 = %zero, %a2 = %zero, %a3 = %zero, %a4 = %zero, %a5 = %zero, %a6 = %zero, %a7 = %zero) -> (f32, f32, f32, f32, f32, f32, f32, f32) {
-        %cv = memref.load %pool2[%row, %e] : memref<?x?x!act>
-        %cf = func.call @k3k_widen(%cv) : (!act) -> f32
+      %s0_0, %s0_1, %s0_2, %s0_3, %s0_4, %s0_5, %s0_6, %s0_7, %s1_0, %s1_1, %s1_2, %s1_3, %s1_4, %s1_5, %s1_6, %s1_7, %s2_0, %s2_1, %s2_2, %s2_3, %s2_4, %s2_5, %s2_6, %s2_7, %s3_0, %s3_1, %s3_2, %s3_3, %s3_4, %s3_5, %s3_6, %s3_7 = scf.for %e = %c0 to %w step %c1 iter_args(%a0_0 = %zero, %a0_1 = %zero, %a0_2 = %zero, %a0_3 = %zero, %a0_4 = %zero, %a0_5 = %zero, %a0_6 = %zero, %a0_7 = %zero, %a1_0 = %zero, %a1_1 = %zero, %a1_2 = %zero, %a1_3 = %zero, %a1_4 = %zero, %a1_5 = %zero, %a1_6 = %zero, %a1_7 = %zero, %a2_0 = %zero, %a2_1 = %zero, %a2_2 = %zero, %a2_3 = %zero, %a2_4 = %zero, %a2_5 = %zero, %a2_6 = %zero, %a2_7 = %zero, %a3_0 = %zero, %a3_1 = %zero, %a3_2 = %zero, %a3_3 = %zero, %a3_4 = %zero, %a3_5 = %zero, %a3_6 = %zero, %a3_7 = %zero) -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32) {
+        %cv0 = memref.load %pool2[%row0, %e] : memref<?x?x!act>
+        %cf0 = func.call @k3k_widen(%cv0) : (!act) -> f32
+        %cv1 = memref.load %pool2[%row1, %e] : memref<?x?x!act>
+        %cf1 = func.call @k3k_widen(%cv1) : (!act) -> f32
+        %cv2 = memref.load %pool2[%row2, %e] : memref<?x?x!act>
+        %cf2 = func.call @k3k_widen(%cv2) : (!act) -> f32
+        %cv3 = memref.load %pool2[%row3, %e] : memref<?x?x!act>
+        %cf3 = func.call @k3k_widen(%cv3) : (!act) -> f32
         %q0 = memref.load %qh[%i, %hu0, %e] : memref<?x?x?xf32>
-        %m0 = arith.mulf %q0, %cf : f32
-        %n0 = arith.addf %a0, %m0 : f32
+        %m0_0 = arith.mulf %q0, %cf0 : f32
+        %n0_0 = arith.addf %a0_0, %m0_0 : f32
+        %m1_0 = arith.mulf %q0, %cf1 : f32
+        %n1_0 = arith.addf %a1_0, %m1_0 : f32
+        %m2_0 = arith.mulf %q0, %cf2 : f32
+        %n2_0 = arith.addf %a2_0, %m2_0 : f32
+        %m3_0 = arith.mulf %q0, %cf3 : f32
+        %n3_0 = arith.addf %a3_0, %m3_0 : f32
         %q1 = memref.load %qh[%i, %hu1, %e] : memref<?x?x?xf32>
-        %m1 = arith.mulf %q1, %cf : f32
-        %n1 = arith.addf %a1, %m1 : f32
+        %m0_1 = arith.mulf %q1, %cf0 : f32
+        %n0_1 = arith.addf %a0_1, %m0_1 : f32
+        %m1_1 = arith.mulf %q1, %cf1 : f32
+        %n1_1 = arith.addf %a1_1, %m1_1 : f32
+        %m2_1 = arith.mulf %q1, %cf2 : f32
+        %n2_1 = arith.addf %a2_1, %m2_1 : f32
+        %m3_1 = arith.mulf %q1, %cf3 : f32
+        %n3_1 = arith.addf %a3_1, %m3_1 : f32
         %q2 = memref.load %qh[%i, %hu2, %e] : memref<?x?x?xf32>
-        %m2 = arith.mulf %q2, %cf : f32
-        %n2 = arith.addf %a2, %m2 : f32
+        %m0_2 = arith.mulf %q2, %cf0 : f32
+        %n0_2 = arith.addf %a0_2, %m0_2 : f32
+        %m1_2 = arith.mulf %q2, %cf1 : f32
+        %n1_2 = arith.addf %a1_2, %m1_2 : f32
+        %m2_2 = arith.mulf %q2, %cf2 : f32
+        %n2_2 = arith.addf %a2_2, %m2_2 : f32
+        %m3_2 = arith.mulf %q2, %cf3 : f32
+        %n3_2 = arith.addf %a3_2, %m3_2 : f32
         %q3 = memref.load %qh[%i, %hu3, %e] : memref<?x?x?xf32>
-        %m3 = arith.mulf %q3, %cf : f32
-        %n3 = arith.addf %a3, %m3 : f32
+        %m0_3 = arith.mulf %q3, %cf0 : f32
+        %n0_3 = arith.addf %a0_3, %m0_3 : f32
+        %m1_3 = arith.mulf %q3, %cf1 : f32
+        %n1_3 = arith.addf %a1_3, %m1_3 : f32
+        %m2_3 = arith.mulf %q3, %cf2 : f32
+        %n2_3 = arith.addf %a2_3, %m2_3 : f32
+        %m3_3 = arith.mulf %q3, %cf3 : f32
+        %n3_3 = arith.addf %a3_3, %m3_3 : f32
         %q4 = memref.load %qh[%i, %hu4, %e] : memref<?x?x?xf32>
-        %m4 = arith.mulf %q4, %cf : f32
-        %n4 = arith.addf %a4, %m4 : f32
+        %m0_4 = arith.mulf %q4, %cf0 : f32
+        %n0_4 = arith.addf %a0_4, %m0_4 : f32
+        %m1_4 = arith.mulf %q4, %cf1 : f32
+        %n1_4 = arith.addf %a1_4, %m1_4 : f32
+        %m2_4 = arith.mulf %q4, %cf2 : f32
+        %n2_4 = arith.addf %a2_4, %m2_4 : f32
+        %m3_4 = arith.mulf %q4, %cf3 : f32
+        %n3_4 = arith.addf %a3_4, %m3_4 : f32
         %q5 = memref.load %qh[%i, %hu5, %e] : memref<?x?x?xf32>
-        %m5 = arith.mulf %q5, %cf : f32
-        %n5 = arith.addf %a5, %m5 : f32
+        %m0_5 = arith.mulf %q5, %cf0 : f32
+        %n0_5 = arith.addf %a0_5, %m0_5 : f32
+        %m1_5 = arith.mulf %q5, %cf1 : f32
+        %n1_5 = arith.addf %a1_5, %m1_5 : f32
+        %m2_5 = arith.mulf %q5, %cf2 : f32
+        %n2_5 = arith.addf %a2_5, %m2_5 : f32
+        %m3_5 = arith.mulf %q5, %cf3 : f32
+        %n3_5 = arith.addf %a3_5, %m3_5 : f32
         %q6 = memref.load %qh[%i, %hu6, %e] : memref<?x?x?xf32>
-        %m6 = arith.mulf %q6, %cf : f32
-        %n6 = arith.addf %a6, %m6 : f32
+        %m0_6 = arith.mulf %q6, %cf0 : f32
+        %n0_6 = arith.addf %a0_6, %m0_6 : f32
+        %m1_6 = arith.mulf %q6, %cf1 : f32
+        %n1_6 = arith.addf %a1_6, %m1_6 : f32
+        %m2_6 = arith.mulf %q6, %cf2 : f32
+        %n2_6 = arith.addf %a2_6, %m2_6 : f32
+        %m3_6 = arith.mulf %q6, %cf3 : f32
+        %n3_6 = arith.addf %a3_6, %m3_6 : f32
         %q7 = memref.load %qh[%i, %hu7, %e] : memref<?x?x?xf32>
-        %m7 = arith.mulf %q7, %cf : f32
-        %n7 = arith.addf %a7, %m7 : f32
-        scf.yield %n0, %n1, %n2, %n3, %n4, %n5, %n6, %n7 : f32, f32, f32, f32, f32, f32, f32, f32
+        %m0_7 = arith.mulf %q7, %cf0 : f32
+        %n0_7 = arith.addf %a0_7, %m0_7 : f32
+        %m1_7 = arith.mulf %q7, %cf1 : f32
+        %n1_7 = arith.addf %a1_7, %m1_7 : f32
+        %m2_7 = arith.mulf %q7, %cf2 : f32
+        %n2_7 = arith.addf %a2_7, %m2_7 : f32
+        %m3_7 = arith.mulf %q7, %cf3 : f32
+        %n3_7 = arith.addf %a3_7, %m3_7 : f32
+        scf.yield %n0_0, %n0_1, %n0_2, %n0_3, %n0_4, %n0_5, %n0_6, %n0_7, %n1_0, %n1_1, %n1_2, %n1_3, %n1_4, %n1_5, %n1_6, %n1_7, %n2_0, %n2_1, %n2_2, %n2_3, %n2_4, %n2_5, %n2_6, %n2_7, %n3_0, %n3_1, %n3_2, %n3_3, %n3_4, %n3_5, %n3_6, %n3_7 : f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32
       }
-      %in0h = arith.cmpi ult, %h0, %nh : index
-      %in0 = arith.andi %in0h, %jin : i1
-      scf.if %in0 {
-        %sc0 = arith.mulf %s0, %scale : f32
-        memref.store %sc0, %p[%i, %h0, %j] : memref<?x?x?xf32>
+      %jin0 = arith.cmpi ult, %j0, %ntok : index
+      %hin0_0 = arith.cmpi ult, %h0, %nh : index
+      %in0_0 = arith.andi %hin0_0, %jin0 : i1
+      scf.if %in0_0 {
+        %sc0_0 = arith.mulf %s0_0, %scale : f32
+        memref.store %sc0_0, %p[%i, %h0, %j0] : memref<?x?x?xf32>
       }
-      %in1h = arith.cmpi ult, %hk1, %nh : index
-      %in1 = arith.andi %in1h, %jin : i1
-      scf.if %in1 {
-        %sc1 = arith.mulf %s1, %scale : f32
-        memref.store %sc1, %p[%i, %hk1, %j] : memref<?x?x?xf32>
+      %hin0_1 = arith.cmpi ult, %hk1, %nh : index
+      %in0_1 = arith.andi %hin0_1, %jin0 : i1
+      scf.if %in0_1 {
+        %sc0_1 = arith.mulf %s0_1, %scale : f32
+        memref.store %sc0_1, %p[%i, %hk1, %j0] : memref<?x?x?xf32>
       }
-      %in2h = arith.cmpi ult, %hk2, %nh : index
-      %in2 = arith.andi %in2h, %jin : i1
-      scf.if %in2 {
-        %sc2 = arith.mulf %s2, %scale : f32
-        memref.store %sc2, %p[%i, %hk2, %j] : memref<?x?x?xf32>
+      %hin0_2 = arith.cmpi ult, %hk2, %nh : index
+      %in0_2 = arith.andi %hin0_2, %jin0 : i1
+      scf.if %in0_2 {
+        %sc0_2 = arith.mulf %s0_2, %scale : f32
+        memref.store %sc0_2, %p[%i, %hk2, %j0] : memref<?x?x?xf32>
       }
-      %in3h = arith.cmpi ult, %hk3, %nh : index
-      %in3 = arith.andi %in3h, %jin : i1
-      scf.if %in3 {
-        %sc3 = arith.mulf %s3, %scale : f32
-        memref.store %sc3, %p[%i, %hk3, %j] : memref<?x?x?xf32>
+      %hin0_3 = arith.cmpi ult, %hk3, %nh : index
+      %in0_3 = arith.andi %hin0_3, %jin0 : i1
+      scf.if %in0_3 {
+        %sc0_3 = arith.mulf %s0_3, %scale : f32
+        memref.store %sc0_3, %p[%i, %hk3, %j0] : memref<?x?x?xf32>
       }
-      %in4h = arith.cmpi ult, %hk4, %nh : index
-      %in4 = arith.andi %in4h, %jin : i1
-      scf.if %in4 {
-        %sc4 = arith.mulf %s4, %scale : f32
-        memref.store %sc4, %p[%i, %hk4, %j] : memref<?x?x?xf32>
+      %hin0_4 = arith.cmpi ult, %hk4, %nh : index
+      %in0_4 = arith.andi %hin0_4, %jin0 : i1
+      scf.if %in0_4 {
+        %sc0_4 = arith.mulf %s0_4, %scale : f32
+        memref.store %sc0_4, %p[%i, %hk4, %j0] : memref<?x?x?xf32>
       }
-      %in5h = arith.cmpi ult, %hk5, %nh : index
-      %in5 = arith.andi %in5h, %jin : i1
-      scf.if %in5 {
-        %sc5 = arith.mulf %s5, %scale : f32
-        memref.store %sc5, %p[%i, %hk5, %j] : memref<?x?x?xf32>
+      %hin0_5 = arith.cmpi ult, %hk5, %nh : index
+      %in0_5 = arith.andi %hin0_5, %jin0 : i1
+      scf.if %in0_5 {
+        %sc0_5 = arith.mulf %s0_5, %scale : f32
+        memref.store %sc0_5, %p[%i, %hk5, %j0] : memref<?x?x?xf32>
       }
-      %in6h = arith.cmpi ult, %hk6, %nh : index
-      %in6 = arith.andi %in6h, %jin : i1
-      scf.if %in6 {
-        %sc6 = arith.mulf %s6, %scale : f32
-        memref.store %sc6, %p[%i, %hk6, %j] : memref<?x?x?xf32>
+      %hin0_6 = arith.cmpi ult, %hk6, %nh : index
+      %in0_6 = arith.andi %hin0_6, %jin0 : i1
+      scf.if %in0_6 {
+        %sc0_6 = arith.mulf %s0_6, %scale : f32
+        memref.store %sc0_6, %p[%i, %hk6, %j0] : memref<?x?x?xf32>
       }
-      %in7h = arith.cmpi ult, %hk7, %nh : index
-      %in7 = arith.andi %in7h, %jin : i1
-      scf.if %in7 {
-        %sc7 = arith.mulf %s7, %scale : f32
-        memref.store %sc7, %p[%i, %hk7, %j] : memref<?x?x?xf32>
+      %hin0_7 = arith.cmpi ult, %hk7, %nh : index
+      %in0_7 = arith.andi %hin0_7, %jin0 : i1
+      scf.if %in0_7 {
+        %sc0_7 = arith.mulf %s0_7, %scale : f32
+        memref.store %sc0_7, %p[%i, %hk7, %j0] : memref<?x?x?xf32>
+      }
+      %jin1 = arith.cmpi ult, %jr1, %ntok : index
+      %hin1_0 = arith.cmpi ult, %h0, %nh : index
+      %in1_0 = arith.andi %hin1_0, %jin1 : i1
+      scf.if %in1_0 {
+        %sc1_0 = arith.mulf %s1_0, %scale : f32
+        memref.store %sc1_0, %p[%i, %h0, %jr1] : memref<?x?x?xf32>
+      }
+      %hin1_1 = arith.cmpi ult, %hk1, %nh : index
+      %in1_1 = arith.andi %hin1_1, %jin1 : i1
+      scf.if %in1_1 {
+        %sc1_1 = arith.mulf %s1_1, %scale : f32
+        memref.store %sc1_1, %p[%i, %hk1, %jr1] : memref<?x?x?xf32>
+      }
+      %hin1_2 = arith.cmpi ult, %hk2, %nh : index
+      %in1_2 = arith.andi %hin1_2, %jin1 : i1
+      scf.if %in1_2 {
+        %sc1_2 = arith.mulf %s1_2, %scale : f32
+        memref.store %sc1_2, %p[%i, %hk2, %jr1] : memref<?x?x?xf32>
+      }
+      %hin1_3 = arith.cmpi ult, %hk3, %nh : index
+      %in1_3 = arith.andi %hin1_3, %jin1 : i1
+      scf.if %in1_3 {
+        %sc1_3 = arith.mulf %s1_3, %scale : f32
+        memref.store %sc1_3, %p[%i, %hk3, %jr1] : memref<?x?x?xf32>
+      }
+      %hin1_4 = arith.cmpi ult, %hk4, %nh : index
+      %in1_4 = arith.andi %hin1_4, %jin1 : i1
+      scf.if %in1_4 {
+        %sc1_4 = arith.mulf %s1_4, %scale : f32
+        memref.store %sc1_4, %p[%i, %hk4, %jr1] : memref<?x?x?xf32>
+      }
+      %hin1_5 = arith.cmpi ult, %hk5, %nh : index
+      %in1_5 = arith.andi %hin1_5, %jin1 : i1
+      scf.if %in1_5 {
+        %sc1_5 = arith.mulf %s1_5, %scale : f32
+        memref.store %sc1_5, %p[%i, %hk5, %jr1] : memref<?x?x?xf32>
+      }
+      %hin1_6 = arith.cmpi ult, %hk6, %nh : index
+      %in1_6 = arith.andi %hin1_6, %jin1 : i1
+      scf.if %in1_6 {
+        %sc1_6 = arith.mulf %s1_6, %scale : f32
+        memref.store %sc1_6, %p[%i, %hk6, %jr1] : memref<?x?x?xf32>
+      }
+      %hin1_7 = arith.cmpi ult, %hk7, %nh : index
+      %in1_7 = arith.andi %hin1_7, %jin1 : i1
+      scf.if %in1_7 {
+        %sc1_7 = arith.mulf %s1_7, %scale : f32
+        memref.store %sc1_7, %p[%i, %hk7, %jr1] : memref<?x?x?xf32>
+      }
+      %jin2 = arith.cmpi ult, %jr2, %ntok : index
+      %hin2_0 = arith.cmpi ult, %h0, %nh : index
+      %in2_0 = arith.andi %hin2_0, %jin2 : i1
+      scf.if %in2_0 {
+        %sc2_0 = arith.mulf %s2_0, %scale : f32
+        memref.store %sc2_0, %p[%i, %h0, %jr2] : memref<?x?x?xf32>
+      }
+      %hin2_1 = arith.cmpi ult, %hk1, %nh : index
+      %in2_1 = arith.andi %hin2_1, %jin2 : i1
+      scf.if %in2_1 {
+        %sc2_1 = arith.mulf %s2_1, %scale : f32
+        memref.store %sc2_1, %p[%i, %hk1, %jr2] : memref<?x?x?xf32>
+      }
+      %hin2_2 = arith.cmpi ult, %hk2, %nh : index
+      %in2_2 = arith.andi %hin2_2, %jin2 : i1
+      scf.if %in2_2 {
+        %sc2_2 = arith.mulf %s2_2, %scale : f32
+        memref.store %sc2_2, %p[%i, %hk2, %jr2] : memref<?x?x?xf32>
+      }
+      %hin2_3 = arith.cmpi ult, %hk3, %nh : index
+      %in2_3 = arith.andi %hin2_3, %jin2 : i1
+      scf.if %in2_3 {
+        %sc2_3 = arith.mulf %s2_3, %scale : f32
+        memref.store %sc2_3, %p[%i, %hk3, %jr2] : memref<?x?x?xf32>
+      }
+      %hin2_4 = arith.cmpi ult, %hk4, %nh : index
+      %in2_4 = arith.andi %hin2_4, %jin2 : i1
+      scf.if %in2_4 {
+        %sc2_4 = arith.mulf %s2_4, %scale : f32
+        memref.store %sc2_4, %p[%i, %hk4, %jr2] : memref<?x?x?xf32>
+      }
+      %hin2_5 = arith.cmpi ult, %hk5, %nh : index
+      %in2_5 = arith.andi %hin2_5, %jin2 : i1
+      scf.if %in2_5 {
+        %sc2_5 = arith.mulf %s2_5, %scale : f32
+        memref.store %sc2_5, %p[%i, %hk5, %jr2] : memref<?x?x?xf32>
+      }
+      %hin2_6 = arith.cmpi ult, %hk6, %nh : index
+      %in2_6 = arith.andi %hin2_6, %jin2 : i1
+      scf.if %in2_6 {
+        %sc2_6 = arith.mulf %s2_6, %scale : f32
+        memref.store %sc2_6, %p[%i, %hk6, %jr2] : memref<?x?x?xf32>
+      }
+      %hin2_7 = arith.cmpi ult, %hk7, %nh : index
+      %in2_7 = arith.andi %hin2_7, %jin2 : i1
+      scf.if %in2_7 {
+        %sc2_7 = arith.mulf %s2_7, %scale : f32
+        memref.store %sc2_7, %p[%i, %hk7, %jr2] : memref<?x?x?xf32>
+      }
+      %jin3 = arith.cmpi ult, %jr3, %ntok : index
+      %hin3_0 = arith.cmpi ult, %h0, %nh : index
+      %in3_0 = arith.andi %hin3_0, %jin3 : i1
+      scf.if %in3_0 {
+        %sc3_0 = arith.mulf %s3_0, %scale : f32
+        memref.store %sc3_0, %p[%i, %h0, %jr3] : memref<?x?x?xf32>
+      }
+      %hin3_1 = arith.cmpi ult, %hk1, %nh : index
+      %in3_1 = arith.andi %hin3_1, %jin3 : i1
+      scf.if %in3_1 {
+        %sc3_1 = arith.mulf %s3_1, %scale : f32
+        memref.store %sc3_1, %p[%i, %hk1, %jr3] : memref<?x?x?xf32>
+      }
+      %hin3_2 = arith.cmpi ult, %hk2, %nh : index
+      %in3_2 = arith.andi %hin3_2, %jin3 : i1
+      scf.if %in3_2 {
+        %sc3_2 = arith.mulf %s3_2, %scale : f32
+        memref.store %sc3_2, %p[%i, %hk2, %jr3] : memref<?x?x?xf32>
+      }
+      %hin3_3 = arith.cmpi ult, %hk3, %nh : index
+      %in3_3 = arith.andi %hin3_3, %jin3 : i1
+      scf.if %in3_3 {
+        %sc3_3 = arith.mulf %s3_3, %scale : f32
+        memref.store %sc3_3, %p[%i, %hk3, %jr3] : memref<?x?x?xf32>
+      }
+      %hin3_4 = arith.cmpi ult, %hk4, %nh : index
+      %in3_4 = arith.andi %hin3_4, %jin3 : i1
+      scf.if %in3_4 {
+        %sc3_4 = arith.mulf %s3_4, %scale : f32
+        memref.store %sc3_4, %p[%i, %hk4, %jr3] : memref<?x?x?xf32>
+      }
+      %hin3_5 = arith.cmpi ult, %hk5, %nh : index
+      %in3_5 = arith.andi %hin3_5, %jin3 : i1
+      scf.if %in3_5 {
+        %sc3_5 = arith.mulf %s3_5, %scale : f32
+        memref.store %sc3_5, %p[%i, %hk5, %jr3] : memref<?x?x?xf32>
+      }
+      %hin3_6 = arith.cmpi ult, %hk6, %nh : index
+      %in3_6 = arith.andi %hin3_6, %jin3 : i1
+      scf.if %in3_6 {
+        %sc3_6 = arith.mulf %s3_6, %scale : f32
+        memref.store %sc3_6, %p[%i, %hk6, %jr3] : memref<?x?x?xf32>
+      }
+      %hin3_7 = arith.cmpi ult, %hk7, %nh : index
+      %in3_7 = arith.andi %hin3_7, %jin3 : i1
+      scf.if %in3_7 {
+        %sc3_7 = arith.mulf %s3_7, %scale : f32
+        memref.store %sc3_7, %p[%i, %hk7, %jr3] : memref<?x?x?xf32>
       }
     }
     // Softmax per (token, head): the maximum, exp(s - max) in place, the sum.
@@ -319,11 +535,14 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
       }
       memref.store %sum, %rowsum[%i, %h] : memref<?x?xf32>
     }
-    // ō over each token's cached rows in %parts slices (flash-decoding
-    // style: each slice a partial sum, the slices added in order), for
-    // parallelism over a long context; %hblk heads per thread, so that each
-    // cache element is read once per slice for all of them.
-    %parts = arith.constant 16 : index
+    // ō over each token's cached rows in slices of about %rows_per_part
+    // (at most %parts; flash-decoding style: each slice a partial sum, the
+    // slices added in order, unused ones zero), for parallelism over a long
+    // context; %hblk heads per thread, so that each cache element is read
+    // once per slice for all of them. A token's slices depend on its own
+    // context only, not on the other tokens of the call.
+    %parts = arith.constant 32 : index
+    %rows_per_part = arith.constant 256 : index
     %partial = memref.alloc(%t, %nh, %r, %parts) : memref<?x?x?x?xf32>
     scf.parallel (%i, %hb, %pt, %e) = (%c0, %c0, %c0, %c0) to (%t, %nhb, %parts, %r) step (%c1, %c1, %c1, %c1) {
       %ntok = scf.if %pertoken -> (index) {
@@ -332,7 +551,9 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
       } else {
         scf.yield %maxn : index
       }
-      %slice = arith.ceildivui %ntok, %parts : index
+      %nparts0 = arith.ceildivui %ntok, %rows_per_part : index
+      %nparts = arith.minui %nparts0, %parts : index
+      %slice = arith.ceildivui %ntok, %nparts : index
       %h0 = arith.muli %hb, %hblk : index
       %hu0 = arith.minui %h0, %hlast : index
       %hk1 = arith.addi %h0, %c1_h : index
@@ -352,35 +573,162 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
       %j0 = arith.muli %pt, %slice : index
       %j1u = arith.addi %j0, %slice : index
       %j1 = arith.minui %j1u, %ntok : index
-      %s0, %s1, %s2, %s3, %s4, %s5, %s6, %s7 = scf.for %j = %j0 to %j1 step %c1 iter_args(%a0 = %zero, %a1 = %zero, %a2 = %zero, %a3 = %zero, %a4 = %zero, %a5 = %zero, %a6 = %zero, %a7 = %zero) -> (f32, f32, f32, f32, f32, f32, f32, f32) {
-        %row = memref.load %rows[%i, %j] : memref<?x?xindex>
-        %cv = memref.load %pool2[%row, %e] : memref<?x?x!act>
-        %cf = func.call @k3k_widen(%cv) : (!act) -> f32
-        %p0 = memref.load %p[%i, %hu0, %j] : memref<?x?x?xf32>
-        %m0 = arith.mulf %p0, %cf : f32
-        %n0 = arith.addf %a0, %m0 : f32
-        %p1 = memref.load %p[%i, %hu1, %j] : memref<?x?x?xf32>
-        %m1 = arith.mulf %p1, %cf : f32
-        %n1 = arith.addf %a1, %m1 : f32
-        %p2 = memref.load %p[%i, %hu2, %j] : memref<?x?x?xf32>
-        %m2 = arith.mulf %p2, %cf : f32
-        %n2 = arith.addf %a2, %m2 : f32
-        %p3 = memref.load %p[%i, %hu3, %j] : memref<?x?x?xf32>
-        %m3 = arith.mulf %p3, %cf : f32
-        %n3 = arith.addf %a3, %m3 : f32
-        %p4 = memref.load %p[%i, %hu4, %j] : memref<?x?x?xf32>
-        %m4 = arith.mulf %p4, %cf : f32
-        %n4 = arith.addf %a4, %m4 : f32
-        %p5 = memref.load %p[%i, %hu5, %j] : memref<?x?x?xf32>
-        %m5 = arith.mulf %p5, %cf : f32
-        %n5 = arith.addf %a5, %m5 : f32
-        %p6 = memref.load %p[%i, %hu6, %j] : memref<?x?x?xf32>
-        %m6 = arith.mulf %p6, %cf : f32
-        %n6 = arith.addf %a6, %m6 : f32
-        %p7 = memref.load %p[%i, %hu7, %j] : memref<?x?x?xf32>
-        %m7 = arith.mulf %p7, %cf : f32
-        %n7 = arith.addf %a7, %m7 : f32
-        scf.yield %n0, %n1, %n2, %n3, %n4, %n5, %n6, %n7 : f32, f32, f32, f32, f32, f32, f32, f32
+      // Four cached rows per iteration, in order (independent loads in
+      // flight); a row past the slice leaves the sums as they are.
+      %j1last = arith.subi %j1, %c1 : index
+      %s0, %s1, %s2, %s3, %s4, %s5, %s6, %s7 = scf.for %j = %j0 to %j1 step %rblk iter_args(%a0 = %zero, %a1 = %zero, %a2 = %zero, %a3 = %zero, %a4 = %zero, %a5 = %zero, %a6 = %zero, %a7 = %zero) -> (f32, f32, f32, f32, f32, f32, f32, f32) {
+        %ok0 = arith.cmpi ult, %j, %j1 : index
+        %jc0 = arith.minui %j, %j1last : index
+        %row0 = memref.load %rows[%i, %jc0] : memref<?x?xindex>
+        %cv0 = memref.load %pool2[%row0, %e] : memref<?x?x!act>
+        %cf0 = func.call @k3k_widen(%cv0) : (!act) -> f32
+        %jj1 = arith.addi %j, %c1_h : index
+        %ok1 = arith.cmpi ult, %jj1, %j1 : index
+        %jc1 = arith.minui %jj1, %j1last : index
+        %row1 = memref.load %rows[%i, %jc1] : memref<?x?xindex>
+        %cv1 = memref.load %pool2[%row1, %e] : memref<?x?x!act>
+        %cf1 = func.call @k3k_widen(%cv1) : (!act) -> f32
+        %jj2 = arith.addi %j, %c2_h : index
+        %ok2 = arith.cmpi ult, %jj2, %j1 : index
+        %jc2 = arith.minui %jj2, %j1last : index
+        %row2 = memref.load %rows[%i, %jc2] : memref<?x?xindex>
+        %cv2 = memref.load %pool2[%row2, %e] : memref<?x?x!act>
+        %cf2 = func.call @k3k_widen(%cv2) : (!act) -> f32
+        %jj3 = arith.addi %j, %c3_h : index
+        %ok3 = arith.cmpi ult, %jj3, %j1 : index
+        %jc3 = arith.minui %jj3, %j1last : index
+        %row3 = memref.load %rows[%i, %jc3] : memref<?x?xindex>
+        %cv3 = memref.load %pool2[%row3, %e] : memref<?x?x!act>
+        %cf3 = func.call @k3k_widen(%cv3) : (!act) -> f32
+        %p0_0 = memref.load %p[%i, %hu0, %jc0] : memref<?x?x?xf32>
+        %m0_0 = arith.mulf %p0_0, %cf0 : f32
+        %d0_0 = arith.addf %a0, %m0_0 : f32
+        %n0_0 = arith.select %ok0, %d0_0, %a0 : f32
+        %p0_1 = memref.load %p[%i, %hu1, %jc0] : memref<?x?x?xf32>
+        %m0_1 = arith.mulf %p0_1, %cf0 : f32
+        %d0_1 = arith.addf %a1, %m0_1 : f32
+        %n0_1 = arith.select %ok0, %d0_1, %a1 : f32
+        %p0_2 = memref.load %p[%i, %hu2, %jc0] : memref<?x?x?xf32>
+        %m0_2 = arith.mulf %p0_2, %cf0 : f32
+        %d0_2 = arith.addf %a2, %m0_2 : f32
+        %n0_2 = arith.select %ok0, %d0_2, %a2 : f32
+        %p0_3 = memref.load %p[%i, %hu3, %jc0] : memref<?x?x?xf32>
+        %m0_3 = arith.mulf %p0_3, %cf0 : f32
+        %d0_3 = arith.addf %a3, %m0_3 : f32
+        %n0_3 = arith.select %ok0, %d0_3, %a3 : f32
+        %p0_4 = memref.load %p[%i, %hu4, %jc0] : memref<?x?x?xf32>
+        %m0_4 = arith.mulf %p0_4, %cf0 : f32
+        %d0_4 = arith.addf %a4, %m0_4 : f32
+        %n0_4 = arith.select %ok0, %d0_4, %a4 : f32
+        %p0_5 = memref.load %p[%i, %hu5, %jc0] : memref<?x?x?xf32>
+        %m0_5 = arith.mulf %p0_5, %cf0 : f32
+        %d0_5 = arith.addf %a5, %m0_5 : f32
+        %n0_5 = arith.select %ok0, %d0_5, %a5 : f32
+        %p0_6 = memref.load %p[%i, %hu6, %jc0] : memref<?x?x?xf32>
+        %m0_6 = arith.mulf %p0_6, %cf0 : f32
+        %d0_6 = arith.addf %a6, %m0_6 : f32
+        %n0_6 = arith.select %ok0, %d0_6, %a6 : f32
+        %p0_7 = memref.load %p[%i, %hu7, %jc0] : memref<?x?x?xf32>
+        %m0_7 = arith.mulf %p0_7, %cf0 : f32
+        %d0_7 = arith.addf %a7, %m0_7 : f32
+        %n0_7 = arith.select %ok0, %d0_7, %a7 : f32
+        %p1_0 = memref.load %p[%i, %hu0, %jc1] : memref<?x?x?xf32>
+        %m1_0 = arith.mulf %p1_0, %cf1 : f32
+        %d1_0 = arith.addf %n0_0, %m1_0 : f32
+        %n1_0 = arith.select %ok1, %d1_0, %n0_0 : f32
+        %p1_1 = memref.load %p[%i, %hu1, %jc1] : memref<?x?x?xf32>
+        %m1_1 = arith.mulf %p1_1, %cf1 : f32
+        %d1_1 = arith.addf %n0_1, %m1_1 : f32
+        %n1_1 = arith.select %ok1, %d1_1, %n0_1 : f32
+        %p1_2 = memref.load %p[%i, %hu2, %jc1] : memref<?x?x?xf32>
+        %m1_2 = arith.mulf %p1_2, %cf1 : f32
+        %d1_2 = arith.addf %n0_2, %m1_2 : f32
+        %n1_2 = arith.select %ok1, %d1_2, %n0_2 : f32
+        %p1_3 = memref.load %p[%i, %hu3, %jc1] : memref<?x?x?xf32>
+        %m1_3 = arith.mulf %p1_3, %cf1 : f32
+        %d1_3 = arith.addf %n0_3, %m1_3 : f32
+        %n1_3 = arith.select %ok1, %d1_3, %n0_3 : f32
+        %p1_4 = memref.load %p[%i, %hu4, %jc1] : memref<?x?x?xf32>
+        %m1_4 = arith.mulf %p1_4, %cf1 : f32
+        %d1_4 = arith.addf %n0_4, %m1_4 : f32
+        %n1_4 = arith.select %ok1, %d1_4, %n0_4 : f32
+        %p1_5 = memref.load %p[%i, %hu5, %jc1] : memref<?x?x?xf32>
+        %m1_5 = arith.mulf %p1_5, %cf1 : f32
+        %d1_5 = arith.addf %n0_5, %m1_5 : f32
+        %n1_5 = arith.select %ok1, %d1_5, %n0_5 : f32
+        %p1_6 = memref.load %p[%i, %hu6, %jc1] : memref<?x?x?xf32>
+        %m1_6 = arith.mulf %p1_6, %cf1 : f32
+        %d1_6 = arith.addf %n0_6, %m1_6 : f32
+        %n1_6 = arith.select %ok1, %d1_6, %n0_6 : f32
+        %p1_7 = memref.load %p[%i, %hu7, %jc1] : memref<?x?x?xf32>
+        %m1_7 = arith.mulf %p1_7, %cf1 : f32
+        %d1_7 = arith.addf %n0_7, %m1_7 : f32
+        %n1_7 = arith.select %ok1, %d1_7, %n0_7 : f32
+        %p2_0 = memref.load %p[%i, %hu0, %jc2] : memref<?x?x?xf32>
+        %m2_0 = arith.mulf %p2_0, %cf2 : f32
+        %d2_0 = arith.addf %n1_0, %m2_0 : f32
+        %n2_0 = arith.select %ok2, %d2_0, %n1_0 : f32
+        %p2_1 = memref.load %p[%i, %hu1, %jc2] : memref<?x?x?xf32>
+        %m2_1 = arith.mulf %p2_1, %cf2 : f32
+        %d2_1 = arith.addf %n1_1, %m2_1 : f32
+        %n2_1 = arith.select %ok2, %d2_1, %n1_1 : f32
+        %p2_2 = memref.load %p[%i, %hu2, %jc2] : memref<?x?x?xf32>
+        %m2_2 = arith.mulf %p2_2, %cf2 : f32
+        %d2_2 = arith.addf %n1_2, %m2_2 : f32
+        %n2_2 = arith.select %ok2, %d2_2, %n1_2 : f32
+        %p2_3 = memref.load %p[%i, %hu3, %jc2] : memref<?x?x?xf32>
+        %m2_3 = arith.mulf %p2_3, %cf2 : f32
+        %d2_3 = arith.addf %n1_3, %m2_3 : f32
+        %n2_3 = arith.select %ok2, %d2_3, %n1_3 : f32
+        %p2_4 = memref.load %p[%i, %hu4, %jc2] : memref<?x?x?xf32>
+        %m2_4 = arith.mulf %p2_4, %cf2 : f32
+        %d2_4 = arith.addf %n1_4, %m2_4 : f32
+        %n2_4 = arith.select %ok2, %d2_4, %n1_4 : f32
+        %p2_5 = memref.load %p[%i, %hu5, %jc2] : memref<?x?x?xf32>
+        %m2_5 = arith.mulf %p2_5, %cf2 : f32
+        %d2_5 = arith.addf %n1_5, %m2_5 : f32
+        %n2_5 = arith.select %ok2, %d2_5, %n1_5 : f32
+        %p2_6 = memref.load %p[%i, %hu6, %jc2] : memref<?x?x?xf32>
+        %m2_6 = arith.mulf %p2_6, %cf2 : f32
+        %d2_6 = arith.addf %n1_6, %m2_6 : f32
+        %n2_6 = arith.select %ok2, %d2_6, %n1_6 : f32
+        %p2_7 = memref.load %p[%i, %hu7, %jc2] : memref<?x?x?xf32>
+        %m2_7 = arith.mulf %p2_7, %cf2 : f32
+        %d2_7 = arith.addf %n1_7, %m2_7 : f32
+        %n2_7 = arith.select %ok2, %d2_7, %n1_7 : f32
+        %p3_0 = memref.load %p[%i, %hu0, %jc3] : memref<?x?x?xf32>
+        %m3_0 = arith.mulf %p3_0, %cf3 : f32
+        %d3_0 = arith.addf %n2_0, %m3_0 : f32
+        %n3_0 = arith.select %ok3, %d3_0, %n2_0 : f32
+        %p3_1 = memref.load %p[%i, %hu1, %jc3] : memref<?x?x?xf32>
+        %m3_1 = arith.mulf %p3_1, %cf3 : f32
+        %d3_1 = arith.addf %n2_1, %m3_1 : f32
+        %n3_1 = arith.select %ok3, %d3_1, %n2_1 : f32
+        %p3_2 = memref.load %p[%i, %hu2, %jc3] : memref<?x?x?xf32>
+        %m3_2 = arith.mulf %p3_2, %cf3 : f32
+        %d3_2 = arith.addf %n2_2, %m3_2 : f32
+        %n3_2 = arith.select %ok3, %d3_2, %n2_2 : f32
+        %p3_3 = memref.load %p[%i, %hu3, %jc3] : memref<?x?x?xf32>
+        %m3_3 = arith.mulf %p3_3, %cf3 : f32
+        %d3_3 = arith.addf %n2_3, %m3_3 : f32
+        %n3_3 = arith.select %ok3, %d3_3, %n2_3 : f32
+        %p3_4 = memref.load %p[%i, %hu4, %jc3] : memref<?x?x?xf32>
+        %m3_4 = arith.mulf %p3_4, %cf3 : f32
+        %d3_4 = arith.addf %n2_4, %m3_4 : f32
+        %n3_4 = arith.select %ok3, %d3_4, %n2_4 : f32
+        %p3_5 = memref.load %p[%i, %hu5, %jc3] : memref<?x?x?xf32>
+        %m3_5 = arith.mulf %p3_5, %cf3 : f32
+        %d3_5 = arith.addf %n2_5, %m3_5 : f32
+        %n3_5 = arith.select %ok3, %d3_5, %n2_5 : f32
+        %p3_6 = memref.load %p[%i, %hu6, %jc3] : memref<?x?x?xf32>
+        %m3_6 = arith.mulf %p3_6, %cf3 : f32
+        %d3_6 = arith.addf %n2_6, %m3_6 : f32
+        %n3_6 = arith.select %ok3, %d3_6, %n2_6 : f32
+        %p3_7 = memref.load %p[%i, %hu7, %jc3] : memref<?x?x?xf32>
+        %m3_7 = arith.mulf %p3_7, %cf3 : f32
+        %d3_7 = arith.addf %n2_7, %m3_7 : f32
+        %n3_7 = arith.select %ok3, %d3_7, %n2_7 : f32
+        scf.yield %n3_0, %n3_1, %n3_2, %n3_3, %n3_4, %n3_5, %n3_6, %n3_7 : f32, f32, f32, f32, f32, f32, f32, f32
       }
       %in0 = arith.cmpi ult, %h0, %nh : index
       scf.if %in0 {
