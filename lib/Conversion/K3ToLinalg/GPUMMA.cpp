@@ -11,7 +11,10 @@
 // and the products on the tensor cores with mma.sync m16n8k16 (bf16 in, f32
 // accumulate: bf16 x bf16 products are exact in f32, so only the order of
 // the f32 sums differs from the scalar kernel). Otherwise the generic runs as
-// before.
+// before. A product with fewer than kTargetBlocks tiles (a decode batch: a
+// few dozen rows against a long W) is split over K as well, into slices of
+// at least kMinSliceSteps k steps: each block writes its slice's partial
+// tile, and a second loop adds the slices in order (deterministic).
 //
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16" with
 // .bf16): lane = 4 g + t; A (16 x 16, row) a0 = A[g][2t, 2t+1],
@@ -51,6 +54,9 @@ constexpr int64_t kWarpM = 32, kWarpN = 32;
 // Shared rows of 40 bf16 (80 bytes): the 8 rows a fragment load touches fall
 // in distinct banks, and every row stays 16-byte aligned.
 constexpr int64_t kPad = 8;
+// Split-K: blocks to aim for (two per SM of an H100/H200 and some), and the
+// fewest k steps of a slice.
+constexpr int64_t kTargetBlocks = 288, kMinSliceSteps = 8;
 // stage() copies both tiles with the same 128 threads, 16 bytes each.
 static_assert(kTileM == kTileN && kTileM * kTileK / 8 % kThreads == 0,
               "X and W tiles are staged alike, whole 16-byte pieces per thread");
@@ -194,12 +200,33 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
   Value c1 = idx(1);
   Value gridX = arith::CeilDivUIOp::create(b, loc, rows, idx(kTileM));
   Value gridY = arith::CeilDivUIOp::create(b, loc, cols, idx(kTileN));
+  // Split-K: slices = min(ceil(target / tiles), steps / min steps), at least
+  // one; each slice a whole number of k steps.
+  Value steps = arith::CeilDivUIOp::create(b, loc, depth, idx(kTileK));
+  Value want = arith::CeilDivUIOp::create(b, loc, idx(kTargetBlocks),
+                                          mul(gridX, gridY));
+  Value most = arith::DivUIOp::create(b, loc, steps, idx(kMinSliceSteps));
+  Value slices = arith::MaxUIOp::create(
+      b, loc, arith::MinUIOp::create(b, loc, want, most), c1);
+  Value sliceK = mul(arith::CeilDivUIOp::create(b, loc, steps, slices),
+                     idx(kTileK));
+  slices = arith::CeilDivUIOp::create(b, loc, depth, sliceK);
+  Value split =
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, slices, c1);
+  // The partial tiles [slices, rows, cols] (empty without a split).
+  Value parts = arith::SelectOp::create(b, loc, split, slices, idx(0));
+  Value partial = memref::AllocOp::create(
+      b, loc,
+      MemRefType::get({ShapedType::kDynamic, ShapedType::kDynamic,
+                       ShapedType::kDynamic},
+                      b.getF32Type()),
+      ValueRange{parts, rows, cols});
   Attribute shared = gpu::AddressSpaceAttr::get(
       b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
   auto tileType = MemRefType::get({kTileM, kTileK + kPad}, b.getBF16Type(),
                                   MemRefLayoutAttrInterface(), shared);
   auto launch = gpu::LaunchOp::create(
-      b, loc, gridX, gridY, c1, idx(kThreads), c1, c1,
+      b, loc, gridX, gridY, slices, idx(kThreads), c1, c1,
       /*dynamicSharedMemorySize=*/nullptr, /*asyncTokenType=*/nullptr,
       /*asyncDependencies=*/{}, TypeRange{tileType, tileType});
   launch->setAttr("k3.tile_sizes",
@@ -212,6 +239,9 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
   tid = launch.getThreadIds().x;
   Value m0 = mul(launch.getBlockIds().x, idx(kTileM));
   Value n0 = mul(launch.getBlockIds().y, idx(kTileN));
+  Value slice = launch.getBlockIds().z;
+  Value kBegin = mul(slice, sliceK);
+  Value kEnd = arith::MinUIOp::create(b, loc, add(kBegin, sliceK), depth);
   Value warp = arith::DivUIOp::create(b, loc, tid, idx(32));
   Value lane = arith::RemUIOp::create(b, loc, tid, idx(32));
   Value g = arith::DivUIOp::create(b, loc, lane, idx(4));
@@ -231,7 +261,7 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
   auto resultType =
       LLVM::LLVMStructType::getLiteral(b.getContext(), {f32, f32, f32, f32});
   auto loop = scf::ForOp::create(
-      b, loc, idx(0), depth, idx(kTileK), inits,
+      b, loc, kBegin, kEnd, idx(kTileK), inits,
       [&](OpBuilder &body, Location, Value k0, ValueRange acc) {
         OpBuilder::InsertionGuard inner(b);
         b.setInsertionPoint(body.getInsertionBlock(), body.getInsertionPoint());
@@ -276,7 +306,7 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
         scf::YieldOp::create(b, loc, next);
       });
 
-  // C[m][n] += D, inside the bounds.
+  // C[m][n] += D (or the slice's partial tile = D), inside the bounds.
   for (int64_t mi = 0; mi < tilesM; ++mi)
     for (int64_t ni = 0; ni < tilesN; ++ni)
       for (int64_t e = 0; e < 4; ++e) {
@@ -288,13 +318,49 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
             arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, n, cols));
         Value d = loop.getResult((mi * tilesN + ni) * 4 + e);
         scf::IfOp::create(b, loc, in, [&](OpBuilder &tb, Location l) {
-          Value old = memref::LoadOp::create(tb, l, c, ValueRange{m, n});
-          Value sum = arith::AddFOp::create(tb, l, old, d);
-          memref::StoreOp::create(tb, l, sum, c, ValueRange{m, n});
+          scf::IfOp::create(
+              tb, l, split,
+              [&](OpBuilder &sb, Location sl) {
+                memref::StoreOp::create(sb, sl, d, partial,
+                                        ValueRange{slice, m, n});
+                scf::YieldOp::create(sb, sl);
+              },
+              [&](OpBuilder &cb, Location cl) {
+                Value old = memref::LoadOp::create(cb, cl, c, ValueRange{m, n});
+                Value sum = arith::AddFOp::create(cb, cl, old, d);
+                memref::StoreOp::create(cb, cl, sum, c, ValueRange{m, n});
+                scf::YieldOp::create(cb, cl);
+              });
           scf::YieldOp::create(tb, l);
         });
       }
   gpu::TerminatorOp::create(b, loc);
+
+  // C[m][n] += the slices' partial tiles, in slice order (a parallel loop
+  // that the GPU mapping makes a kernel).
+  b.setInsertionPointAfter(launch);
+  scf::IfOp::create(b, loc, split, [&](OpBuilder &tb, Location l) {
+    Value c0 = arith::ConstantIndexOp::create(tb, l, 0);
+    Value one = arith::ConstantIndexOp::create(tb, l, 1);
+    scf::ParallelOp::create(
+        tb, l, ValueRange{c0, c0}, ValueRange{rows, cols},
+        ValueRange{one, one}, [&](OpBuilder &pb, Location pl, ValueRange ij) {
+          Value sum = memref::LoadOp::create(pb, pl, c, ij);
+          auto adds = scf::ForOp::create(
+              pb, pl, c0, slices, one, ValueRange{sum},
+              [&](OpBuilder &fb, Location fl, Value z, ValueRange acc) {
+                Value v = memref::LoadOp::create(
+                    fb, fl, partial, ValueRange{z, ij[0], ij[1]});
+                scf::YieldOp::create(
+                    fb, fl,
+                    ValueRange{arith::AddFOp::create(fb, fl, acc[0], v)});
+              });
+          memref::StoreOp::create(pb, pl, adds.getResult(0), c, ij);
+        });
+    scf::YieldOp::create(tb, l);
+  });
+  // Like every kernel temporary, the partial tiles live in the call's
+  // workspace (k3-gpu-device-alloc), released with it.
 }
 
 struct K3GPUMMAPass : k3::impl::K3GPUMMAPassBase<K3GPUMMAPass> {

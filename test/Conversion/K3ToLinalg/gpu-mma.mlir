@@ -33,10 +33,28 @@ func.func private @widen(%a: bf16) -> f32 {
 // CHECK: scf.if %[[OK:.+]] {
 // CHECK:   %[[GX:.+]] = arith.ceildivui %[[T]], %c64
 // CHECK:   %[[GY:.+]] = arith.ceildivui %[[N]], %c64
-// CHECK:   gpu.launch blocks({{[^)]*}}) in ({{[^)]*}} = %[[GX]], {{[^)]*}} = %[[GY]], {{[^)]*}}) threads({{[^)]*}}) in ({{[^)]*}} = %c128, {{[^)]*}})
+// Split-K: slices = max(min(ceil(288 / tiles), k steps / 8), 1), rounded to
+// whole k steps; the partial tiles [slices, T, N] only with a split.
+// CHECK:   %[[STEPS:.+]] = arith.ceildivui %[[K]], %c32{{[_0-9]*}}
+// CHECK:   %[[TILES:.+]] = arith.muli %[[GX]], %[[GY]]
+// CHECK:   %[[WANT:.+]] = arith.ceildivui %c288, %[[TILES]]
+// CHECK:   %[[MOST:.+]] = arith.divui %[[STEPS]], %c8
+// CHECK:   %[[MIN:.+]] = arith.minui %[[WANT]], %[[MOST]]
+// CHECK:   %[[S0:.+]] = arith.maxui %[[MIN]], %c1{{[_0-9]*}}
+// CHECK:   %[[PER:.+]] = arith.ceildivui %[[STEPS]], %[[S0]]
+// CHECK:   %[[SK:.+]] = arith.muli %[[PER]], %c32{{[_0-9]*}}
+// CHECK:   %[[S:.+]] = arith.ceildivui %[[K]], %[[SK]]
+// CHECK:   %[[SPLIT:.+]] = arith.cmpi ugt, %[[S]], %c1{{[_0-9]*}}
+// CHECK:   %[[NP:.+]] = arith.select %[[SPLIT]], %[[S]], %c0{{[_0-9]*}}
+// CHECK:   %[[P:.+]] = memref.alloc(%[[NP]], %[[T]], %[[N]]) : memref<?x?x?xf32>
+// CHECK:   gpu.launch blocks({{[^,]*}}, {{[^,]*}}, %[[Z:[^)]+]]) in ({{[^)]*}} = %[[GX]], {{[^)]*}} = %[[GY]], {{[^)]*}} = %[[S]]) threads({{[^)]*}}) in ({{[^)]*}} = %c128, {{[^)]*}})
 // CHECK-SAME: workgroup(%[[XS:[^ ]+]] : memref<64x40xbf16, #gpu.address_space<workgroup>>, %[[WS:[^ ]+]] : memref<64x40xbf16, #gpu.address_space<workgroup>>)
+// The block's slice of K.
+// CHECK:   %[[KB:.+]] = arith.muli %[[Z]], %[[SK]]
+// CHECK:   %[[KE0:.+]] = arith.addi %[[KB]], %[[SK]]
+// CHECK:   %[[KE:.+]] = arith.minui %[[KE0]], %[[K]]
 // 32 accumulators per lane (2 x 4 tiles of 16 x 8, 4 per lane each).
-// CHECK: scf.for %[[K0:.+]] = %{{.+}} to %[[K]] step %{{.+}} iter_args({{.*}}) -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32)
+// CHECK: scf.for %[[K0:.+]] = %[[KB]] to %[[KE]] step %{{.+}} iter_args({{.*}}) -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32)
 // Staging: 16-byte global loads (zero beyond the last row), 16-byte shared stores.
 // CHECK:   vector.load %[[X]][{{.*}}] {alignment = 16 : i64} : memref<?x?xbf16>, vector<8xbf16>
 // CHECK:   arith.constant dense<0.000000e+00> : vector<8xbf16>
@@ -53,13 +71,23 @@ func.func private @widen(%a: bf16) -> f32 {
 // CHECK-COUNT-8: nvvm.mma.sync
 // CHECK:   gpu.barrier
 // CHECK:   scf.yield
-// C += D inside the bounds.
+// Inside the bounds: the slice's partial tile = D with a split, else C += D.
 // CHECK: scf.if
-// CHECK:   memref.load %[[C]]
-// CHECK:   arith.addf
-// CHECK:   memref.store %{{.+}}, %[[C]]
+// CHECK:   scf.if %[[SPLIT]] {
+// CHECK:     memref.store %{{.+}}, %[[P]][%[[Z]], {{.*}}]
+// CHECK:   } else {
+// CHECK:     memref.load %[[C]]
+// CHECK:     arith.addf
+// CHECK:     memref.store %{{.+}}, %[[C]]
 // CHECK: gpu.terminator
 // CHECK: } {k3.mma_shape = array<i64: 16, 8, 16>, k3.tile_sizes = array<i64: 64, 64, 32>}
+// With a split: C += the partial tiles, slice by slice in order.
+// CHECK: scf.if %[[SPLIT]] {
+// CHECK:   scf.parallel (%[[I:.+]], %[[J:.+]]) = ({{.*}}) to (%[[T]], %[[N]])
+// CHECK:     %[[C0V:.+]] = memref.load %[[C]][%[[I]], %[[J]]]
+// CHECK:     %[[SUM:.+]] = scf.for %[[ZZ:.+]] = %{{.+}} to %[[S]] step %{{.+}} iter_args(%[[A:.+]] = %[[C0V]]) -> (f32)
+// CHECK:       memref.load %[[P]][%[[ZZ]], %[[I]], %[[J]]]
+// CHECK:     memref.store %[[SUM]], %[[C]][%[[I]], %[[J]]]
 // CHECK: } else {
 // CHECK:   linalg.generic
 // CHECK:     func.call @widen
