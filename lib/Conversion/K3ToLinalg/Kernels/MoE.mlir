@@ -73,9 +73,138 @@ func.func private @k3k_mxfp4_group(%bytes: vector<16xi8>, %s: i8, %x: vector<32x
   %h23 = vector.shuffle %h2, %h3 [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] : vector<8xf16>, vector<8xf16>
   %h = vector.shuffle %h01, %h23 [0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27, 4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31] : vector<16xf16>, vector<16xf16>
   %v = arith.extf %h : vector<32xf16> to vector<32xf32>
-  %p = arith.mulf %v, %x : vector<32xf32>
-  %sum = vector.reduction <add>, %p : vector<32xf32> into f32
-  %up = arith.mulf %sum, %two14 : f32
+  // Σ_j v_j x_j in element order, each step a fused multiply-add where
+  // the target has one (`contract`): the product of an E2M1 value and a
+  // bf16 activation is exact in f32, so this is the sum of the exact
+  // products, rounded once per step, either way.
+  %v0 = vector.extract %v[0] : f32 from vector<32xf32>
+  %x0 = vector.extract %x[0] : f32 from vector<32xf32>
+  %q0 = arith.mulf %v0, %x0 fastmath<contract> : f32
+  %v1 = vector.extract %v[1] : f32 from vector<32xf32>
+  %x1 = vector.extract %x[1] : f32 from vector<32xf32>
+  %q1 = arith.mulf %v1, %x1 fastmath<contract> : f32
+  %c1 = arith.addf %q0, %q1 fastmath<contract> : f32
+  %v2 = vector.extract %v[2] : f32 from vector<32xf32>
+  %x2 = vector.extract %x[2] : f32 from vector<32xf32>
+  %q2 = arith.mulf %v2, %x2 fastmath<contract> : f32
+  %c2 = arith.addf %c1, %q2 fastmath<contract> : f32
+  %v3 = vector.extract %v[3] : f32 from vector<32xf32>
+  %x3 = vector.extract %x[3] : f32 from vector<32xf32>
+  %q3 = arith.mulf %v3, %x3 fastmath<contract> : f32
+  %c3 = arith.addf %c2, %q3 fastmath<contract> : f32
+  %v4 = vector.extract %v[4] : f32 from vector<32xf32>
+  %x4 = vector.extract %x[4] : f32 from vector<32xf32>
+  %q4 = arith.mulf %v4, %x4 fastmath<contract> : f32
+  %c4 = arith.addf %c3, %q4 fastmath<contract> : f32
+  %v5 = vector.extract %v[5] : f32 from vector<32xf32>
+  %x5 = vector.extract %x[5] : f32 from vector<32xf32>
+  %q5 = arith.mulf %v5, %x5 fastmath<contract> : f32
+  %c5 = arith.addf %c4, %q5 fastmath<contract> : f32
+  %v6 = vector.extract %v[6] : f32 from vector<32xf32>
+  %x6 = vector.extract %x[6] : f32 from vector<32xf32>
+  %q6 = arith.mulf %v6, %x6 fastmath<contract> : f32
+  %c6 = arith.addf %c5, %q6 fastmath<contract> : f32
+  %v7 = vector.extract %v[7] : f32 from vector<32xf32>
+  %x7 = vector.extract %x[7] : f32 from vector<32xf32>
+  %q7 = arith.mulf %v7, %x7 fastmath<contract> : f32
+  %c7 = arith.addf %c6, %q7 fastmath<contract> : f32
+  %v8 = vector.extract %v[8] : f32 from vector<32xf32>
+  %x8 = vector.extract %x[8] : f32 from vector<32xf32>
+  %q8 = arith.mulf %v8, %x8 fastmath<contract> : f32
+  %c8 = arith.addf %c7, %q8 fastmath<contract> : f32
+  %v9 = vector.extract %v[9] : f32 from vector<32xf32>
+  %x9 = vector.extract %x[9] : f32 from vector<32xf32>
+  %q9 = arith.mulf %v9, %x9 fastmath<contract> : f32
+  %c9 = arith.addf %c8, %q9 fastmath<contract> : f32
+  %v10 = vector.extract %v[10] : f32 from vector<32xf32>
+  %x10 = vector.extract %x[10] : f32 from vector<32xf32>
+  %q10 = arith.mulf %v10, %x10 fastmath<contract> : f32
+  %c10 = arith.addf %c9, %q10 fastmath<contract> : f32
+  %v11 = vector.extract %v[11] : f32 from vector<32xf32>
+  %x11 = vector.extract %x[11] : f32 from vector<32xf32>
+  %q11 = arith.mulf %v11, %x11 fastmath<contract> : f32
+  %c11 = arith.addf %c10, %q11 fastmath<contract> : f32
+  %v12 = vector.extract %v[12] : f32 from vector<32xf32>
+  %x12 = vector.extract %x[12] : f32 from vector<32xf32>
+  %q12 = arith.mulf %v12, %x12 fastmath<contract> : f32
+  %c12 = arith.addf %c11, %q12 fastmath<contract> : f32
+  %v13 = vector.extract %v[13] : f32 from vector<32xf32>
+  %x13 = vector.extract %x[13] : f32 from vector<32xf32>
+  %q13 = arith.mulf %v13, %x13 fastmath<contract> : f32
+  %c13 = arith.addf %c12, %q13 fastmath<contract> : f32
+  %v14 = vector.extract %v[14] : f32 from vector<32xf32>
+  %x14 = vector.extract %x[14] : f32 from vector<32xf32>
+  %q14 = arith.mulf %v14, %x14 fastmath<contract> : f32
+  %c14 = arith.addf %c13, %q14 fastmath<contract> : f32
+  %v15 = vector.extract %v[15] : f32 from vector<32xf32>
+  %x15 = vector.extract %x[15] : f32 from vector<32xf32>
+  %q15 = arith.mulf %v15, %x15 fastmath<contract> : f32
+  %c15 = arith.addf %c14, %q15 fastmath<contract> : f32
+  %v16 = vector.extract %v[16] : f32 from vector<32xf32>
+  %x16 = vector.extract %x[16] : f32 from vector<32xf32>
+  %q16 = arith.mulf %v16, %x16 fastmath<contract> : f32
+  %c16 = arith.addf %c15, %q16 fastmath<contract> : f32
+  %v17 = vector.extract %v[17] : f32 from vector<32xf32>
+  %x17 = vector.extract %x[17] : f32 from vector<32xf32>
+  %q17 = arith.mulf %v17, %x17 fastmath<contract> : f32
+  %c17 = arith.addf %c16, %q17 fastmath<contract> : f32
+  %v18 = vector.extract %v[18] : f32 from vector<32xf32>
+  %x18 = vector.extract %x[18] : f32 from vector<32xf32>
+  %q18 = arith.mulf %v18, %x18 fastmath<contract> : f32
+  %c18 = arith.addf %c17, %q18 fastmath<contract> : f32
+  %v19 = vector.extract %v[19] : f32 from vector<32xf32>
+  %x19 = vector.extract %x[19] : f32 from vector<32xf32>
+  %q19 = arith.mulf %v19, %x19 fastmath<contract> : f32
+  %c19 = arith.addf %c18, %q19 fastmath<contract> : f32
+  %v20 = vector.extract %v[20] : f32 from vector<32xf32>
+  %x20 = vector.extract %x[20] : f32 from vector<32xf32>
+  %q20 = arith.mulf %v20, %x20 fastmath<contract> : f32
+  %c20 = arith.addf %c19, %q20 fastmath<contract> : f32
+  %v21 = vector.extract %v[21] : f32 from vector<32xf32>
+  %x21 = vector.extract %x[21] : f32 from vector<32xf32>
+  %q21 = arith.mulf %v21, %x21 fastmath<contract> : f32
+  %c21 = arith.addf %c20, %q21 fastmath<contract> : f32
+  %v22 = vector.extract %v[22] : f32 from vector<32xf32>
+  %x22 = vector.extract %x[22] : f32 from vector<32xf32>
+  %q22 = arith.mulf %v22, %x22 fastmath<contract> : f32
+  %c22 = arith.addf %c21, %q22 fastmath<contract> : f32
+  %v23 = vector.extract %v[23] : f32 from vector<32xf32>
+  %x23 = vector.extract %x[23] : f32 from vector<32xf32>
+  %q23 = arith.mulf %v23, %x23 fastmath<contract> : f32
+  %c23 = arith.addf %c22, %q23 fastmath<contract> : f32
+  %v24 = vector.extract %v[24] : f32 from vector<32xf32>
+  %x24 = vector.extract %x[24] : f32 from vector<32xf32>
+  %q24 = arith.mulf %v24, %x24 fastmath<contract> : f32
+  %c24 = arith.addf %c23, %q24 fastmath<contract> : f32
+  %v25 = vector.extract %v[25] : f32 from vector<32xf32>
+  %x25 = vector.extract %x[25] : f32 from vector<32xf32>
+  %q25 = arith.mulf %v25, %x25 fastmath<contract> : f32
+  %c25 = arith.addf %c24, %q25 fastmath<contract> : f32
+  %v26 = vector.extract %v[26] : f32 from vector<32xf32>
+  %x26 = vector.extract %x[26] : f32 from vector<32xf32>
+  %q26 = arith.mulf %v26, %x26 fastmath<contract> : f32
+  %c26 = arith.addf %c25, %q26 fastmath<contract> : f32
+  %v27 = vector.extract %v[27] : f32 from vector<32xf32>
+  %x27 = vector.extract %x[27] : f32 from vector<32xf32>
+  %q27 = arith.mulf %v27, %x27 fastmath<contract> : f32
+  %c27 = arith.addf %c26, %q27 fastmath<contract> : f32
+  %v28 = vector.extract %v[28] : f32 from vector<32xf32>
+  %x28 = vector.extract %x[28] : f32 from vector<32xf32>
+  %q28 = arith.mulf %v28, %x28 fastmath<contract> : f32
+  %c28 = arith.addf %c27, %q28 fastmath<contract> : f32
+  %v29 = vector.extract %v[29] : f32 from vector<32xf32>
+  %x29 = vector.extract %x[29] : f32 from vector<32xf32>
+  %q29 = arith.mulf %v29, %x29 fastmath<contract> : f32
+  %c29 = arith.addf %c28, %q29 fastmath<contract> : f32
+  %v30 = vector.extract %v[30] : f32 from vector<32xf32>
+  %x30 = vector.extract %x[30] : f32 from vector<32xf32>
+  %q30 = arith.mulf %v30, %x30 fastmath<contract> : f32
+  %c30 = arith.addf %c29, %q30 fastmath<contract> : f32
+  %v31 = vector.extract %v[31] : f32 from vector<32xf32>
+  %x31 = vector.extract %x[31] : f32 from vector<32xf32>
+  %q31 = arith.mulf %v31, %x31 fastmath<contract> : f32
+  %c31 = arith.addf %c30, %q31 fastmath<contract> : f32
+  %up = arith.mulf %c31, %two14 : f32
   %sf = func.call @k3k_e8m0(%s) : (i8) -> f32
   %r = arith.mulf %up, %sf : f32
   return %r : f32
@@ -171,39 +300,39 @@ func.func private @k3k_route(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf16>, %bias:
 // expert stages below walk the entries in this order, so that the warps of a
 // block and neighbouring blocks work on one expert's weight rows together
 // (read from memory once per group instead of once per token in a prefill);
-// each output element is computed exactly as before. Parallel over experts:
-// an expert's entries start after the entries of all smaller experts.
-func.func private @k3k_group_by_expert(%idx: memref<?x?xi64>, %ne: index) -> memref<?xi64> {
+// each output element is computed exactly as before. Parallel over entries:
+// entry q goes to position #{q' : e_q' < e_q, or e_q' = e_q and q' < q},
+// a count (in f32, exact below 2^24 entries) that a warp splits.
+func.func private @k3k_group_by_expert(%idx: memref<?x?xi64>) -> memref<?xi64> {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
+  %zero = arith.constant 0.0 : f32
+  %one = arith.constant 1.0 : f32
   %t = memref.dim %idx, %c0 : memref<?x?xi64>
   %topk = memref.dim %idx, %c1 : memref<?x?xi64>
   %nq = arith.muli %t, %topk : index
   %order = memref.alloc(%nq) : memref<?xi64>
-  scf.parallel (%e) = (%c0) to (%ne) step (%c1) {
-    %e64 = arith.index_cast %e : index to i64
-    %first = scf.for %q = %c0 to %nq step %c1 iter_args(%a = %c0) -> (index) {
-      %i = arith.divui %q, %topk : index
-      %s = arith.remui %q, %topk : index
+  scf.parallel (%q) = (%c0) to (%nq) step (%c1) {
+    %qi = arith.divui %q, %topk : index
+    %qs = arith.remui %q, %topk : index
+    %eq = memref.load %idx[%qi, %qs] : memref<?x?xi64>
+    %before = scf.for %r = %c0 to %nq step %c1 iter_args(%a = %zero) -> (f32) {
+      %i = arith.divui %r, %topk : index
+      %s = arith.remui %r, %topk : index
       %v = memref.load %idx[%i, %s] : memref<?x?xi64>
-      %lt = arith.cmpi slt, %v, %e64 : i64
-      %inc = arith.select %lt, %c1, %c0 : index
-      %a2 = arith.addi %a, %inc : index
-      scf.yield %a2 : index
+      %lt = arith.cmpi slt, %v, %eq : i64
+      %same = arith.cmpi eq, %v, %eq : i64
+      %earlier = arith.cmpi ult, %r, %q : index
+      %tie = arith.andi %same, %earlier : i1
+      %goes = arith.ori %lt, %tie : i1
+      %inc = arith.select %goes, %one, %zero : f32
+      %a2 = arith.addf %a, %inc : f32
+      scf.yield %a2 : f32
     }
-    %last = scf.for %q = %c0 to %nq step %c1 iter_args(%pos = %first) -> (index) {
-      %i = arith.divui %q, %topk : index
-      %s = arith.remui %q, %topk : index
-      %v = memref.load %idx[%i, %s] : memref<?x?xi64>
-      %eq = arith.cmpi eq, %v, %e64 : i64
-      scf.if %eq {
-        %q64 = arith.index_cast %q : index to i64
-        memref.store %q64, %order[%pos] : memref<?xi64>
-      }
-      %inc = arith.select %eq, %c1, %c0 : index
-      %pos2 = arith.addi %pos, %inc : index
-      scf.yield %pos2 : index
-    }
+    %pos = arith.fptoui %before : f32 to i64
+    %p = arith.index_cast %pos : i64 to index
+    %q64 = arith.index_cast %q : index to i64
+    memref.store %q64, %order[%p] : memref<?xi64>
   }
   return %order : memref<?xi64>
 }
@@ -231,9 +360,8 @@ func.func private @k3k_experts_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64
   %pad8 = arith.constant 0 : i8
   %lg = arith.divui %l, %c32 : index
   %ig = arith.divui %ni, %c32 : index
-  %ne = tensor.dim %w1p, %c0 : tensor<?x?x?xi8>
   %topk = memref.dim %idx, %c1 : memref<?x?xi64>
-  %order = func.call @k3k_group_by_expert(%idx, %ne) : (memref<?x?xi64>, index) -> memref<?xi64>
+  %order = func.call @k3k_group_by_expert(%idx) : (memref<?x?xi64>) -> memref<?xi64>
   %nq = arith.muli %t, %topk : index
   // h is rounded to the activation type, so it is stored in it.
   %hid = memref.alloc(%t, %topk, %ni) : memref<?x?x?x!act>
@@ -327,9 +455,8 @@ func.func private @k3k_experts_bf16(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>
   %t = tensor.dim %xi, %c0 : tensor<?x?x!act>
   %l = tensor.dim %xi, %c1 : tensor<?x?x!act>
   %ni = tensor.dim %w1, %c1 : tensor<?x?x?xbf16>
-  %ne = tensor.dim %w1, %c0 : tensor<?x?x?xbf16>
   %topk = memref.dim %idx, %c1 : memref<?x?xi64>
-  %order = func.call @k3k_group_by_expert(%idx, %ne) : (memref<?x?xi64>, index) -> memref<?xi64>
+  %order = func.call @k3k_group_by_expert(%idx) : (memref<?x?xi64>) -> memref<?xi64>
   %nq = arith.muli %t, %topk : index
   %hid = memref.alloc(%t, %topk, %ni) : memref<?x?x?xf32>
   scf.parallel (%n, %q) = (%c0, %c0) to (%ni, %nq) step (%c1, %c1) {
