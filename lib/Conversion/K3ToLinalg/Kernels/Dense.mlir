@@ -20,36 +20,37 @@ func.func private @k3k_matmul_f32(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>) ->
   %c1 = arith.constant 1 : index
   %c16 = arith.constant 16 : index
   %t = tensor.dim %x, %c0 : tensor<?x?x!act>
+  %n = tensor.dim %w, %c0 : tensor<?x?xbf16>
+  %out = memref.alloc(%t, %n) : memref<?x?xf32>
   %few = arith.cmpi ugt, %t, %c1 : index
   %notmany = arith.cmpi ult, %t, %c16 : index
   %blocked = arith.andi %few, %notmany : i1
-  %r = scf.if %blocked -> (tensor<?x?xf32>) {
-    %y = func.call @k3k_matmul_tok8(%x, %w) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?xf32>
-    scf.yield %y : tensor<?x?xf32>
+  scf.if %blocked {
+    func.call @k3k_matmul_tok8(%x, %w, %out) : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?xf32>) -> ()
   } else {
-    %n = tensor.dim %w, %c0 : tensor<?x?xbf16>
     %zero = arith.constant 0.0 : f32
-    %e = tensor.empty(%t, %n) : tensor<?x?xf32>
-    %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<?x?xf32>) -> tensor<?x?xf32>
-    %y = linalg.generic {indexing_maps = [#map_mk, #map_nk, #map_mn],
-                         iterator_types = ["parallel", "parallel", "reduction"]}
-        ins(%x, %w : tensor<?x?x!act>, tensor<?x?xbf16>) outs(%acc : tensor<?x?xf32>) {
+    linalg.fill ins(%zero : f32) outs(%out : memref<?x?xf32>)
+    %xm = bufferization.to_buffer %x : tensor<?x?x!act> to memref<?x?x!act>
+    %wm = bufferization.to_buffer %w : tensor<?x?xbf16> to memref<?x?xbf16>
+    linalg.generic {indexing_maps = [#map_mk, #map_nk, #map_mn],
+                    iterator_types = ["parallel", "parallel", "reduction"]}
+        ins(%xm, %wm : memref<?x?x!act>, memref<?x?xbf16>) outs(%out : memref<?x?xf32>) {
     ^bb0(%a: !act, %b: bf16, %s: f32):
       %af = func.call @k3k_widen(%a) : (!act) -> f32
       %bf = arith.extf %b : bf16 to f32
       %p = arith.mulf %af, %bf : f32
       %q = arith.addf %s, %p : f32
       linalg.yield %q : f32
-    } -> tensor<?x?xf32>
-    scf.yield %y : tensor<?x?xf32>
+    }
   }
+  %r = bufferization.to_tensor %out restrict : memref<?x?xf32> to tensor<?x?xf32>
   return %r : tensor<?x?xf32>
 }
 
 // The same product for blocks of 8 tokens: each (block, output row) sums
 // the row against its 8 tokens (a block past T repeats token T-1, not
 // stored).
-func.func private @k3k_matmul_tok8(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>) -> tensor<?x?xf32> {
+func.func private @k3k_matmul_tok8(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %out: memref<?x?xf32>) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c1_t = arith.constant 1 : index
@@ -66,7 +67,6 @@ func.func private @k3k_matmul_tok8(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>) -
   %n = tensor.dim %w, %c0 : tensor<?x?xbf16>
   %tlast = arith.subi %t, %c1 : index
   %nb = arith.ceildivui %t, %c8 : index
-  %out = memref.alloc(%t, %n) : memref<?x?xf32>
   scf.parallel (%b, %j) = (%c0, %c0) to (%nb, %n) step (%c1, %c1) {
     %t0 = arith.muli %b, %c8 : index
     %tu0 = arith.minui %t0, %tlast : index
@@ -154,8 +154,7 @@ func.func private @k3k_matmul_tok8(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>) -
       memref.store %s7, %out[%tk7, %j] : memref<?x?xf32>
     }
   }
-  %res = bufferization.to_tensor %out restrict : memref<?x?xf32> to tensor<?x?xf32>
-  return %res : tensor<?x?xf32>
+  return
 }
 
 // Narrows an f32 tensor to the activation dtype (one rounding).
