@@ -29,19 +29,19 @@ func.func private @k3k_matmul_f32(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>) ->
     func.call @k3k_matmul_tok8(%x, %w, %out) : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?xf32>) -> ()
   } else {
     %zero = arith.constant 0.0 : f32
-    %o = bufferization.to_tensor %out restrict writable : memref<?x?xf32> to tensor<?x?xf32>
-    %acc = linalg.fill ins(%zero : f32) outs(%o : tensor<?x?xf32>) -> tensor<?x?xf32>
-    %y = linalg.generic {indexing_maps = [#map_mk, #map_nk, #map_mn],
-                         iterator_types = ["parallel", "parallel", "reduction"]}
-        ins(%x, %w : tensor<?x?x!act>, tensor<?x?xbf16>) outs(%acc : tensor<?x?xf32>) {
+    linalg.fill ins(%zero : f32) outs(%out : memref<?x?xf32>)
+    %xm = bufferization.to_buffer %x read_only : tensor<?x?x!act> to memref<?x?x!act>
+    %wm = bufferization.to_buffer %w read_only : tensor<?x?xbf16> to memref<?x?xbf16>
+    linalg.generic {indexing_maps = [#map_mk, #map_nk, #map_mn],
+                    iterator_types = ["parallel", "parallel", "reduction"]}
+        ins(%xm, %wm : memref<?x?x!act>, memref<?x?xbf16>) outs(%out : memref<?x?xf32>) {
     ^bb0(%a: !act, %b: bf16, %s: f32):
       %af = func.call @k3k_widen(%a) : (!act) -> f32
       %bf = arith.extf %b : bf16 to f32
       %p = arith.mulf %af, %bf : f32
       %q = arith.addf %s, %p : f32
       linalg.yield %q : f32
-    } -> tensor<?x?xf32>
-    bufferization.materialize_in_destination %y in restrict writable %out : (tensor<?x?xf32>, memref<?x?xf32>) -> ()
+    }
   }
   %r = bufferization.to_tensor %out restrict : memref<?x?xf32> to tensor<?x?xf32>
   return %r : tensor<?x?xf32>
