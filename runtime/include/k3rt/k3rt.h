@@ -579,9 +579,12 @@ K3RT_API size_t k3rt_step_logits_rows(const k3rt_step_entry *entries,
  * snapshot slots that evicting cached snapshots would free, verify entries
  * within max_verify_tokens and their checkpoints within the snapshot slots,
  * `logits_out` large enough); on any error the status names the entry,
- * sequence or token at fault and no state has changed. Then each entry runs
- * as k3_forward calls (one, or more where the entry crosses a snapshot
- * position, or one per token for a verify entry) and its sequence grows by
+ * sequence or token at fault and no state has changed. Then the entries of
+ * one token (not verify) run together as one k3_forward call (a decode
+ * batch; K3RT_SEPARATE_DECODE=1 at session creation: one call each), every
+ * other entry as k3_forward calls of its own (one, or more where the entry
+ * crosses a snapshot position, or one per token for a verify entry); each
+ * sequence grows by
  * n_tokens; snapshots captured on the way are published when all entries
  * have run. The requested rows are written to `logits_out` in entry order,
  * each `vocab_size` floats; `logits_out_count` is its capacity in floats
