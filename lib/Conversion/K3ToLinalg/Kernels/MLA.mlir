@@ -5,6 +5,19 @@
 // Softmax-weighted attention of one query head over cache rows 0..n-1 is
 // computed in two passes (max, then exp/sum) in the callers below.
 
+// Cache rows token i attends over at decode: its own n_i (read from `ntk`)
+// in a decode batch, else the call's one sequence's n (`n`, known on the
+// host, so no kernel reads it from memory).
+func.func private @k3k_mla_rows(%ntk: memref<?xindex>, %i: index, %pertoken: i1, %n: index) -> index {
+  %r = scf.if %pertoken -> (index) {
+    %v = memref.load %ntk[%i] : memref<?xindex>
+    scf.yield %v : index
+  } else {
+    scf.yield %n : index
+  }
+  return %r : index
+}
+
 // k3.gated_mla. x: [T, D]; the caches are (pool [pages, P, R+dr], page
 // tables [S, n], lengths [S]) of S = 1 sequence (the T tokens are one
 // segment, written at positions len .. len+T-1) or of S = T sequences (a
@@ -139,12 +152,7 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     // in place.
     %rows = memref.alloc(%t, %maxn) : memref<?x?xindex>
     scf.parallel (%i, %j) = (%c0, %c0) to (%t, %maxn) step (%c1, %c1) {
-      %ntok = scf.if %pertoken -> (index) {
-        %v = memref.load %ntk[%i] : memref<?xindex>
-        scf.yield %v : index
-      } else {
-        scf.yield %maxn : index
-      }
+      %ntok = func.call @k3k_mla_rows(%ntk, %i, %pertoken, %maxn) : (memref<?xindex>, index, i1, index) -> index
       %jin = arith.cmpi ult, %j, %ntok : index
       scf.if %jin {
         %pg = arith.divui %j, %psz : index
@@ -174,12 +182,7 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     %nrb = arith.ceildivui %maxn, %rblk : index
     %hlast = arith.subi %nh, %c1 : index
     scf.parallel (%i, %hb, %jb) = (%c0, %c0, %c0) to (%t, %nhb, %nrb) step (%c1, %c1, %c1) {
-      %ntok = scf.if %pertoken -> (index) {
-        %v = memref.load %ntk[%i] : memref<?xindex>
-        scf.yield %v : index
-      } else {
-        scf.yield %maxn : index
-      }
+      %ntok = func.call @k3k_mla_rows(%ntk, %i, %pertoken, %maxn) : (memref<?xindex>, index, i1, index) -> index
       %jlast = arith.subi %ntok, %c1 : index
       %j0 = arith.muli %jb, %rblk : index
       %jc0 = arith.minui %j0, %jlast : index
@@ -492,12 +495,7 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     // Softmax per (token, head): the maximum, exp(s - max) in place, the sum.
     %rowmax = memref.alloc(%t, %nh) : memref<?x?xf32>
     scf.parallel (%i, %h) = (%c0, %c0) to (%t, %nh) step (%c1, %c1) {
-      %ntok = scf.if %pertoken -> (index) {
-        %v = memref.load %ntk[%i] : memref<?xindex>
-        scf.yield %v : index
-      } else {
-        scf.yield %maxn : index
-      }
+      %ntok = func.call @k3k_mla_rows(%ntk, %i, %pertoken, %maxn) : (memref<?xindex>, index, i1, index) -> index
       %mx = scf.for %j = %c0 to %ntok step %c1 iter_args(%m = %ninf) -> (f32) {
         %sc = memref.load %p[%i, %h, %j] : memref<?x?x?xf32>
         %m2 = arith.maximumf %m, %sc : f32
@@ -506,12 +504,7 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
       memref.store %mx, %rowmax[%i, %h] : memref<?x?xf32>
     }
     scf.parallel (%i, %h, %j) = (%c0, %c0, %c0) to (%t, %nh, %maxn) step (%c1, %c1, %c1) {
-      %ntok = scf.if %pertoken -> (index) {
-        %v = memref.load %ntk[%i] : memref<?xindex>
-        scf.yield %v : index
-      } else {
-        scf.yield %maxn : index
-      }
+      %ntok = func.call @k3k_mla_rows(%ntk, %i, %pertoken, %maxn) : (memref<?xindex>, index, i1, index) -> index
       %jin = arith.cmpi ult, %j, %ntok : index
       scf.if %jin {
         %s = memref.load %p[%i, %h, %j] : memref<?x?x?xf32>
@@ -522,12 +515,7 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
       }
     }
     scf.parallel (%i, %h) = (%c0, %c0) to (%t, %nh) step (%c1, %c1) {
-      %ntok = scf.if %pertoken -> (index) {
-        %v = memref.load %ntk[%i] : memref<?xindex>
-        scf.yield %v : index
-      } else {
-        scf.yield %maxn : index
-      }
+      %ntok = func.call @k3k_mla_rows(%ntk, %i, %pertoken, %maxn) : (memref<?xindex>, index, i1, index) -> index
       %sum = scf.for %j = %c0 to %ntok step %c1 iter_args(%a = %zero) -> (f32) {
         %e = memref.load %p[%i, %h, %j] : memref<?x?x?xf32>
         %s2 = arith.addf %a, %e : f32
@@ -545,12 +533,7 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     %rows_per_part = arith.constant 256 : index
     %partial = memref.alloc(%t, %nh, %r, %parts) : memref<?x?x?x?xf32>
     scf.parallel (%i, %hb, %pt, %e) = (%c0, %c0, %c0, %c0) to (%t, %nhb, %parts, %r) step (%c1, %c1, %c1, %c1) {
-      %ntok = scf.if %pertoken -> (index) {
-        %v = memref.load %ntk[%i] : memref<?xindex>
-        scf.yield %v : index
-      } else {
-        scf.yield %maxn : index
-      }
+      %ntok = func.call @k3k_mla_rows(%ntk, %i, %pertoken, %maxn) : (memref<?xindex>, index, i1, index) -> index
       %nparts0 = arith.ceildivui %ntok, %rows_per_part : index
       %nparts = arith.minui %nparts0, %parts : index
       %slice = arith.ceildivui %ntok, %nparts : index
