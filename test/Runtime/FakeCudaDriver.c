@@ -13,6 +13,11 @@
  *   FAKE_CUDA_COUNT   set: at exit, print to stderr the launches and the
  *                     stream waits that found kernels still queued (the
  *                     host round trips between kernels)
+ *   FAKE_CUDA_GUARD   set: device memory is mapped without access rights
+ *                     except inside the driver's own copies and fills, so
+ *                     host code that reads or writes a device buffer (a
+ *                     library's host part reading what only its kernels
+ *                     may) faults at once, as it would with a real device
  *
  * Only the entry points MgpuRuntime.c resolves exist.
  *===----------------------------------------------------------------------===*/
@@ -21,6 +26,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 typedef int CUresult;
 #define EXPORT __attribute__((visibility("default")))
@@ -96,10 +103,54 @@ __attribute__((destructor)) static void report(void) {
     fprintf(stderr, "fake cuda: %ld launches, %ld waits with kernels queued\n",
             launches, waitsQueued);
 }
+/* Guarded device memory (FAKE_CUDA_GUARD): whole pages mapped PROT_NONE,
+ * opened only while the driver copies or fills them. */
+#define MAX_GUARDED 4096
+static struct {
+  char *base;
+  size_t bytes;     /* mapped, whole pages */
+  size_t requested; /* counted in `used` */
+} guarded[MAX_GUARDED];
+static int guard(void) { return getenv("FAKE_CUDA_GUARD") != NULL; }
+static int findGuarded(const void *p) {
+  for (int i = 0; i < MAX_GUARDED; ++i)
+    if (guarded[i].base && (const char *)p >= guarded[i].base &&
+        (const char *)p < guarded[i].base + guarded[i].bytes)
+      return i;
+  return -1;
+}
+/* Opens (`rights` PROT_READ | PROT_WRITE) or closes (PROT_NONE) the guarded
+ * block holding `p`, if any. */
+static void setRights(const void *p, int rights) {
+  int i = findGuarded(p);
+  if (i >= 0)
+    mprotect(guarded[i].base, guarded[i].bytes, rights);
+}
+
 /* Each block carries its size in front, so that frees give it back. */
 static CUresult memAlloc(uint64_t *p, size_t bytes) {
   if (used + bytes > limit)
     return 2;
+  if (guard()) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t mapped = (bytes + page - 1) / page * page;
+    if (!mapped)
+      mapped = page;
+    int slot = 0;
+    while (slot < MAX_GUARDED && guarded[slot].base)
+      ++slot;
+    if (slot == MAX_GUARDED)
+      return 2;
+    void *m = mmap(NULL, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+      return 2;
+    guarded[slot].base = m;
+    guarded[slot].bytes = mapped;
+    guarded[slot].requested = bytes;
+    used += bytes;
+    *p = (uint64_t)(uintptr_t)m;
+    return 0;
+  }
   size_t *block = malloc(bytes + 16);
   if (!block)
     return 2;
@@ -109,11 +160,18 @@ static CUresult memAlloc(uint64_t *p, size_t bytes) {
   return 0;
 }
 static CUresult memFree(uint64_t p) {
-  if (p) {
-    size_t *block = (size_t *)(uintptr_t)p - 2;
-    used -= block[0];
-    free(block);
+  if (!p)
+    return 0;
+  int i = findGuarded((const void *)(uintptr_t)p);
+  if (i >= 0) {
+    used -= guarded[i].requested;
+    munmap(guarded[i].base, guarded[i].bytes);
+    guarded[i].base = NULL;
+    return 0;
   }
+  size_t *block = (size_t *)(uintptr_t)p - 2;
+  used -= block[0];
+  free(block);
   return 0;
 }
 static CUresult memAllocHost(void **p, size_t bytes) {
@@ -148,13 +206,22 @@ static CUresult memGetInfo(size_t *freeBytes, size_t *total) {
 }
 static CUresult memcpyAsync(uint64_t dst, uint64_t src, size_t n, void *s) {
   (void)s;
-  memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+  void *d = (void *)(uintptr_t)dst;
+  const void *from = (const void *)(uintptr_t)src;
+  setRights(d, PROT_READ | PROT_WRITE);
+  setRights(from, PROT_READ | PROT_WRITE);
+  memmove(d, from, n);
+  setRights(d, PROT_NONE);
+  setRights(from, PROT_NONE);
   return 0;
 }
 static CUresult memsetD8Async(uint64_t dst, unsigned char v, size_t n,
                               void *s) {
   (void)s;
-  memset((void *)(uintptr_t)dst, v, n);
+  void *d = (void *)(uintptr_t)dst;
+  setRights(d, PROT_READ | PROT_WRITE);
+  memset(d, v, n);
+  setRights(d, PROT_NONE);
   return 0;
 }
 
