@@ -1427,6 +1427,7 @@ static k3rt_status *validateStep(k3rt_session *s,
     K3RT_RETURN_IF_ERROR(Memory::allocate(slotsBytes, "the step's slots",
                                           Memory::Place::Device, b));
     s->deviceSlots = std::move(b);
+    s->deviceSlotsHeld.clear();
   }
   return nullptr;
 }
@@ -1507,7 +1508,12 @@ static void forwardCall(k3rt_session *s, const std::vector<Sequence *> &seqs,
               seq.pages.begin() + std::min<int64_t>(n, seq.pages.size()), row);
   }
   if (s->gpu) {
-    copyBytes(true, s->deviceSlots.data(), slots, R * sizeof(int32_t));
+    // A synchronous copy: only when the slots differ from the last call's.
+    if (!std::equal(slots, slots + R, s->deviceSlotsHeld.begin(),
+                    s->deviceSlotsHeld.end())) {
+      copyBytes(true, s->deviceSlots.data(), slots, R * sizeof(int32_t));
+      s->deviceSlotsHeld.assign(slots, slots + R);
+    }
     slots = reinterpret_cast<int32_t *>(s->deviceSlots.data());
   }
   float *scratch = reinterpret_cast<float *>(s->scratch.data());

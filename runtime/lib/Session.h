@@ -156,6 +156,9 @@ struct k3rt_session {
   /// GPU: the call's slots in device memory (kernels read them; nothing
   /// on the host does).
   k3rt::Memory deviceSlots;
+  /// What deviceSlots holds, so that a step with the same slots (a steady
+  /// decode batch) skips the copy and its wait.
+  std::vector<int32_t> deviceSlotsHeld;
   /// Host: the same per-call inputs (lengths, slots, page tables).
   std::vector<int64_t> callLengths;
   std::vector<int32_t> callSlots, callTables;
