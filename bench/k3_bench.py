@@ -156,6 +156,7 @@ class K3Lib:
             if a["role"] == "weight":
                 self.w[i] = random_weight(a, g)
         self.vocab = self.args[-1]["shape"][1]
+        self.host_s = []  # per call: host time to enqueue k3_forward's work
 
     def weight_dict(self):
         """Checkpoint-named views of the same device tensors (experts stacked)."""
@@ -223,7 +224,9 @@ class K3Lib:
             ptrs[i] = ctypes.cast(ctypes.pointer(d), ctypes.c_void_p)
 
         def run():
+            t0 = time.perf_counter()
             self.lib.k3_forward(ptrs)
+            self.host_s.append(time.perf_counter() - t0)
             self.rt.k3rt_cuda_workspace_reset()
             err = self.rt.k3rt_cuda_last_error()
             if err:
@@ -258,8 +261,10 @@ def main():
                     help="also the peer with fla-core's KDA kernels (needs fla-core)")
     ap.add_argument("--profile", action="store_true",
                     help="per-kernel breakdown of each k3c decode batch and prefill")
-    ap.add_argument("--trace", help="with --profile: the launch trace of one batch-1 "
-                    "decode step (Chrome trace JSON: grid, block, registers, duration)")
+    ap.add_argument("--trace", help="with --profile: the launch trace of one decode step "
+                    "(Chrome trace JSON: grid, block, registers, duration)")
+    ap.add_argument("--trace-batch", type=int, default=1,
+                    help="the decode batch whose step --trace records")
     ap.add_argument("--json")
     a = ap.parse_args()
     dev = torch.cuda.get_device_name()
@@ -352,9 +357,14 @@ def main():
         lib.fill_random(st, a.context, g)
         toks = torch.randint(3, lib.vocab, (B,), dtype=torch.int32, generator=gen).pin_memory()
         runs = [lib.call(toks, st)[0]]
+        lib.host_s.clear()
         s = timed(lambda: [r() for r in runs], a.reps, warmup=1)
+        # The host's share: k3_forward returns once its kernels are queued.
+        s["host_enqueue_s"] = statistics.median(lib.host_s[1:] or lib.host_s)
+        print("decode B=%d: host enqueue %.3f ms per step (median)"
+              % (B, s["host_enqueue_s"] * 1e3), flush=True)
         if a.profile:
-            trace = a.trace if B == 1 else None
+            trace = a.trace if B == a.trace_batch else None
             kernels, total = kernel_profile(lambda: [r() for r in runs], trace=trace)
             print("decode B=%d kernels: %.3f ms of kernel time per step (wall %.3f ms)"
                   % (B, total, s["median_s"] * 1e3))
@@ -365,7 +375,7 @@ def main():
                 {"name": k, "ms": ms, "launches": n, "share": share} for k, ms, n, share in kernels]}
             if trace:
                 gaps = summary(trace)
-                print("decode B=1 trace: " + describe(gaps))
+                print("decode B=%d trace: " % B + describe(gaps))
                 res[key]["trace"] = gaps
         return s
 

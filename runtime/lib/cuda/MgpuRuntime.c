@@ -30,6 +30,7 @@
  *===----------------------------------------------------------------------===*/
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -270,15 +271,58 @@ K3_EXPORT void *mgpuModuleLoad(void *data, size_t size) {
   return m;
 }
 
+/* The library's host code asks for a kernel's function before every
+ * launch; the driver's answers are kept per (module, name string), so a
+ * decode step of ~400 launches makes no lookups after its first. */
+enum { kFunctionCache = 4096 };
+static struct {
+  void *module;
+  const char *name;
+  CUfunction function;
+} functions[kFunctionCache];
+static pthread_mutex_t functionsLock = PTHREAD_MUTEX_INITIALIZER;
+
+static size_t functionSlot(void *module, const char *name) {
+  uintptr_t h = ((uintptr_t)module * 0x9E3779B97F4A7C15ull) ^ (uintptr_t)name;
+  return (size_t)((h >> 7) ^ (h >> 29)) % kFunctionCache;
+}
+
 K3_EXPORT void mgpuModuleUnload(void *module) {
-  if (module && load())
+  if (!module)
+    return;
+  pthread_mutex_lock(&functionsLock);
+  for (size_t i = 0; i < kFunctionCache; ++i)
+    if (functions[i].module == module)
+      functions[i].module = NULL, functions[i].name = NULL;
+  pthread_mutex_unlock(&functionsLock);
+  if (load())
     CHECK(cu.moduleUnload(module), "cuModuleUnload");
 }
 
 K3_EXPORT void *mgpuModuleGetFunction(void *module, const char *name) {
   CUfunction f = NULL;
-  if (module && load())
+  if (!module || !load())
+    return NULL;
+  pthread_mutex_lock(&functionsLock);
+  size_t slot = functionSlot(module, name), free = kFunctionCache;
+  for (size_t probe = 0; probe < 8; ++probe) {
+    size_t i = (slot + probe) % kFunctionCache;
+    if (functions[i].module == module && functions[i].name == name) {
+      f = functions[i].function;
+      break;
+    }
+    if (!functions[i].module && free == kFunctionCache)
+      free = i;
+  }
+  if (!f) {
     CHECK(cu.moduleGetFunction(&f, module, name), "cuModuleGetFunction");
+    if (f && free != kFunctionCache) {
+      functions[free].module = module;
+      functions[free].name = name;
+      functions[free].function = f;
+    }
+  }
+  pthread_mutex_unlock(&functionsLock);
   return f;
 }
 

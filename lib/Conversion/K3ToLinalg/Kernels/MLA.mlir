@@ -18,6 +18,342 @@ func.func private @k3k_mla_rows(%ntk: memref<?xindex>, %i: index, %pertoken: i1,
   return %r : index
 }
 
+// Eight consecutive elements of cache row %row from column %col, widened,
+// as one 16-byte vector load: the caller has checked that the pool's rows
+// allow it (rows of a multiple of 8 elements, base aligned).
+func.func private @k3k_mla_row8(%c: memref<?x?x!act>, %row: index, %col: index) -> vector<8xf32> {
+  %v = vector.load %c[%row, %col] {alignment = 16 : i64} : memref<?x?x!act>, vector<8x!act>
+  %f = func.call @k3k_widen8(%v) : (vector<8x!act>) -> vector<8xf32>
+  return %f : vector<8xf32>
+}
+
+// The same, element by element, 0.0 past column %lim (any row length).
+func.func private @k3k_mla_row8_any(%c: memref<?x?x!act>, %row: index, %col: index, %lim: index) -> vector<8xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c8 = arith.constant 8 : index
+  %z = arith.constant dense<0.0> : vector<8xf32>
+  %f = scf.for %k = %c0 to %c8 step %c1 iter_args(%acc = %z) -> (vector<8xf32>) {
+    %ck = arith.addi %col, %k : index
+    %in = arith.cmpi ult, %ck, %lim : index
+    %x = scf.if %in -> (f32) {
+      %v = memref.load %c[%row, %ck] : memref<?x?x!act>
+      %xf = func.call @k3k_widen(%v) : (!act) -> f32
+      scf.yield %xf : f32
+    } else {
+      %zero = arith.constant 0.0 : f32
+      scf.yield %zero : f32
+    }
+    %n = vector.insert %x, %acc[%k] : f32 into vector<8xf32>
+    scf.yield %n : vector<8xf32>
+  }
+  return %f : vector<8xf32>
+}
+
+// Eight terms e .. e+7 of the scores of 8 heads (from %h0; q̂ transposed,
+// heads innermost) against 4 cache rows (%f0 .. %f3): a_r[h] += q̂[h, e+k] ·
+// c_r[e+k] for k in order, so each score is the same sequential sum as one
+// thread's loop over the row.
+func.func private @k3k_mla_score8(%qt: memref<?x?x?xf32>, %i: index, %e: index, %h0: index,
+                                  %f0: vector<8xf32>, %f1: vector<8xf32>, %f2: vector<8xf32>, %f3: vector<8xf32>,
+                                  %a0: vector<8xf32>, %a1: vector<8xf32>, %a2: vector<8xf32>, %a3: vector<8xf32>)
+    -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
+  %q0 = vector.load %qt[%i, %e, %h0] {alignment = 16 : i64} : memref<?x?x?xf32>, vector<8xf32>
+  %x0_0 = vector.extract %f0[0] : f32 from vector<8xf32>
+  %b0_0 = vector.broadcast %x0_0 : f32 to vector<8xf32>
+  %m0_0 = arith.mulf %q0, %b0_0 fastmath<contract> : vector<8xf32>
+  %s0_0 = arith.addf %a0, %m0_0 fastmath<contract> : vector<8xf32>
+  %x0_1 = vector.extract %f1[0] : f32 from vector<8xf32>
+  %b0_1 = vector.broadcast %x0_1 : f32 to vector<8xf32>
+  %m0_1 = arith.mulf %q0, %b0_1 fastmath<contract> : vector<8xf32>
+  %s0_1 = arith.addf %a1, %m0_1 fastmath<contract> : vector<8xf32>
+  %x0_2 = vector.extract %f2[0] : f32 from vector<8xf32>
+  %b0_2 = vector.broadcast %x0_2 : f32 to vector<8xf32>
+  %m0_2 = arith.mulf %q0, %b0_2 fastmath<contract> : vector<8xf32>
+  %s0_2 = arith.addf %a2, %m0_2 fastmath<contract> : vector<8xf32>
+  %x0_3 = vector.extract %f3[0] : f32 from vector<8xf32>
+  %b0_3 = vector.broadcast %x0_3 : f32 to vector<8xf32>
+  %m0_3 = arith.mulf %q0, %b0_3 fastmath<contract> : vector<8xf32>
+  %s0_3 = arith.addf %a3, %m0_3 fastmath<contract> : vector<8xf32>
+  %c1 = arith.constant 1 : index
+  %e1 = arith.addi %e, %c1 : index
+  %q1 = vector.load %qt[%i, %e1, %h0] {alignment = 16 : i64} : memref<?x?x?xf32>, vector<8xf32>
+  %x1_0 = vector.extract %f0[1] : f32 from vector<8xf32>
+  %b1_0 = vector.broadcast %x1_0 : f32 to vector<8xf32>
+  %m1_0 = arith.mulf %q1, %b1_0 fastmath<contract> : vector<8xf32>
+  %s1_0 = arith.addf %s0_0, %m1_0 fastmath<contract> : vector<8xf32>
+  %x1_1 = vector.extract %f1[1] : f32 from vector<8xf32>
+  %b1_1 = vector.broadcast %x1_1 : f32 to vector<8xf32>
+  %m1_1 = arith.mulf %q1, %b1_1 fastmath<contract> : vector<8xf32>
+  %s1_1 = arith.addf %s0_1, %m1_1 fastmath<contract> : vector<8xf32>
+  %x1_2 = vector.extract %f2[1] : f32 from vector<8xf32>
+  %b1_2 = vector.broadcast %x1_2 : f32 to vector<8xf32>
+  %m1_2 = arith.mulf %q1, %b1_2 fastmath<contract> : vector<8xf32>
+  %s1_2 = arith.addf %s0_2, %m1_2 fastmath<contract> : vector<8xf32>
+  %x1_3 = vector.extract %f3[1] : f32 from vector<8xf32>
+  %b1_3 = vector.broadcast %x1_3 : f32 to vector<8xf32>
+  %m1_3 = arith.mulf %q1, %b1_3 fastmath<contract> : vector<8xf32>
+  %s1_3 = arith.addf %s0_3, %m1_3 fastmath<contract> : vector<8xf32>
+  %c2 = arith.constant 2 : index
+  %e2 = arith.addi %e, %c2 : index
+  %q2 = vector.load %qt[%i, %e2, %h0] {alignment = 16 : i64} : memref<?x?x?xf32>, vector<8xf32>
+  %x2_0 = vector.extract %f0[2] : f32 from vector<8xf32>
+  %b2_0 = vector.broadcast %x2_0 : f32 to vector<8xf32>
+  %m2_0 = arith.mulf %q2, %b2_0 fastmath<contract> : vector<8xf32>
+  %s2_0 = arith.addf %s1_0, %m2_0 fastmath<contract> : vector<8xf32>
+  %x2_1 = vector.extract %f1[2] : f32 from vector<8xf32>
+  %b2_1 = vector.broadcast %x2_1 : f32 to vector<8xf32>
+  %m2_1 = arith.mulf %q2, %b2_1 fastmath<contract> : vector<8xf32>
+  %s2_1 = arith.addf %s1_1, %m2_1 fastmath<contract> : vector<8xf32>
+  %x2_2 = vector.extract %f2[2] : f32 from vector<8xf32>
+  %b2_2 = vector.broadcast %x2_2 : f32 to vector<8xf32>
+  %m2_2 = arith.mulf %q2, %b2_2 fastmath<contract> : vector<8xf32>
+  %s2_2 = arith.addf %s1_2, %m2_2 fastmath<contract> : vector<8xf32>
+  %x2_3 = vector.extract %f3[2] : f32 from vector<8xf32>
+  %b2_3 = vector.broadcast %x2_3 : f32 to vector<8xf32>
+  %m2_3 = arith.mulf %q2, %b2_3 fastmath<contract> : vector<8xf32>
+  %s2_3 = arith.addf %s1_3, %m2_3 fastmath<contract> : vector<8xf32>
+  %c3 = arith.constant 3 : index
+  %e3 = arith.addi %e, %c3 : index
+  %q3 = vector.load %qt[%i, %e3, %h0] {alignment = 16 : i64} : memref<?x?x?xf32>, vector<8xf32>
+  %x3_0 = vector.extract %f0[3] : f32 from vector<8xf32>
+  %b3_0 = vector.broadcast %x3_0 : f32 to vector<8xf32>
+  %m3_0 = arith.mulf %q3, %b3_0 fastmath<contract> : vector<8xf32>
+  %s3_0 = arith.addf %s2_0, %m3_0 fastmath<contract> : vector<8xf32>
+  %x3_1 = vector.extract %f1[3] : f32 from vector<8xf32>
+  %b3_1 = vector.broadcast %x3_1 : f32 to vector<8xf32>
+  %m3_1 = arith.mulf %q3, %b3_1 fastmath<contract> : vector<8xf32>
+  %s3_1 = arith.addf %s2_1, %m3_1 fastmath<contract> : vector<8xf32>
+  %x3_2 = vector.extract %f2[3] : f32 from vector<8xf32>
+  %b3_2 = vector.broadcast %x3_2 : f32 to vector<8xf32>
+  %m3_2 = arith.mulf %q3, %b3_2 fastmath<contract> : vector<8xf32>
+  %s3_2 = arith.addf %s2_2, %m3_2 fastmath<contract> : vector<8xf32>
+  %x3_3 = vector.extract %f3[3] : f32 from vector<8xf32>
+  %b3_3 = vector.broadcast %x3_3 : f32 to vector<8xf32>
+  %m3_3 = arith.mulf %q3, %b3_3 fastmath<contract> : vector<8xf32>
+  %s3_3 = arith.addf %s2_3, %m3_3 fastmath<contract> : vector<8xf32>
+  %c4 = arith.constant 4 : index
+  %e4 = arith.addi %e, %c4 : index
+  %q4 = vector.load %qt[%i, %e4, %h0] {alignment = 16 : i64} : memref<?x?x?xf32>, vector<8xf32>
+  %x4_0 = vector.extract %f0[4] : f32 from vector<8xf32>
+  %b4_0 = vector.broadcast %x4_0 : f32 to vector<8xf32>
+  %m4_0 = arith.mulf %q4, %b4_0 fastmath<contract> : vector<8xf32>
+  %s4_0 = arith.addf %s3_0, %m4_0 fastmath<contract> : vector<8xf32>
+  %x4_1 = vector.extract %f1[4] : f32 from vector<8xf32>
+  %b4_1 = vector.broadcast %x4_1 : f32 to vector<8xf32>
+  %m4_1 = arith.mulf %q4, %b4_1 fastmath<contract> : vector<8xf32>
+  %s4_1 = arith.addf %s3_1, %m4_1 fastmath<contract> : vector<8xf32>
+  %x4_2 = vector.extract %f2[4] : f32 from vector<8xf32>
+  %b4_2 = vector.broadcast %x4_2 : f32 to vector<8xf32>
+  %m4_2 = arith.mulf %q4, %b4_2 fastmath<contract> : vector<8xf32>
+  %s4_2 = arith.addf %s3_2, %m4_2 fastmath<contract> : vector<8xf32>
+  %x4_3 = vector.extract %f3[4] : f32 from vector<8xf32>
+  %b4_3 = vector.broadcast %x4_3 : f32 to vector<8xf32>
+  %m4_3 = arith.mulf %q4, %b4_3 fastmath<contract> : vector<8xf32>
+  %s4_3 = arith.addf %s3_3, %m4_3 fastmath<contract> : vector<8xf32>
+  %c5 = arith.constant 5 : index
+  %e5 = arith.addi %e, %c5 : index
+  %q5 = vector.load %qt[%i, %e5, %h0] {alignment = 16 : i64} : memref<?x?x?xf32>, vector<8xf32>
+  %x5_0 = vector.extract %f0[5] : f32 from vector<8xf32>
+  %b5_0 = vector.broadcast %x5_0 : f32 to vector<8xf32>
+  %m5_0 = arith.mulf %q5, %b5_0 fastmath<contract> : vector<8xf32>
+  %s5_0 = arith.addf %s4_0, %m5_0 fastmath<contract> : vector<8xf32>
+  %x5_1 = vector.extract %f1[5] : f32 from vector<8xf32>
+  %b5_1 = vector.broadcast %x5_1 : f32 to vector<8xf32>
+  %m5_1 = arith.mulf %q5, %b5_1 fastmath<contract> : vector<8xf32>
+  %s5_1 = arith.addf %s4_1, %m5_1 fastmath<contract> : vector<8xf32>
+  %x5_2 = vector.extract %f2[5] : f32 from vector<8xf32>
+  %b5_2 = vector.broadcast %x5_2 : f32 to vector<8xf32>
+  %m5_2 = arith.mulf %q5, %b5_2 fastmath<contract> : vector<8xf32>
+  %s5_2 = arith.addf %s4_2, %m5_2 fastmath<contract> : vector<8xf32>
+  %x5_3 = vector.extract %f3[5] : f32 from vector<8xf32>
+  %b5_3 = vector.broadcast %x5_3 : f32 to vector<8xf32>
+  %m5_3 = arith.mulf %q5, %b5_3 fastmath<contract> : vector<8xf32>
+  %s5_3 = arith.addf %s4_3, %m5_3 fastmath<contract> : vector<8xf32>
+  %c6 = arith.constant 6 : index
+  %e6 = arith.addi %e, %c6 : index
+  %q6 = vector.load %qt[%i, %e6, %h0] {alignment = 16 : i64} : memref<?x?x?xf32>, vector<8xf32>
+  %x6_0 = vector.extract %f0[6] : f32 from vector<8xf32>
+  %b6_0 = vector.broadcast %x6_0 : f32 to vector<8xf32>
+  %m6_0 = arith.mulf %q6, %b6_0 fastmath<contract> : vector<8xf32>
+  %s6_0 = arith.addf %s5_0, %m6_0 fastmath<contract> : vector<8xf32>
+  %x6_1 = vector.extract %f1[6] : f32 from vector<8xf32>
+  %b6_1 = vector.broadcast %x6_1 : f32 to vector<8xf32>
+  %m6_1 = arith.mulf %q6, %b6_1 fastmath<contract> : vector<8xf32>
+  %s6_1 = arith.addf %s5_1, %m6_1 fastmath<contract> : vector<8xf32>
+  %x6_2 = vector.extract %f2[6] : f32 from vector<8xf32>
+  %b6_2 = vector.broadcast %x6_2 : f32 to vector<8xf32>
+  %m6_2 = arith.mulf %q6, %b6_2 fastmath<contract> : vector<8xf32>
+  %s6_2 = arith.addf %s5_2, %m6_2 fastmath<contract> : vector<8xf32>
+  %x6_3 = vector.extract %f3[6] : f32 from vector<8xf32>
+  %b6_3 = vector.broadcast %x6_3 : f32 to vector<8xf32>
+  %m6_3 = arith.mulf %q6, %b6_3 fastmath<contract> : vector<8xf32>
+  %s6_3 = arith.addf %s5_3, %m6_3 fastmath<contract> : vector<8xf32>
+  %c7 = arith.constant 7 : index
+  %e7 = arith.addi %e, %c7 : index
+  %q7 = vector.load %qt[%i, %e7, %h0] {alignment = 16 : i64} : memref<?x?x?xf32>, vector<8xf32>
+  %x7_0 = vector.extract %f0[7] : f32 from vector<8xf32>
+  %b7_0 = vector.broadcast %x7_0 : f32 to vector<8xf32>
+  %m7_0 = arith.mulf %q7, %b7_0 fastmath<contract> : vector<8xf32>
+  %s7_0 = arith.addf %s6_0, %m7_0 fastmath<contract> : vector<8xf32>
+  %x7_1 = vector.extract %f1[7] : f32 from vector<8xf32>
+  %b7_1 = vector.broadcast %x7_1 : f32 to vector<8xf32>
+  %m7_1 = arith.mulf %q7, %b7_1 fastmath<contract> : vector<8xf32>
+  %s7_1 = arith.addf %s6_1, %m7_1 fastmath<contract> : vector<8xf32>
+  %x7_2 = vector.extract %f2[7] : f32 from vector<8xf32>
+  %b7_2 = vector.broadcast %x7_2 : f32 to vector<8xf32>
+  %m7_2 = arith.mulf %q7, %b7_2 fastmath<contract> : vector<8xf32>
+  %s7_2 = arith.addf %s6_2, %m7_2 fastmath<contract> : vector<8xf32>
+  %x7_3 = vector.extract %f3[7] : f32 from vector<8xf32>
+  %b7_3 = vector.broadcast %x7_3 : f32 to vector<8xf32>
+  %m7_3 = arith.mulf %q7, %b7_3 fastmath<contract> : vector<8xf32>
+  %s7_3 = arith.addf %s6_3, %m7_3 fastmath<contract> : vector<8xf32>
+  return %s7_0, %s7_1, %s7_2, %s7_3 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
+}
+
+// Stores the scores of 8 heads (from %h0) against cache row %j, scaled:
+// p[i, h, j] for the heads below %nh, if %j is one of token i's rows.
+func.func private @k3k_mla_store_scores(%p: memref<?x?x?xf32>, %v: vector<8xf32>, %i: index, %h0: index,
+                                        %j: index, %nh: index, %ntok: index, %scale: f32) {
+  %jin = arith.cmpi ult, %j, %ntok : index
+  scf.if %jin {
+    %in0 = arith.cmpi ult, %h0, %nh : index
+    scf.if %in0 {
+      %x0 = vector.extract %v[0] : f32 from vector<8xf32>
+      %s0 = arith.mulf %x0, %scale : f32
+      memref.store %s0, %p[%i, %h0, %j] : memref<?x?x?xf32>
+    }
+    %c1 = arith.constant 1 : index
+    %h1 = arith.addi %h0, %c1 : index
+    %in1 = arith.cmpi ult, %h1, %nh : index
+    scf.if %in1 {
+      %x1 = vector.extract %v[1] : f32 from vector<8xf32>
+      %s1 = arith.mulf %x1, %scale : f32
+      memref.store %s1, %p[%i, %h1, %j] : memref<?x?x?xf32>
+    }
+    %c2 = arith.constant 2 : index
+    %h2 = arith.addi %h0, %c2 : index
+    %in2 = arith.cmpi ult, %h2, %nh : index
+    scf.if %in2 {
+      %x2 = vector.extract %v[2] : f32 from vector<8xf32>
+      %s2 = arith.mulf %x2, %scale : f32
+      memref.store %s2, %p[%i, %h2, %j] : memref<?x?x?xf32>
+    }
+    %c3 = arith.constant 3 : index
+    %h3 = arith.addi %h0, %c3 : index
+    %in3 = arith.cmpi ult, %h3, %nh : index
+    scf.if %in3 {
+      %x3 = vector.extract %v[3] : f32 from vector<8xf32>
+      %s3 = arith.mulf %x3, %scale : f32
+      memref.store %s3, %p[%i, %h3, %j] : memref<?x?x?xf32>
+    }
+    %c4 = arith.constant 4 : index
+    %h4 = arith.addi %h0, %c4 : index
+    %in4 = arith.cmpi ult, %h4, %nh : index
+    scf.if %in4 {
+      %x4 = vector.extract %v[4] : f32 from vector<8xf32>
+      %s4 = arith.mulf %x4, %scale : f32
+      memref.store %s4, %p[%i, %h4, %j] : memref<?x?x?xf32>
+    }
+    %c5 = arith.constant 5 : index
+    %h5 = arith.addi %h0, %c5 : index
+    %in5 = arith.cmpi ult, %h5, %nh : index
+    scf.if %in5 {
+      %x5 = vector.extract %v[5] : f32 from vector<8xf32>
+      %s5 = arith.mulf %x5, %scale : f32
+      memref.store %s5, %p[%i, %h5, %j] : memref<?x?x?xf32>
+    }
+    %c6 = arith.constant 6 : index
+    %h6 = arith.addi %h0, %c6 : index
+    %in6 = arith.cmpi ult, %h6, %nh : index
+    scf.if %in6 {
+      %x6 = vector.extract %v[6] : f32 from vector<8xf32>
+      %s6 = arith.mulf %x6, %scale : f32
+      memref.store %s6, %p[%i, %h6, %j] : memref<?x?x?xf32>
+    }
+    %c7 = arith.constant 7 : index
+    %h7 = arith.addi %h0, %c7 : index
+    %in7 = arith.cmpi ult, %h7, %nh : index
+    scf.if %in7 {
+      %x7 = vector.extract %v[7] : f32 from vector<8xf32>
+      %s7 = arith.mulf %x7, %scale : f32
+      memref.store %s7, %p[%i, %h7, %j] : memref<?x?x?xf32>
+    }
+  }
+  return
+}
+
+// Stores head %h's partial weighted sum over one slice of its cache rows,
+// columns %col .. %col+7 below %r, at partial[i, h, pt, col ..].
+func.func private @k3k_mla_store_part(%partial: memref<?x?x?x?xf32>, %v: vector<8xf32>, %i: index,
+                                      %h: index, %pt: index, %col: index, %nh: index, %r: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c8 = arith.constant 8 : index
+  %hin = arith.cmpi ult, %h, %nh : index
+  scf.if %hin {
+    %end = arith.addi %col, %c8 : index
+    %whole = arith.cmpi ule, %end, %r : index
+    scf.if %whole {
+      vector.store %v, %partial[%i, %h, %pt, %col] : memref<?x?x?x?xf32>, vector<8xf32>
+    } else {
+      scf.for %k = %c0 to %c8 step %c1 {
+        %ck = arith.addi %col, %k : index
+        %in = arith.cmpi ult, %ck, %r : index
+        scf.if %in {
+          %x = vector.extract %v[%k] : f32 from vector<8xf32>
+          memref.store %x, %partial[%i, %h, %pt, %ck] : memref<?x?x?x?xf32>
+        }
+      }
+    }
+  }
+  return
+}
+
+
+// One cached row's terms of the weighted sums of 8 heads (%hu0 .. %hu7)
+// over 8 columns (%cv): a_h += p[i, h, j] · c_j, in row order.
+func.func private @k3k_mla_wsum8(%p: memref<?x?x?xf32>, %i: index, %j: index,
+                                 %hu0: index, %hu1: index, %hu2: index, %hu3: index,
+                                 %hu4: index, %hu5: index, %hu6: index, %hu7: index, %cv: vector<8xf32>,
+                                 %a0: vector<8xf32>, %a1: vector<8xf32>, %a2: vector<8xf32>, %a3: vector<8xf32>,
+                                 %a4: vector<8xf32>, %a5: vector<8xf32>, %a6: vector<8xf32>, %a7: vector<8xf32>)
+    -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
+  %p0 = memref.load %p[%i, %hu0, %j] : memref<?x?x?xf32>
+  %b0 = vector.broadcast %p0 : f32 to vector<8xf32>
+  %m0 = arith.mulf %b0, %cv fastmath<contract> : vector<8xf32>
+  %n0 = arith.addf %a0, %m0 fastmath<contract> : vector<8xf32>
+  %p1 = memref.load %p[%i, %hu1, %j] : memref<?x?x?xf32>
+  %b1 = vector.broadcast %p1 : f32 to vector<8xf32>
+  %m1 = arith.mulf %b1, %cv fastmath<contract> : vector<8xf32>
+  %n1 = arith.addf %a1, %m1 fastmath<contract> : vector<8xf32>
+  %p2 = memref.load %p[%i, %hu2, %j] : memref<?x?x?xf32>
+  %b2 = vector.broadcast %p2 : f32 to vector<8xf32>
+  %m2 = arith.mulf %b2, %cv fastmath<contract> : vector<8xf32>
+  %n2 = arith.addf %a2, %m2 fastmath<contract> : vector<8xf32>
+  %p3 = memref.load %p[%i, %hu3, %j] : memref<?x?x?xf32>
+  %b3 = vector.broadcast %p3 : f32 to vector<8xf32>
+  %m3 = arith.mulf %b3, %cv fastmath<contract> : vector<8xf32>
+  %n3 = arith.addf %a3, %m3 fastmath<contract> : vector<8xf32>
+  %p4 = memref.load %p[%i, %hu4, %j] : memref<?x?x?xf32>
+  %b4 = vector.broadcast %p4 : f32 to vector<8xf32>
+  %m4 = arith.mulf %b4, %cv fastmath<contract> : vector<8xf32>
+  %n4 = arith.addf %a4, %m4 fastmath<contract> : vector<8xf32>
+  %p5 = memref.load %p[%i, %hu5, %j] : memref<?x?x?xf32>
+  %b5 = vector.broadcast %p5 : f32 to vector<8xf32>
+  %m5 = arith.mulf %b5, %cv fastmath<contract> : vector<8xf32>
+  %n5 = arith.addf %a5, %m5 fastmath<contract> : vector<8xf32>
+  %p6 = memref.load %p[%i, %hu6, %j] : memref<?x?x?xf32>
+  %b6 = vector.broadcast %p6 : f32 to vector<8xf32>
+  %m6 = arith.mulf %b6, %cv fastmath<contract> : vector<8xf32>
+  %n6 = arith.addf %a6, %m6 fastmath<contract> : vector<8xf32>
+  %p7 = memref.load %p[%i, %hu7, %j] : memref<?x?x?xf32>
+  %b7 = vector.broadcast %p7 : f32 to vector<8xf32>
+  %m7 = arith.mulf %b7, %cv fastmath<contract> : vector<8xf32>
+  %n7 = arith.addf %a7, %m7 fastmath<contract> : vector<8xf32>
+  return %n0, %n1, %n2, %n3, %n4, %n5, %n6, %n7 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
+}
+
 // k3.gated_mla. x: [T, D]; the caches are (pool [pages, P, R+dr], page
 // tables [S, n], lengths [S]) of S = 1 sequence (the T tokens are one
 // segment, written at positions len .. len+T-1) or of S = T sequences (a
@@ -116,13 +452,22 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
         memref.store %n, %ntk[%i] : memref<?xindex>
       }
     }
-    // q̂ is stored next to q_r ([T, H, R + dr]) so that each score is one
-    // dot product over a whole cache row (the same terms in the same order).
-    %qh = memref.alloc(%t, %nh, %w) : memref<?x?x?xf32>
+    // q̂ and q_r per token, transposed: qt[i, e, h] for the R + dr elements e
+    // of a cache row and the heads h padded to a multiple of %hblk (a padded
+    // head repeats head H-1 and is never stored), so that the scores below
+    // load the q̂ of 8 heads at once. One thread per (token, head, element),
+    // the threads of a warp along the weight row.
+    %hblk = arith.constant 8 : index
+    %rblk = arith.constant 4 : index
+    %nhb = arith.ceildivui %nh, %hblk : index
+    %nhp = arith.muli %nhb, %hblk : index
+    %hlast = arith.subi %nh, %c1 : index
+    %qt = memref.alloc(%t, %w, %nhp) {alignment = 64 : i64} : memref<?x?x?xf32>
     %ob = memref.alloc(%t, %nh, %r) : memref<?x?x?xf32>
     %p = memref.alloc(%t, %nh, %maxn) : memref<?x?x?xf32>
     %rowsum = memref.alloc(%t, %nh) : memref<?x?xf32>
-    scf.parallel (%h, %e, %i) = (%c0, %c0, %c0) to (%nh, %r, %t) step (%c1, %c1, %c1) {
+    scf.parallel (%i, %hp, %e) = (%c0, %c0, %c0) to (%t, %nhp, %r) step (%c1, %c1, %c1) {
+      %h = arith.minui %hp, %hlast : index
       %qbase = arith.muli %h, %dq : index
       %kvbase = arith.muli %h, %dkv : index
       %s = scf.for %d = %c0 to %dn step %c1 iter_args(%a = %zero) -> (f32) {
@@ -136,16 +481,17 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
         %s2 = arith.addf %a, %pr : f32
         scf.yield %s2 : f32
       }
-      memref.store %s, %qh[%i, %h, %e] : memref<?x?x?xf32>
+      memref.store %s, %qt[%i, %e, %hp] : memref<?x?x?xf32>
     }
-    scf.parallel (%i, %h, %e) = (%c0, %c0, %c0) to (%t, %nh, %dr) step (%c1, %c1, %c1) {
+    scf.parallel (%i, %e, %hp) = (%c0, %c0, %c0) to (%t, %dr, %nhp) step (%c1, %c1, %c1) {
+      %h = arith.minui %hp, %hlast : index
       %qbase = arith.muli %h, %dq : index
       %qi0 = arith.addi %qbase, %dn : index
       %qi = arith.addi %qi0, %e : index
       %qv = tensor.extract %q[%i, %qi] : tensor<?x?x!act>
       %qf = func.call @k3k_widen(%qv) : (!act) -> f32
       %re = arith.addi %r, %e : index
-      memref.store %qf, %qh[%i, %h, %re] : memref<?x?x?xf32>
+      memref.store %qf, %qt[%i, %re, %hp] : memref<?x?x?xf32>
     }
     // The cache rows of each token's sequence in order (its page table), and
     // the pool as rows [pages · P, R + dr]: the stages below read the cache
@@ -165,332 +511,90 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
       }
     }
     %pool2 = memref.collapse_shape %pool [[0, 1], [2]] : memref<?x?x?x!act> into memref<?x?x!act>
-    // Scores of %hblk heads and %rblk cached tokens per warp: each cache
-    // element is read once for all the heads, each q̂ element once for all
-    // the tokens (heads past H are computed on head H-1, tokens past n_i on
-    // token n_i - 1; neither is stored).
-    %c1_h = arith.constant 1 : index
-    %c2_h = arith.constant 2 : index
-    %c3_h = arith.constant 3 : index
-    %c4_h = arith.constant 4 : index
-    %c5_h = arith.constant 5 : index
-    %c6_h = arith.constant 6 : index
-    %c7_h = arith.constant 7 : index
-    %hblk = arith.constant 8 : index
-    %rblk = arith.constant 4 : index
-    %nhb = arith.ceildivui %nh, %hblk : index
+    // Cache rows as 16-byte vectors where the row length and the pool's base
+    // allow it (K3: rows of 576 elements).
+    %c8 = arith.constant 8 : index
+    %c16 = arith.constant 16 : index
+    %wrem = arith.remui %w, %c8 : index
+    %wok = arith.cmpi eq, %wrem, %c0 : index
+    %pbase = memref.extract_aligned_pointer_as_index %pool : memref<?x?x?x!act> -> index
+    %prem = arith.remui %pbase, %c16 : index
+    %pok = arith.cmpi eq, %prem, %c0 : index
+    %al = arith.andi %wok, %pok : i1
+    // Scores of %hblk heads and %rblk cached tokens per thread, 8 elements
+    // of a row at a time: each cache element is read once for the 8 heads,
+    // each q̂ element once for the 4 rows (tokens past n_i are computed on
+    // token n_i - 1 and not stored). Each score sums its terms in order.
     %nrb = arith.ceildivui %maxn, %rblk : index
-    %hlast = arith.subi %nh, %c1 : index
+    %wfull = arith.subi %w, %wrem : index
+    %vzero = arith.constant dense<0.0> : vector<8xf32>
     scf.parallel (%i, %hb, %jb) = (%c0, %c0, %c0) to (%t, %nhb, %nrb) step (%c1, %c1, %c1) {
       %ntok = func.call @k3k_mla_rows(%ntk, %i, %pertoken, %maxn) : (memref<?xindex>, index, i1, index) -> index
       %jlast = arith.subi %ntok, %c1 : index
       %j0 = arith.muli %jb, %rblk : index
       %jc0 = arith.minui %j0, %jlast : index
       %row0 = memref.load %rows[%i, %jc0] : memref<?x?xindex>
-      %jr1 = arith.addi %j0, %c1_h : index
-      %jc1 = arith.minui %jr1, %jlast : index
+      %j1 = arith.addi %j0, %c1 : index
+      %jc1 = arith.minui %j1, %jlast : index
       %row1 = memref.load %rows[%i, %jc1] : memref<?x?xindex>
-      %jr2 = arith.addi %j0, %c2_h : index
-      %jc2 = arith.minui %jr2, %jlast : index
+      %j2 = arith.addi %j0, %c2 : index
+      %jc2 = arith.minui %j2, %jlast : index
       %row2 = memref.load %rows[%i, %jc2] : memref<?x?xindex>
-      %jr3 = arith.addi %j0, %c3_h : index
-      %jc3 = arith.minui %jr3, %jlast : index
+      %c3 = arith.constant 3 : index
+      %j3 = arith.addi %j0, %c3 : index
+      %jc3 = arith.minui %j3, %jlast : index
       %row3 = memref.load %rows[%i, %jc3] : memref<?x?xindex>
       %h0 = arith.muli %hb, %hblk : index
-      %hu0 = arith.minui %h0, %hlast : index
-      %hk1 = arith.addi %h0, %c1_h : index
-      %hu1 = arith.minui %hk1, %hlast : index
-      %hk2 = arith.addi %h0, %c2_h : index
-      %hu2 = arith.minui %hk2, %hlast : index
-      %hk3 = arith.addi %h0, %c3_h : index
-      %hu3 = arith.minui %hk3, %hlast : index
-      %hk4 = arith.addi %h0, %c4_h : index
-      %hu4 = arith.minui %hk4, %hlast : index
-      %hk5 = arith.addi %h0, %c5_h : index
-      %hu5 = arith.minui %hk5, %hlast : index
-      %hk6 = arith.addi %h0, %c6_h : index
-      %hu6 = arith.minui %hk6, %hlast : index
-      %hk7 = arith.addi %h0, %c7_h : index
-      %hu7 = arith.minui %hk7, %hlast : index
-      %s0_0, %s0_1, %s0_2, %s0_3, %s0_4, %s0_5, %s0_6, %s0_7, %s1_0, %s1_1, %s1_2, %s1_3, %s1_4, %s1_5, %s1_6, %s1_7, %s2_0, %s2_1, %s2_2, %s2_3, %s2_4, %s2_5, %s2_6, %s2_7, %s3_0, %s3_1, %s3_2, %s3_3, %s3_4, %s3_5, %s3_6, %s3_7 = scf.for %e = %c0 to %w step %c1 iter_args(%a0_0 = %zero, %a0_1 = %zero, %a0_2 = %zero, %a0_3 = %zero, %a0_4 = %zero, %a0_5 = %zero, %a0_6 = %zero, %a0_7 = %zero, %a1_0 = %zero, %a1_1 = %zero, %a1_2 = %zero, %a1_3 = %zero, %a1_4 = %zero, %a1_5 = %zero, %a1_6 = %zero, %a1_7 = %zero, %a2_0 = %zero, %a2_1 = %zero, %a2_2 = %zero, %a2_3 = %zero, %a2_4 = %zero, %a2_5 = %zero, %a2_6 = %zero, %a2_7 = %zero, %a3_0 = %zero, %a3_1 = %zero, %a3_2 = %zero, %a3_3 = %zero, %a3_4 = %zero, %a3_5 = %zero, %a3_6 = %zero, %a3_7 = %zero) -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32) {
-        %cv0 = memref.load %pool2[%row0, %e] : memref<?x?x!act>
-        %cf0 = func.call @k3k_widen(%cv0) : (!act) -> f32
-        %cv1 = memref.load %pool2[%row1, %e] : memref<?x?x!act>
-        %cf1 = func.call @k3k_widen(%cv1) : (!act) -> f32
-        %cv2 = memref.load %pool2[%row2, %e] : memref<?x?x!act>
-        %cf2 = func.call @k3k_widen(%cv2) : (!act) -> f32
-        %cv3 = memref.load %pool2[%row3, %e] : memref<?x?x!act>
-        %cf3 = func.call @k3k_widen(%cv3) : (!act) -> f32
-        %q0 = memref.load %qh[%i, %hu0, %e] : memref<?x?x?xf32>
-        %m0_0 = arith.mulf %q0, %cf0 : f32
-        %n0_0 = arith.addf %a0_0, %m0_0 : f32
-        %m1_0 = arith.mulf %q0, %cf1 : f32
-        %n1_0 = arith.addf %a1_0, %m1_0 : f32
-        %m2_0 = arith.mulf %q0, %cf2 : f32
-        %n2_0 = arith.addf %a2_0, %m2_0 : f32
-        %m3_0 = arith.mulf %q0, %cf3 : f32
-        %n3_0 = arith.addf %a3_0, %m3_0 : f32
-        %q1 = memref.load %qh[%i, %hu1, %e] : memref<?x?x?xf32>
-        %m0_1 = arith.mulf %q1, %cf0 : f32
-        %n0_1 = arith.addf %a0_1, %m0_1 : f32
-        %m1_1 = arith.mulf %q1, %cf1 : f32
-        %n1_1 = arith.addf %a1_1, %m1_1 : f32
-        %m2_1 = arith.mulf %q1, %cf2 : f32
-        %n2_1 = arith.addf %a2_1, %m2_1 : f32
-        %m3_1 = arith.mulf %q1, %cf3 : f32
-        %n3_1 = arith.addf %a3_1, %m3_1 : f32
-        %q2 = memref.load %qh[%i, %hu2, %e] : memref<?x?x?xf32>
-        %m0_2 = arith.mulf %q2, %cf0 : f32
-        %n0_2 = arith.addf %a0_2, %m0_2 : f32
-        %m1_2 = arith.mulf %q2, %cf1 : f32
-        %n1_2 = arith.addf %a1_2, %m1_2 : f32
-        %m2_2 = arith.mulf %q2, %cf2 : f32
-        %n2_2 = arith.addf %a2_2, %m2_2 : f32
-        %m3_2 = arith.mulf %q2, %cf3 : f32
-        %n3_2 = arith.addf %a3_2, %m3_2 : f32
-        %q3 = memref.load %qh[%i, %hu3, %e] : memref<?x?x?xf32>
-        %m0_3 = arith.mulf %q3, %cf0 : f32
-        %n0_3 = arith.addf %a0_3, %m0_3 : f32
-        %m1_3 = arith.mulf %q3, %cf1 : f32
-        %n1_3 = arith.addf %a1_3, %m1_3 : f32
-        %m2_3 = arith.mulf %q3, %cf2 : f32
-        %n2_3 = arith.addf %a2_3, %m2_3 : f32
-        %m3_3 = arith.mulf %q3, %cf3 : f32
-        %n3_3 = arith.addf %a3_3, %m3_3 : f32
-        %q4 = memref.load %qh[%i, %hu4, %e] : memref<?x?x?xf32>
-        %m0_4 = arith.mulf %q4, %cf0 : f32
-        %n0_4 = arith.addf %a0_4, %m0_4 : f32
-        %m1_4 = arith.mulf %q4, %cf1 : f32
-        %n1_4 = arith.addf %a1_4, %m1_4 : f32
-        %m2_4 = arith.mulf %q4, %cf2 : f32
-        %n2_4 = arith.addf %a2_4, %m2_4 : f32
-        %m3_4 = arith.mulf %q4, %cf3 : f32
-        %n3_4 = arith.addf %a3_4, %m3_4 : f32
-        %q5 = memref.load %qh[%i, %hu5, %e] : memref<?x?x?xf32>
-        %m0_5 = arith.mulf %q5, %cf0 : f32
-        %n0_5 = arith.addf %a0_5, %m0_5 : f32
-        %m1_5 = arith.mulf %q5, %cf1 : f32
-        %n1_5 = arith.addf %a1_5, %m1_5 : f32
-        %m2_5 = arith.mulf %q5, %cf2 : f32
-        %n2_5 = arith.addf %a2_5, %m2_5 : f32
-        %m3_5 = arith.mulf %q5, %cf3 : f32
-        %n3_5 = arith.addf %a3_5, %m3_5 : f32
-        %q6 = memref.load %qh[%i, %hu6, %e] : memref<?x?x?xf32>
-        %m0_6 = arith.mulf %q6, %cf0 : f32
-        %n0_6 = arith.addf %a0_6, %m0_6 : f32
-        %m1_6 = arith.mulf %q6, %cf1 : f32
-        %n1_6 = arith.addf %a1_6, %m1_6 : f32
-        %m2_6 = arith.mulf %q6, %cf2 : f32
-        %n2_6 = arith.addf %a2_6, %m2_6 : f32
-        %m3_6 = arith.mulf %q6, %cf3 : f32
-        %n3_6 = arith.addf %a3_6, %m3_6 : f32
-        %q7 = memref.load %qh[%i, %hu7, %e] : memref<?x?x?xf32>
-        %m0_7 = arith.mulf %q7, %cf0 : f32
-        %n0_7 = arith.addf %a0_7, %m0_7 : f32
-        %m1_7 = arith.mulf %q7, %cf1 : f32
-        %n1_7 = arith.addf %a1_7, %m1_7 : f32
-        %m2_7 = arith.mulf %q7, %cf2 : f32
-        %n2_7 = arith.addf %a2_7, %m2_7 : f32
-        %m3_7 = arith.mulf %q7, %cf3 : f32
-        %n3_7 = arith.addf %a3_7, %m3_7 : f32
-        scf.yield %n0_0, %n0_1, %n0_2, %n0_3, %n0_4, %n0_5, %n0_6, %n0_7, %n1_0, %n1_1, %n1_2, %n1_3, %n1_4, %n1_5, %n1_6, %n1_7, %n2_0, %n2_1, %n2_2, %n2_3, %n2_4, %n2_5, %n2_6, %n2_7, %n3_0, %n3_1, %n3_2, %n3_3, %n3_4, %n3_5, %n3_6, %n3_7 : f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32
+      %v0, %v1, %v2, %v3 = scf.if %al -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
+        %r0, %r1, %r2, %r3 = scf.for %e = %c0 to %wfull step %c8 iter_args(%a0 = %vzero, %a1 = %vzero, %a2 = %vzero, %a3 = %vzero) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
+          %f0 = func.call @k3k_mla_row8(%pool2, %row0, %e) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+          %f1 = func.call @k3k_mla_row8(%pool2, %row1, %e) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+          %f2 = func.call @k3k_mla_row8(%pool2, %row2, %e) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+          %f3 = func.call @k3k_mla_row8(%pool2, %row3, %e) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+          %n0, %n1, %n2, %n3 = func.call @k3k_mla_score8(%qt, %i, %e, %h0, %f0, %f1, %f2, %f3, %a0, %a1, %a2, %a3) : (memref<?x?x?xf32>, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+          scf.yield %n0, %n1, %n2, %n3 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
+        }
+        scf.yield %r0, %r1, %r2, %r3 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
+      } else {
+        %r0, %r1, %r2, %r3 = scf.for %e = %c0 to %wfull step %c8 iter_args(%a0 = %vzero, %a1 = %vzero, %a2 = %vzero, %a3 = %vzero) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
+          %f0 = func.call @k3k_mla_row8_any(%pool2, %row0, %e, %w) : (memref<?x?x!act>, index, index, index) -> vector<8xf32>
+          %f1 = func.call @k3k_mla_row8_any(%pool2, %row1, %e, %w) : (memref<?x?x!act>, index, index, index) -> vector<8xf32>
+          %f2 = func.call @k3k_mla_row8_any(%pool2, %row2, %e, %w) : (memref<?x?x!act>, index, index, index) -> vector<8xf32>
+          %f3 = func.call @k3k_mla_row8_any(%pool2, %row3, %e, %w) : (memref<?x?x!act>, index, index, index) -> vector<8xf32>
+          %n0, %n1, %n2, %n3 = func.call @k3k_mla_score8(%qt, %i, %e, %h0, %f0, %f1, %f2, %f3, %a0, %a1, %a2, %a3) : (memref<?x?x?xf32>, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+          scf.yield %n0, %n1, %n2, %n3 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
+        }
+        scf.yield %r0, %r1, %r2, %r3 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
       }
-      %jin0 = arith.cmpi ult, %j0, %ntok : index
-      %hin0_0 = arith.cmpi ult, %h0, %nh : index
-      %in0_0 = arith.andi %hin0_0, %jin0 : i1
-      scf.if %in0_0 {
-        %sc0_0 = arith.mulf %s0_0, %scale : f32
-        memref.store %sc0_0, %p[%i, %h0, %j0] : memref<?x?x?xf32>
+      // Rows whose length is not a multiple of 8: the last terms one by one.
+      %s0, %s1, %s2, %s3 = scf.for %e = %wfull to %w step %c1 iter_args(%a0 = %v0, %a1 = %v1, %a2 = %v2, %a3 = %v3) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
+        %qv = vector.load %qt[%i, %e, %h0] {alignment = 16 : i64} : memref<?x?x?xf32>, vector<8xf32>
+        %x0 = memref.load %pool2[%row0, %e] : memref<?x?x!act>
+        %y0 = func.call @k3k_widen(%x0) : (!act) -> f32
+        %b0 = vector.broadcast %y0 : f32 to vector<8xf32>
+        %m0 = arith.mulf %qv, %b0 fastmath<contract> : vector<8xf32>
+        %n0 = arith.addf %a0, %m0 fastmath<contract> : vector<8xf32>
+        %x1 = memref.load %pool2[%row1, %e] : memref<?x?x!act>
+        %y1 = func.call @k3k_widen(%x1) : (!act) -> f32
+        %b1 = vector.broadcast %y1 : f32 to vector<8xf32>
+        %m1 = arith.mulf %qv, %b1 fastmath<contract> : vector<8xf32>
+        %n1 = arith.addf %a1, %m1 fastmath<contract> : vector<8xf32>
+        %x2 = memref.load %pool2[%row2, %e] : memref<?x?x!act>
+        %y2 = func.call @k3k_widen(%x2) : (!act) -> f32
+        %b2 = vector.broadcast %y2 : f32 to vector<8xf32>
+        %m2 = arith.mulf %qv, %b2 fastmath<contract> : vector<8xf32>
+        %n2 = arith.addf %a2, %m2 fastmath<contract> : vector<8xf32>
+        %x3 = memref.load %pool2[%row3, %e] : memref<?x?x!act>
+        %y3 = func.call @k3k_widen(%x3) : (!act) -> f32
+        %b3 = vector.broadcast %y3 : f32 to vector<8xf32>
+        %m3 = arith.mulf %qv, %b3 fastmath<contract> : vector<8xf32>
+        %n3 = arith.addf %a3, %m3 fastmath<contract> : vector<8xf32>
+        scf.yield %n0, %n1, %n2, %n3 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
       }
-      %hin0_1 = arith.cmpi ult, %hk1, %nh : index
-      %in0_1 = arith.andi %hin0_1, %jin0 : i1
-      scf.if %in0_1 {
-        %sc0_1 = arith.mulf %s0_1, %scale : f32
-        memref.store %sc0_1, %p[%i, %hk1, %j0] : memref<?x?x?xf32>
-      }
-      %hin0_2 = arith.cmpi ult, %hk2, %nh : index
-      %in0_2 = arith.andi %hin0_2, %jin0 : i1
-      scf.if %in0_2 {
-        %sc0_2 = arith.mulf %s0_2, %scale : f32
-        memref.store %sc0_2, %p[%i, %hk2, %j0] : memref<?x?x?xf32>
-      }
-      %hin0_3 = arith.cmpi ult, %hk3, %nh : index
-      %in0_3 = arith.andi %hin0_3, %jin0 : i1
-      scf.if %in0_3 {
-        %sc0_3 = arith.mulf %s0_3, %scale : f32
-        memref.store %sc0_3, %p[%i, %hk3, %j0] : memref<?x?x?xf32>
-      }
-      %hin0_4 = arith.cmpi ult, %hk4, %nh : index
-      %in0_4 = arith.andi %hin0_4, %jin0 : i1
-      scf.if %in0_4 {
-        %sc0_4 = arith.mulf %s0_4, %scale : f32
-        memref.store %sc0_4, %p[%i, %hk4, %j0] : memref<?x?x?xf32>
-      }
-      %hin0_5 = arith.cmpi ult, %hk5, %nh : index
-      %in0_5 = arith.andi %hin0_5, %jin0 : i1
-      scf.if %in0_5 {
-        %sc0_5 = arith.mulf %s0_5, %scale : f32
-        memref.store %sc0_5, %p[%i, %hk5, %j0] : memref<?x?x?xf32>
-      }
-      %hin0_6 = arith.cmpi ult, %hk6, %nh : index
-      %in0_6 = arith.andi %hin0_6, %jin0 : i1
-      scf.if %in0_6 {
-        %sc0_6 = arith.mulf %s0_6, %scale : f32
-        memref.store %sc0_6, %p[%i, %hk6, %j0] : memref<?x?x?xf32>
-      }
-      %hin0_7 = arith.cmpi ult, %hk7, %nh : index
-      %in0_7 = arith.andi %hin0_7, %jin0 : i1
-      scf.if %in0_7 {
-        %sc0_7 = arith.mulf %s0_7, %scale : f32
-        memref.store %sc0_7, %p[%i, %hk7, %j0] : memref<?x?x?xf32>
-      }
-      %jin1 = arith.cmpi ult, %jr1, %ntok : index
-      %hin1_0 = arith.cmpi ult, %h0, %nh : index
-      %in1_0 = arith.andi %hin1_0, %jin1 : i1
-      scf.if %in1_0 {
-        %sc1_0 = arith.mulf %s1_0, %scale : f32
-        memref.store %sc1_0, %p[%i, %h0, %jr1] : memref<?x?x?xf32>
-      }
-      %hin1_1 = arith.cmpi ult, %hk1, %nh : index
-      %in1_1 = arith.andi %hin1_1, %jin1 : i1
-      scf.if %in1_1 {
-        %sc1_1 = arith.mulf %s1_1, %scale : f32
-        memref.store %sc1_1, %p[%i, %hk1, %jr1] : memref<?x?x?xf32>
-      }
-      %hin1_2 = arith.cmpi ult, %hk2, %nh : index
-      %in1_2 = arith.andi %hin1_2, %jin1 : i1
-      scf.if %in1_2 {
-        %sc1_2 = arith.mulf %s1_2, %scale : f32
-        memref.store %sc1_2, %p[%i, %hk2, %jr1] : memref<?x?x?xf32>
-      }
-      %hin1_3 = arith.cmpi ult, %hk3, %nh : index
-      %in1_3 = arith.andi %hin1_3, %jin1 : i1
-      scf.if %in1_3 {
-        %sc1_3 = arith.mulf %s1_3, %scale : f32
-        memref.store %sc1_3, %p[%i, %hk3, %jr1] : memref<?x?x?xf32>
-      }
-      %hin1_4 = arith.cmpi ult, %hk4, %nh : index
-      %in1_4 = arith.andi %hin1_4, %jin1 : i1
-      scf.if %in1_4 {
-        %sc1_4 = arith.mulf %s1_4, %scale : f32
-        memref.store %sc1_4, %p[%i, %hk4, %jr1] : memref<?x?x?xf32>
-      }
-      %hin1_5 = arith.cmpi ult, %hk5, %nh : index
-      %in1_5 = arith.andi %hin1_5, %jin1 : i1
-      scf.if %in1_5 {
-        %sc1_5 = arith.mulf %s1_5, %scale : f32
-        memref.store %sc1_5, %p[%i, %hk5, %jr1] : memref<?x?x?xf32>
-      }
-      %hin1_6 = arith.cmpi ult, %hk6, %nh : index
-      %in1_6 = arith.andi %hin1_6, %jin1 : i1
-      scf.if %in1_6 {
-        %sc1_6 = arith.mulf %s1_6, %scale : f32
-        memref.store %sc1_6, %p[%i, %hk6, %jr1] : memref<?x?x?xf32>
-      }
-      %hin1_7 = arith.cmpi ult, %hk7, %nh : index
-      %in1_7 = arith.andi %hin1_7, %jin1 : i1
-      scf.if %in1_7 {
-        %sc1_7 = arith.mulf %s1_7, %scale : f32
-        memref.store %sc1_7, %p[%i, %hk7, %jr1] : memref<?x?x?xf32>
-      }
-      %jin2 = arith.cmpi ult, %jr2, %ntok : index
-      %hin2_0 = arith.cmpi ult, %h0, %nh : index
-      %in2_0 = arith.andi %hin2_0, %jin2 : i1
-      scf.if %in2_0 {
-        %sc2_0 = arith.mulf %s2_0, %scale : f32
-        memref.store %sc2_0, %p[%i, %h0, %jr2] : memref<?x?x?xf32>
-      }
-      %hin2_1 = arith.cmpi ult, %hk1, %nh : index
-      %in2_1 = arith.andi %hin2_1, %jin2 : i1
-      scf.if %in2_1 {
-        %sc2_1 = arith.mulf %s2_1, %scale : f32
-        memref.store %sc2_1, %p[%i, %hk1, %jr2] : memref<?x?x?xf32>
-      }
-      %hin2_2 = arith.cmpi ult, %hk2, %nh : index
-      %in2_2 = arith.andi %hin2_2, %jin2 : i1
-      scf.if %in2_2 {
-        %sc2_2 = arith.mulf %s2_2, %scale : f32
-        memref.store %sc2_2, %p[%i, %hk2, %jr2] : memref<?x?x?xf32>
-      }
-      %hin2_3 = arith.cmpi ult, %hk3, %nh : index
-      %in2_3 = arith.andi %hin2_3, %jin2 : i1
-      scf.if %in2_3 {
-        %sc2_3 = arith.mulf %s2_3, %scale : f32
-        memref.store %sc2_3, %p[%i, %hk3, %jr2] : memref<?x?x?xf32>
-      }
-      %hin2_4 = arith.cmpi ult, %hk4, %nh : index
-      %in2_4 = arith.andi %hin2_4, %jin2 : i1
-      scf.if %in2_4 {
-        %sc2_4 = arith.mulf %s2_4, %scale : f32
-        memref.store %sc2_4, %p[%i, %hk4, %jr2] : memref<?x?x?xf32>
-      }
-      %hin2_5 = arith.cmpi ult, %hk5, %nh : index
-      %in2_5 = arith.andi %hin2_5, %jin2 : i1
-      scf.if %in2_5 {
-        %sc2_5 = arith.mulf %s2_5, %scale : f32
-        memref.store %sc2_5, %p[%i, %hk5, %jr2] : memref<?x?x?xf32>
-      }
-      %hin2_6 = arith.cmpi ult, %hk6, %nh : index
-      %in2_6 = arith.andi %hin2_6, %jin2 : i1
-      scf.if %in2_6 {
-        %sc2_6 = arith.mulf %s2_6, %scale : f32
-        memref.store %sc2_6, %p[%i, %hk6, %jr2] : memref<?x?x?xf32>
-      }
-      %hin2_7 = arith.cmpi ult, %hk7, %nh : index
-      %in2_7 = arith.andi %hin2_7, %jin2 : i1
-      scf.if %in2_7 {
-        %sc2_7 = arith.mulf %s2_7, %scale : f32
-        memref.store %sc2_7, %p[%i, %hk7, %jr2] : memref<?x?x?xf32>
-      }
-      %jin3 = arith.cmpi ult, %jr3, %ntok : index
-      %hin3_0 = arith.cmpi ult, %h0, %nh : index
-      %in3_0 = arith.andi %hin3_0, %jin3 : i1
-      scf.if %in3_0 {
-        %sc3_0 = arith.mulf %s3_0, %scale : f32
-        memref.store %sc3_0, %p[%i, %h0, %jr3] : memref<?x?x?xf32>
-      }
-      %hin3_1 = arith.cmpi ult, %hk1, %nh : index
-      %in3_1 = arith.andi %hin3_1, %jin3 : i1
-      scf.if %in3_1 {
-        %sc3_1 = arith.mulf %s3_1, %scale : f32
-        memref.store %sc3_1, %p[%i, %hk1, %jr3] : memref<?x?x?xf32>
-      }
-      %hin3_2 = arith.cmpi ult, %hk2, %nh : index
-      %in3_2 = arith.andi %hin3_2, %jin3 : i1
-      scf.if %in3_2 {
-        %sc3_2 = arith.mulf %s3_2, %scale : f32
-        memref.store %sc3_2, %p[%i, %hk2, %jr3] : memref<?x?x?xf32>
-      }
-      %hin3_3 = arith.cmpi ult, %hk3, %nh : index
-      %in3_3 = arith.andi %hin3_3, %jin3 : i1
-      scf.if %in3_3 {
-        %sc3_3 = arith.mulf %s3_3, %scale : f32
-        memref.store %sc3_3, %p[%i, %hk3, %jr3] : memref<?x?x?xf32>
-      }
-      %hin3_4 = arith.cmpi ult, %hk4, %nh : index
-      %in3_4 = arith.andi %hin3_4, %jin3 : i1
-      scf.if %in3_4 {
-        %sc3_4 = arith.mulf %s3_4, %scale : f32
-        memref.store %sc3_4, %p[%i, %hk4, %jr3] : memref<?x?x?xf32>
-      }
-      %hin3_5 = arith.cmpi ult, %hk5, %nh : index
-      %in3_5 = arith.andi %hin3_5, %jin3 : i1
-      scf.if %in3_5 {
-        %sc3_5 = arith.mulf %s3_5, %scale : f32
-        memref.store %sc3_5, %p[%i, %hk5, %jr3] : memref<?x?x?xf32>
-      }
-      %hin3_6 = arith.cmpi ult, %hk6, %nh : index
-      %in3_6 = arith.andi %hin3_6, %jin3 : i1
-      scf.if %in3_6 {
-        %sc3_6 = arith.mulf %s3_6, %scale : f32
-        memref.store %sc3_6, %p[%i, %hk6, %jr3] : memref<?x?x?xf32>
-      }
-      %hin3_7 = arith.cmpi ult, %hk7, %nh : index
-      %in3_7 = arith.andi %hin3_7, %jin3 : i1
-      scf.if %in3_7 {
-        %sc3_7 = arith.mulf %s3_7, %scale : f32
-        memref.store %sc3_7, %p[%i, %hk7, %jr3] : memref<?x?x?xf32>
-      }
+      func.call @k3k_mla_store_scores(%p, %s0, %i, %h0, %j0, %nh, %ntok, %scale) : (memref<?x?x?xf32>, vector<8xf32>, index, index, index, index, index, f32) -> ()
+      func.call @k3k_mla_store_scores(%p, %s1, %i, %h0, %j1, %nh, %ntok, %scale) : (memref<?x?x?xf32>, vector<8xf32>, index, index, index, index, index, f32) -> ()
+      func.call @k3k_mla_store_scores(%p, %s2, %i, %h0, %j2, %nh, %ntok, %scale) : (memref<?x?x?xf32>, vector<8xf32>, index, index, index, index, index, f32) -> ()
+      func.call @k3k_mla_store_scores(%p, %s3, %i, %h0, %j3, %nh, %ntok, %scale) : (memref<?x?x?xf32>, vector<8xf32>, index, index, index, index, index, f32) -> ()
     }
     // Softmax per (token, head): the maximum, exp(s - max) in place, the sum.
     %rowmax = memref.alloc(%t, %nh) : memref<?x?xf32>
@@ -526,229 +630,127 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     // ō over each token's cached rows in slices of about %rows_per_part
     // (at most %parts; flash-decoding style: each slice a partial sum, the
     // slices added in order, unused ones zero), for parallelism over a long
-    // context; %hblk heads per thread, so that each cache element is read
-    // once per slice for all of them. A token's slices depend on its own
-    // context only, not on the other tokens of the call.
+    // context. A thread takes 8 heads and 8 consecutive columns: per row one
+    // vector load of the cache (consecutive threads, consecutive columns) and
+    // 64 products. A token's slices depend on its own context only, not on
+    // the other tokens of the call.
     %parts = arith.constant 32 : index
     %rows_per_part = arith.constant 256 : index
-    %partial = memref.alloc(%t, %nh, %r, %parts) : memref<?x?x?x?xf32>
-    scf.parallel (%i, %hb, %pt, %e) = (%c0, %c0, %c0, %c0) to (%t, %nhb, %parts, %r) step (%c1, %c1, %c1, %c1) {
+    %ncb = arith.ceildivui %r, %c8 : index
+    %rrem = arith.remui %r, %c8 : index
+    %rok = arith.cmpi eq, %rrem, %c0 : index
+    %alr = arith.andi %al, %rok : i1
+    %partial = memref.alloc(%t, %nh, %parts, %r) : memref<?x?x?x?xf32>
+    // (head block, slice) as one dimension: the token, it and the column
+    // block are the three grid dimensions.
+    %nhbp = arith.muli %nhb, %parts : index
+    scf.parallel (%i, %hbpt, %cb) = (%c0, %c0, %c0) to (%t, %nhbp, %ncb) step (%c1, %c1, %c1) {
+      %hb = arith.divui %hbpt, %parts : index
+      %pt = arith.remui %hbpt, %parts : index
       %ntok = func.call @k3k_mla_rows(%ntk, %i, %pertoken, %maxn) : (memref<?xindex>, index, i1, index) -> index
       %nparts0 = arith.ceildivui %ntok, %rows_per_part : index
       %nparts = arith.minui %nparts0, %parts : index
       %slice = arith.ceildivui %ntok, %nparts : index
+      %col = arith.muli %cb, %c8 : index
       %h0 = arith.muli %hb, %hblk : index
       %hu0 = arith.minui %h0, %hlast : index
-      %hk1 = arith.addi %h0, %c1_h : index
+      %hk1 = arith.addi %h0, %c1 : index
       %hu1 = arith.minui %hk1, %hlast : index
-      %hk2 = arith.addi %h0, %c2_h : index
+      %hk2 = arith.addi %h0, %c2 : index
       %hu2 = arith.minui %hk2, %hlast : index
-      %hk3 = arith.addi %h0, %c3_h : index
+      %c3 = arith.constant 3 : index
+      %hk3 = arith.addi %h0, %c3 : index
       %hu3 = arith.minui %hk3, %hlast : index
-      %hk4 = arith.addi %h0, %c4_h : index
+      %c4 = arith.constant 4 : index
+      %hk4 = arith.addi %h0, %c4 : index
       %hu4 = arith.minui %hk4, %hlast : index
-      %hk5 = arith.addi %h0, %c5_h : index
+      %c5 = arith.constant 5 : index
+      %hk5 = arith.addi %h0, %c5 : index
       %hu5 = arith.minui %hk5, %hlast : index
-      %hk6 = arith.addi %h0, %c6_h : index
+      %c6 = arith.constant 6 : index
+      %hk6 = arith.addi %h0, %c6 : index
       %hu6 = arith.minui %hk6, %hlast : index
-      %hk7 = arith.addi %h0, %c7_h : index
+      %c7 = arith.constant 7 : index
+      %hk7 = arith.addi %h0, %c7 : index
       %hu7 = arith.minui %hk7, %hlast : index
       %j0 = arith.muli %pt, %slice : index
       %j1u = arith.addi %j0, %slice : index
       %j1 = arith.minui %j1u, %ntok : index
-      // Four cached rows per iteration, in order (independent loads in
-      // flight); a row past the slice leaves the sums as they are.
-      %j1last = arith.subi %j1, %c1 : index
-      %s0, %s1, %s2, %s3, %s4, %s5, %s6, %s7 = scf.for %j = %j0 to %j1 step %rblk iter_args(%a0 = %zero, %a1 = %zero, %a2 = %zero, %a3 = %zero, %a4 = %zero, %a5 = %zero, %a6 = %zero, %a7 = %zero) -> (f32, f32, f32, f32, f32, f32, f32, f32) {
-        %ok0 = arith.cmpi ult, %j, %j1 : index
-        %jc0 = arith.minui %j, %j1last : index
-        %row0 = memref.load %rows[%i, %jc0] : memref<?x?xindex>
-        %cv0 = memref.load %pool2[%row0, %e] : memref<?x?x!act>
-        %cf0 = func.call @k3k_widen(%cv0) : (!act) -> f32
-        %jj1 = arith.addi %j, %c1_h : index
-        %ok1 = arith.cmpi ult, %jj1, %j1 : index
-        %jc1 = arith.minui %jj1, %j1last : index
-        %row1 = memref.load %rows[%i, %jc1] : memref<?x?xindex>
-        %cv1 = memref.load %pool2[%row1, %e] : memref<?x?x!act>
-        %cf1 = func.call @k3k_widen(%cv1) : (!act) -> f32
-        %jj2 = arith.addi %j, %c2_h : index
-        %ok2 = arith.cmpi ult, %jj2, %j1 : index
-        %jc2 = arith.minui %jj2, %j1last : index
-        %row2 = memref.load %rows[%i, %jc2] : memref<?x?xindex>
-        %cv2 = memref.load %pool2[%row2, %e] : memref<?x?x!act>
-        %cf2 = func.call @k3k_widen(%cv2) : (!act) -> f32
-        %jj3 = arith.addi %j, %c3_h : index
-        %ok3 = arith.cmpi ult, %jj3, %j1 : index
-        %jc3 = arith.minui %jj3, %j1last : index
-        %row3 = memref.load %rows[%i, %jc3] : memref<?x?xindex>
-        %cv3 = memref.load %pool2[%row3, %e] : memref<?x?x!act>
-        %cf3 = func.call @k3k_widen(%cv3) : (!act) -> f32
-        %p0_0 = memref.load %p[%i, %hu0, %jc0] : memref<?x?x?xf32>
-        %m0_0 = arith.mulf %p0_0, %cf0 : f32
-        %d0_0 = arith.addf %a0, %m0_0 : f32
-        %n0_0 = arith.select %ok0, %d0_0, %a0 : f32
-        %p0_1 = memref.load %p[%i, %hu1, %jc0] : memref<?x?x?xf32>
-        %m0_1 = arith.mulf %p0_1, %cf0 : f32
-        %d0_1 = arith.addf %a1, %m0_1 : f32
-        %n0_1 = arith.select %ok0, %d0_1, %a1 : f32
-        %p0_2 = memref.load %p[%i, %hu2, %jc0] : memref<?x?x?xf32>
-        %m0_2 = arith.mulf %p0_2, %cf0 : f32
-        %d0_2 = arith.addf %a2, %m0_2 : f32
-        %n0_2 = arith.select %ok0, %d0_2, %a2 : f32
-        %p0_3 = memref.load %p[%i, %hu3, %jc0] : memref<?x?x?xf32>
-        %m0_3 = arith.mulf %p0_3, %cf0 : f32
-        %d0_3 = arith.addf %a3, %m0_3 : f32
-        %n0_3 = arith.select %ok0, %d0_3, %a3 : f32
-        %p0_4 = memref.load %p[%i, %hu4, %jc0] : memref<?x?x?xf32>
-        %m0_4 = arith.mulf %p0_4, %cf0 : f32
-        %d0_4 = arith.addf %a4, %m0_4 : f32
-        %n0_4 = arith.select %ok0, %d0_4, %a4 : f32
-        %p0_5 = memref.load %p[%i, %hu5, %jc0] : memref<?x?x?xf32>
-        %m0_5 = arith.mulf %p0_5, %cf0 : f32
-        %d0_5 = arith.addf %a5, %m0_5 : f32
-        %n0_5 = arith.select %ok0, %d0_5, %a5 : f32
-        %p0_6 = memref.load %p[%i, %hu6, %jc0] : memref<?x?x?xf32>
-        %m0_6 = arith.mulf %p0_6, %cf0 : f32
-        %d0_6 = arith.addf %a6, %m0_6 : f32
-        %n0_6 = arith.select %ok0, %d0_6, %a6 : f32
-        %p0_7 = memref.load %p[%i, %hu7, %jc0] : memref<?x?x?xf32>
-        %m0_7 = arith.mulf %p0_7, %cf0 : f32
-        %d0_7 = arith.addf %a7, %m0_7 : f32
-        %n0_7 = arith.select %ok0, %d0_7, %a7 : f32
-        %p1_0 = memref.load %p[%i, %hu0, %jc1] : memref<?x?x?xf32>
-        %m1_0 = arith.mulf %p1_0, %cf1 : f32
-        %d1_0 = arith.addf %n0_0, %m1_0 : f32
-        %n1_0 = arith.select %ok1, %d1_0, %n0_0 : f32
-        %p1_1 = memref.load %p[%i, %hu1, %jc1] : memref<?x?x?xf32>
-        %m1_1 = arith.mulf %p1_1, %cf1 : f32
-        %d1_1 = arith.addf %n0_1, %m1_1 : f32
-        %n1_1 = arith.select %ok1, %d1_1, %n0_1 : f32
-        %p1_2 = memref.load %p[%i, %hu2, %jc1] : memref<?x?x?xf32>
-        %m1_2 = arith.mulf %p1_2, %cf1 : f32
-        %d1_2 = arith.addf %n0_2, %m1_2 : f32
-        %n1_2 = arith.select %ok1, %d1_2, %n0_2 : f32
-        %p1_3 = memref.load %p[%i, %hu3, %jc1] : memref<?x?x?xf32>
-        %m1_3 = arith.mulf %p1_3, %cf1 : f32
-        %d1_3 = arith.addf %n0_3, %m1_3 : f32
-        %n1_3 = arith.select %ok1, %d1_3, %n0_3 : f32
-        %p1_4 = memref.load %p[%i, %hu4, %jc1] : memref<?x?x?xf32>
-        %m1_4 = arith.mulf %p1_4, %cf1 : f32
-        %d1_4 = arith.addf %n0_4, %m1_4 : f32
-        %n1_4 = arith.select %ok1, %d1_4, %n0_4 : f32
-        %p1_5 = memref.load %p[%i, %hu5, %jc1] : memref<?x?x?xf32>
-        %m1_5 = arith.mulf %p1_5, %cf1 : f32
-        %d1_5 = arith.addf %n0_5, %m1_5 : f32
-        %n1_5 = arith.select %ok1, %d1_5, %n0_5 : f32
-        %p1_6 = memref.load %p[%i, %hu6, %jc1] : memref<?x?x?xf32>
-        %m1_6 = arith.mulf %p1_6, %cf1 : f32
-        %d1_6 = arith.addf %n0_6, %m1_6 : f32
-        %n1_6 = arith.select %ok1, %d1_6, %n0_6 : f32
-        %p1_7 = memref.load %p[%i, %hu7, %jc1] : memref<?x?x?xf32>
-        %m1_7 = arith.mulf %p1_7, %cf1 : f32
-        %d1_7 = arith.addf %n0_7, %m1_7 : f32
-        %n1_7 = arith.select %ok1, %d1_7, %n0_7 : f32
-        %p2_0 = memref.load %p[%i, %hu0, %jc2] : memref<?x?x?xf32>
-        %m2_0 = arith.mulf %p2_0, %cf2 : f32
-        %d2_0 = arith.addf %n1_0, %m2_0 : f32
-        %n2_0 = arith.select %ok2, %d2_0, %n1_0 : f32
-        %p2_1 = memref.load %p[%i, %hu1, %jc2] : memref<?x?x?xf32>
-        %m2_1 = arith.mulf %p2_1, %cf2 : f32
-        %d2_1 = arith.addf %n1_1, %m2_1 : f32
-        %n2_1 = arith.select %ok2, %d2_1, %n1_1 : f32
-        %p2_2 = memref.load %p[%i, %hu2, %jc2] : memref<?x?x?xf32>
-        %m2_2 = arith.mulf %p2_2, %cf2 : f32
-        %d2_2 = arith.addf %n1_2, %m2_2 : f32
-        %n2_2 = arith.select %ok2, %d2_2, %n1_2 : f32
-        %p2_3 = memref.load %p[%i, %hu3, %jc2] : memref<?x?x?xf32>
-        %m2_3 = arith.mulf %p2_3, %cf2 : f32
-        %d2_3 = arith.addf %n1_3, %m2_3 : f32
-        %n2_3 = arith.select %ok2, %d2_3, %n1_3 : f32
-        %p2_4 = memref.load %p[%i, %hu4, %jc2] : memref<?x?x?xf32>
-        %m2_4 = arith.mulf %p2_4, %cf2 : f32
-        %d2_4 = arith.addf %n1_4, %m2_4 : f32
-        %n2_4 = arith.select %ok2, %d2_4, %n1_4 : f32
-        %p2_5 = memref.load %p[%i, %hu5, %jc2] : memref<?x?x?xf32>
-        %m2_5 = arith.mulf %p2_5, %cf2 : f32
-        %d2_5 = arith.addf %n1_5, %m2_5 : f32
-        %n2_5 = arith.select %ok2, %d2_5, %n1_5 : f32
-        %p2_6 = memref.load %p[%i, %hu6, %jc2] : memref<?x?x?xf32>
-        %m2_6 = arith.mulf %p2_6, %cf2 : f32
-        %d2_6 = arith.addf %n1_6, %m2_6 : f32
-        %n2_6 = arith.select %ok2, %d2_6, %n1_6 : f32
-        %p2_7 = memref.load %p[%i, %hu7, %jc2] : memref<?x?x?xf32>
-        %m2_7 = arith.mulf %p2_7, %cf2 : f32
-        %d2_7 = arith.addf %n1_7, %m2_7 : f32
-        %n2_7 = arith.select %ok2, %d2_7, %n1_7 : f32
-        %p3_0 = memref.load %p[%i, %hu0, %jc3] : memref<?x?x?xf32>
-        %m3_0 = arith.mulf %p3_0, %cf3 : f32
-        %d3_0 = arith.addf %n2_0, %m3_0 : f32
-        %n3_0 = arith.select %ok3, %d3_0, %n2_0 : f32
-        %p3_1 = memref.load %p[%i, %hu1, %jc3] : memref<?x?x?xf32>
-        %m3_1 = arith.mulf %p3_1, %cf3 : f32
-        %d3_1 = arith.addf %n2_1, %m3_1 : f32
-        %n3_1 = arith.select %ok3, %d3_1, %n2_1 : f32
-        %p3_2 = memref.load %p[%i, %hu2, %jc3] : memref<?x?x?xf32>
-        %m3_2 = arith.mulf %p3_2, %cf3 : f32
-        %d3_2 = arith.addf %n2_2, %m3_2 : f32
-        %n3_2 = arith.select %ok3, %d3_2, %n2_2 : f32
-        %p3_3 = memref.load %p[%i, %hu3, %jc3] : memref<?x?x?xf32>
-        %m3_3 = arith.mulf %p3_3, %cf3 : f32
-        %d3_3 = arith.addf %n2_3, %m3_3 : f32
-        %n3_3 = arith.select %ok3, %d3_3, %n2_3 : f32
-        %p3_4 = memref.load %p[%i, %hu4, %jc3] : memref<?x?x?xf32>
-        %m3_4 = arith.mulf %p3_4, %cf3 : f32
-        %d3_4 = arith.addf %n2_4, %m3_4 : f32
-        %n3_4 = arith.select %ok3, %d3_4, %n2_4 : f32
-        %p3_5 = memref.load %p[%i, %hu5, %jc3] : memref<?x?x?xf32>
-        %m3_5 = arith.mulf %p3_5, %cf3 : f32
-        %d3_5 = arith.addf %n2_5, %m3_5 : f32
-        %n3_5 = arith.select %ok3, %d3_5, %n2_5 : f32
-        %p3_6 = memref.load %p[%i, %hu6, %jc3] : memref<?x?x?xf32>
-        %m3_6 = arith.mulf %p3_6, %cf3 : f32
-        %d3_6 = arith.addf %n2_6, %m3_6 : f32
-        %n3_6 = arith.select %ok3, %d3_6, %n2_6 : f32
-        %p3_7 = memref.load %p[%i, %hu7, %jc3] : memref<?x?x?xf32>
-        %m3_7 = arith.mulf %p3_7, %cf3 : f32
-        %d3_7 = arith.addf %n2_7, %m3_7 : f32
-        %n3_7 = arith.select %ok3, %d3_7, %n2_7 : f32
-        scf.yield %n3_0, %n3_1, %n3_2, %n3_3, %n3_4, %n3_5, %n3_6, %n3_7 : f32, f32, f32, f32, f32, f32, f32, f32
+      // Four rows per iteration (their loads in flight together), the
+      // sums still in row order; then the rest of the slice one by one.
+      %jpos = arith.cmpi ugt, %j1, %j0 : index
+      %jlen0 = arith.subi %j1, %j0 : index
+      %jlen = arith.select %jpos, %jlen0, %c0 : index
+      %jrem = arith.remui %jlen, %c4 : index
+      %jlen4 = arith.subi %jlen, %jrem : index
+      %jm = arith.addi %j0, %jlen4 : index
+      %s0, %s1, %s2, %s3, %s4, %s5, %s6, %s7 = scf.if %alr -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
+        %q0, %q1, %q2, %q3, %q4, %q5, %q6, %q7 = scf.for %j = %j0 to %jm step %c4 iter_args(%a0 = %vzero, %a1 = %vzero, %a2 = %vzero, %a3 = %vzero, %a4 = %vzero, %a5 = %vzero, %a6 = %vzero, %a7 = %vzero) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
+            %row0 = memref.load %rows[%i, %j] : memref<?x?xindex>
+            %ju1 = arith.addi %j, %c1 : index
+            %row1 = memref.load %rows[%i, %ju1] : memref<?x?xindex>
+            %ju2 = arith.addi %j, %c2 : index
+            %row2 = memref.load %rows[%i, %ju2] : memref<?x?xindex>
+            %ju3 = arith.addi %j, %c3 : index
+            %row3 = memref.load %rows[%i, %ju3] : memref<?x?xindex>
+            %cv0 = func.call @k3k_mla_row8(%pool2, %row0, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+            %cv1 = func.call @k3k_mla_row8(%pool2, %row1, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+            %cv2 = func.call @k3k_mla_row8(%pool2, %row2, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+            %cv3 = func.call @k3k_mla_row8(%pool2, %row3, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+            %u0_0, %u0_1, %u0_2, %u0_3, %u0_4, %u0_5, %u0_6, %u0_7 = func.call @k3k_mla_wsum8(%p, %i, %j, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv0, %a0, %a1, %a2, %a3, %a4, %a5, %a6, %a7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+            %u1_0, %u1_1, %u1_2, %u1_3, %u1_4, %u1_5, %u1_6, %u1_7 = func.call @k3k_mla_wsum8(%p, %i, %ju1, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv1, %u0_0, %u0_1, %u0_2, %u0_3, %u0_4, %u0_5, %u0_6, %u0_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+            %u2_0, %u2_1, %u2_2, %u2_3, %u2_4, %u2_5, %u2_6, %u2_7 = func.call @k3k_mla_wsum8(%p, %i, %ju2, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv2, %u1_0, %u1_1, %u1_2, %u1_3, %u1_4, %u1_5, %u1_6, %u1_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+            %u3_0, %u3_1, %u3_2, %u3_3, %u3_4, %u3_5, %u3_6, %u3_7 = func.call @k3k_mla_wsum8(%p, %i, %ju3, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv3, %u2_0, %u2_1, %u2_2, %u2_3, %u2_4, %u2_5, %u2_6, %u2_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+            scf.yield %u3_0, %u3_1, %u3_2, %u3_3, %u3_4, %u3_5, %u3_6, %u3_7 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
+        }
+        %r0, %r1, %r2, %r3, %r4, %r5, %r6, %r7 = scf.for %j = %jm to %j1 step %c1 iter_args(%a0 = %q0, %a1 = %q1, %a2 = %q2, %a3 = %q3, %a4 = %q4, %a5 = %q5, %a6 = %q6, %a7 = %q7) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
+            %row = memref.load %rows[%i, %j] : memref<?x?xindex>
+            %cv = func.call @k3k_mla_row8(%pool2, %row, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+            %n0, %n1, %n2, %n3, %n4, %n5, %n6, %n7 = func.call @k3k_mla_wsum8(%p, %i, %j, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv, %a0, %a1, %a2, %a3, %a4, %a5, %a6, %a7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+            scf.yield %n0, %n1, %n2, %n3, %n4, %n5, %n6, %n7 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
+        }
+        scf.yield %r0, %r1, %r2, %r3, %r4, %r5, %r6, %r7 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
+      } else {
+        %q0, %q1, %q2, %q3, %q4, %q5, %q6, %q7 = scf.for %j = %j0 to %jm step %c4 iter_args(%a0 = %vzero, %a1 = %vzero, %a2 = %vzero, %a3 = %vzero, %a4 = %vzero, %a5 = %vzero, %a6 = %vzero, %a7 = %vzero) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
+            %row0 = memref.load %rows[%i, %j] : memref<?x?xindex>
+            %ju1 = arith.addi %j, %c1 : index
+            %row1 = memref.load %rows[%i, %ju1] : memref<?x?xindex>
+            %ju2 = arith.addi %j, %c2 : index
+            %row2 = memref.load %rows[%i, %ju2] : memref<?x?xindex>
+            %ju3 = arith.addi %j, %c3 : index
+            %row3 = memref.load %rows[%i, %ju3] : memref<?x?xindex>
+            %cv0 = func.call @k3k_mla_row8_any(%pool2, %row0, %col, %r) : (memref<?x?x!act>, index, index, index) -> vector<8xf32>
+            %cv1 = func.call @k3k_mla_row8_any(%pool2, %row1, %col, %r) : (memref<?x?x!act>, index, index, index) -> vector<8xf32>
+            %cv2 = func.call @k3k_mla_row8_any(%pool2, %row2, %col, %r) : (memref<?x?x!act>, index, index, index) -> vector<8xf32>
+            %cv3 = func.call @k3k_mla_row8_any(%pool2, %row3, %col, %r) : (memref<?x?x!act>, index, index, index) -> vector<8xf32>
+            %u0_0, %u0_1, %u0_2, %u0_3, %u0_4, %u0_5, %u0_6, %u0_7 = func.call @k3k_mla_wsum8(%p, %i, %j, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv0, %a0, %a1, %a2, %a3, %a4, %a5, %a6, %a7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+            %u1_0, %u1_1, %u1_2, %u1_3, %u1_4, %u1_5, %u1_6, %u1_7 = func.call @k3k_mla_wsum8(%p, %i, %ju1, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv1, %u0_0, %u0_1, %u0_2, %u0_3, %u0_4, %u0_5, %u0_6, %u0_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+            %u2_0, %u2_1, %u2_2, %u2_3, %u2_4, %u2_5, %u2_6, %u2_7 = func.call @k3k_mla_wsum8(%p, %i, %ju2, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv2, %u1_0, %u1_1, %u1_2, %u1_3, %u1_4, %u1_5, %u1_6, %u1_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+            %u3_0, %u3_1, %u3_2, %u3_3, %u3_4, %u3_5, %u3_6, %u3_7 = func.call @k3k_mla_wsum8(%p, %i, %ju3, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv3, %u2_0, %u2_1, %u2_2, %u2_3, %u2_4, %u2_5, %u2_6, %u2_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+            scf.yield %u3_0, %u3_1, %u3_2, %u3_3, %u3_4, %u3_5, %u3_6, %u3_7 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
+        }
+        %r0, %r1, %r2, %r3, %r4, %r5, %r6, %r7 = scf.for %j = %jm to %j1 step %c1 iter_args(%a0 = %q0, %a1 = %q1, %a2 = %q2, %a3 = %q3, %a4 = %q4, %a5 = %q5, %a6 = %q6, %a7 = %q7) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
+            %row = memref.load %rows[%i, %j] : memref<?x?xindex>
+            %cv = func.call @k3k_mla_row8_any(%pool2, %row, %col, %r) : (memref<?x?x!act>, index, index, index) -> vector<8xf32>
+            %n0, %n1, %n2, %n3, %n4, %n5, %n6, %n7 = func.call @k3k_mla_wsum8(%p, %i, %j, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv, %a0, %a1, %a2, %a3, %a4, %a5, %a6, %a7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+            scf.yield %n0, %n1, %n2, %n3, %n4, %n5, %n6, %n7 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
+        }
+        scf.yield %r0, %r1, %r2, %r3, %r4, %r5, %r6, %r7 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
       }
-      %in0 = arith.cmpi ult, %h0, %nh : index
-      scf.if %in0 {
-        memref.store %s0, %partial[%i, %h0, %e, %pt] : memref<?x?x?x?xf32>
-      }
-      %in1 = arith.cmpi ult, %hk1, %nh : index
-      scf.if %in1 {
-        memref.store %s1, %partial[%i, %hk1, %e, %pt] : memref<?x?x?x?xf32>
-      }
-      %in2 = arith.cmpi ult, %hk2, %nh : index
-      scf.if %in2 {
-        memref.store %s2, %partial[%i, %hk2, %e, %pt] : memref<?x?x?x?xf32>
-      }
-      %in3 = arith.cmpi ult, %hk3, %nh : index
-      scf.if %in3 {
-        memref.store %s3, %partial[%i, %hk3, %e, %pt] : memref<?x?x?x?xf32>
-      }
-      %in4 = arith.cmpi ult, %hk4, %nh : index
-      scf.if %in4 {
-        memref.store %s4, %partial[%i, %hk4, %e, %pt] : memref<?x?x?x?xf32>
-      }
-      %in5 = arith.cmpi ult, %hk5, %nh : index
-      scf.if %in5 {
-        memref.store %s5, %partial[%i, %hk5, %e, %pt] : memref<?x?x?x?xf32>
-      }
-      %in6 = arith.cmpi ult, %hk6, %nh : index
-      scf.if %in6 {
-        memref.store %s6, %partial[%i, %hk6, %e, %pt] : memref<?x?x?x?xf32>
-      }
-      %in7 = arith.cmpi ult, %hk7, %nh : index
-      scf.if %in7 {
-        memref.store %s7, %partial[%i, %hk7, %e, %pt] : memref<?x?x?x?xf32>
-      }
+      func.call @k3k_mla_store_part(%partial, %s0, %i, %h0, %pt, %col, %nh, %r) : (memref<?x?x?x?xf32>, vector<8xf32>, index, index, index, index, index, index) -> ()
+      func.call @k3k_mla_store_part(%partial, %s1, %i, %hk1, %pt, %col, %nh, %r) : (memref<?x?x?x?xf32>, vector<8xf32>, index, index, index, index, index, index) -> ()
+      func.call @k3k_mla_store_part(%partial, %s2, %i, %hk2, %pt, %col, %nh, %r) : (memref<?x?x?x?xf32>, vector<8xf32>, index, index, index, index, index, index) -> ()
+      func.call @k3k_mla_store_part(%partial, %s3, %i, %hk3, %pt, %col, %nh, %r) : (memref<?x?x?x?xf32>, vector<8xf32>, index, index, index, index, index, index) -> ()
+      func.call @k3k_mla_store_part(%partial, %s4, %i, %hk4, %pt, %col, %nh, %r) : (memref<?x?x?x?xf32>, vector<8xf32>, index, index, index, index, index, index) -> ()
+      func.call @k3k_mla_store_part(%partial, %s5, %i, %hk5, %pt, %col, %nh, %r) : (memref<?x?x?x?xf32>, vector<8xf32>, index, index, index, index, index, index) -> ()
+      func.call @k3k_mla_store_part(%partial, %s6, %i, %hk6, %pt, %col, %nh, %r) : (memref<?x?x?x?xf32>, vector<8xf32>, index, index, index, index, index, index) -> ()
+      func.call @k3k_mla_store_part(%partial, %s7, %i, %hk7, %pt, %col, %nh, %r) : (memref<?x?x?x?xf32>, vector<8xf32>, index, index, index, index, index, index) -> ()
     }
+    // The slices in order, each element's sum by one thread (the threads of
+    // a warp along the row), normalised by the softmax sum.
     scf.parallel (%i, %h, %e) = (%c0, %c0, %c0) to (%t, %nh, %r) step (%c1, %c1, %c1) {
       %acc = scf.for %pt = %c0 to %parts step %c1 iter_args(%a = %zero) -> (f32) {
-        %v = memref.load %partial[%i, %h, %e, %pt] : memref<?x?x?x?xf32>
+        %v = memref.load %partial[%i, %h, %pt, %e] : memref<?x?x?x?xf32>
         %s2 = arith.addf %a, %v : f32
         scf.yield %s2 : f32
       }
@@ -756,7 +758,9 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
       %nrm = arith.divf %acc, %sum : f32
       memref.store %nrm, %ob[%i, %h, %e] : memref<?x?x?xf32>
     }
-    scf.parallel (%h, %d, %i) = (%c0, %c0, %c0) to (%nh, %dvh, %t) step (%c1, %c1, %c1) {
+    // o_h = W_UV[h] ō_h: a warp per output element (token, head, d), the
+    // warps of a block along d.
+    scf.parallel (%i, %h, %d) = (%c0, %c0, %c0) to (%t, %nh, %dvh) step (%c1, %c1, %c1) {
       %kvbase = arith.muli %h, %dkv : index
       %row0 = arith.addi %kvbase, %dn : index
       %row = arith.addi %row0, %d : index

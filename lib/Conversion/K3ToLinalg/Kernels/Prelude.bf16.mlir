@@ -17,3 +17,7 @@ func.func private @k3k_widen32(%a: vector<32x!act>) -> vector<32xf32> {
   %r = arith.extf %a : vector<32xbf16> to vector<32xf32>
   return %r : vector<32xf32>
 }
+func.func private @k3k_widen8(%a: vector<8x!act>) -> vector<8xf32> {
+  %r = arith.extf %a : vector<8xbf16> to vector<8xf32>
+  return %r : vector<8xf32>
+}
