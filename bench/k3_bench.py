@@ -181,7 +181,12 @@ class K3Lib:
         and conv tail, MLA page pools of `pages` pages per sequence, page
         tables (sequence i owns pages i*pages ..) and lengths."""
         st = {"arrs": {}, "seqs": seqs}
-        st["table"] = torch.arange(seqs * pages, dtype=torch.int32).reshape(seqs, pages).pin_memory()
+        # Page tables in device memory (only kernels read them): in torch's
+        # pinned host memory, a prefill after a batch-64 decode in the same
+        # process faulted reading them (CUDA 717/700, the MLA cache append;
+        # compute-sanitizer memcheck of the same run: no error; BENCHMARKS.md).
+        st["table"] = torch.arange(seqs * pages, dtype=torch.int32,
+                                   device="cuda").reshape(seqs, pages)
         st["length"] = torch.zeros(seqs, dtype=torch.int64).pin_memory()
         st["slots"] = torch.arange(seqs, dtype=torch.int32, device="cuda")
         for i, a in enumerate(self.args):
@@ -233,7 +238,9 @@ class K3Lib:
                 raise RuntimeError(err.decode())
             st["length"][rows] += each
 
-        run.keep = (keep, ptrs, per_call)
+        # The library writes `logits` on every call: the buffer lives as long
+        # as the call does, whether the caller keeps it or not.
+        run.keep = (keep, ptrs, per_call, logits)
         return run, logits
 
 

@@ -33,8 +33,8 @@ typedef int CUresult;
 #define EXPORT __attribute__((visibility("default")))
 
 static size_t used, limit;
-static long launches, waitsQueued;
-static int queued;
+static long launches, waitsQueued, filledFF;
+static int queued, faulted;
 
 static long envInt(const char *name, long fallback) {
   const char *v = getenv(name);
@@ -81,7 +81,11 @@ static CUresult launchKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
   const char *mode = getenv("FAKE_CUDA_LAUNCH");
   ++launches;
   queued = 1;
-  return mode && !strcmp(mode, "ok") ? 0 : 719;
+  /* "fault": launches are accepted and the wait after them fails, as an
+   * illegal address in a kernel shows on a GPU. */
+  if (mode && !strcmp(mode, "fault"))
+    faulted = 1;
+  return mode && (!strcmp(mode, "ok") || !strcmp(mode, "fault")) ? 0 : 719;
 }
 static CUresult streamCreate(void **s, unsigned flags) {
   (void)flags;
@@ -96,12 +100,14 @@ static CUresult streamSynchronize(void *s) {
   (void)s;
   waitsQueued += queued;
   queued = 0;
-  return 0;
+  return faulted ? 700 : 0;
 }
 __attribute__((destructor)) static void report(void) {
   if (getenv("FAKE_CUDA_COUNT"))
-    fprintf(stderr, "fake cuda: %ld launches, %ld waits with kernels queued\n",
-            launches, waitsQueued);
+    fprintf(stderr,
+            "fake cuda: %ld launches, %ld waits with kernels queued, %ld "
+            "bytes filled with 0xff\n",
+            launches, waitsQueued, filledFF);
 }
 /* Guarded device memory (FAKE_CUDA_GUARD): whole pages mapped PROT_NONE,
  * opened only while the driver copies or fills them. */
@@ -219,6 +225,8 @@ static CUresult memsetD8Async(uint64_t dst, unsigned char v, size_t n,
                               void *s) {
   (void)s;
   void *d = (void *)(uintptr_t)dst;
+  if (v == 0xFF)
+    filledFF += (long)n;
   setRights(d, PROT_READ | PROT_WRITE);
   memset(d, v, n);
   setRights(d, PROT_NONE);

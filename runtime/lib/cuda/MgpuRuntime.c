@@ -75,6 +75,8 @@ static struct {
   CUdevice device;
   CUdeviceptr arena;
   size_t arenaSize, arenaUsed;
+  int poison;   /* K3RT_CUDA_POISON */
+  int syncEach; /* K3RT_CUDA_SYNC_EACH */
   CUstream userStream; /* the caller's, or NULL */
   CUstream ownStream;  /* ours, when the caller gives none */
 } cu;
@@ -160,6 +162,15 @@ static int load(void) {
   const char *mb = getenv("K3RT_CUDA_WORKSPACE_MB");
   cu.arenaSize = (size_t)(mb ? atol(mb) : 1024) << 20;
   CHECK(cu.memAlloc(&cu.arena, cu.arenaSize), "workspace cuMemAlloc");
+  const char *each = getenv("K3RT_CUDA_SYNC_EACH");
+  cu.syncEach = each && *each && strcmp(each, "0") != 0;
+  const char *poison = getenv("K3RT_CUDA_POISON");
+  cu.poison = poison && *poison && strcmp(poison, "0") != 0;
+  if (cu.poison && !cu.error[0]) {
+    CHECK(cu.memsetD8Async(cu.arena, 0xFF, cu.arenaSize, NULL),
+          "cuMemsetD8Async");
+    CHECK(cu.streamSynchronize(NULL), "cuStreamSynchronize");
+  }
   return !cu.error[0];
 }
 
@@ -183,6 +194,15 @@ static CUstream theStream(void) {
 K3_EXPORT void k3rt_cuda_workspace_reset(void) {
   if (cu.ready && !cu.error[0])
     CHECK(cu.streamSynchronize(theStream()), "cuStreamSynchronize");
+  /* K3RT_CUDA_POISON=1 (debugging): the workspace a call used is filled
+   * with 0xFF bytes (f32 NaN, index -1) before the next, so a kernel that
+   * reads workspace no kernel of its call wrote faults or shows NaN instead
+   * of reading what an earlier call left there. */
+  if (cu.poison && cu.arenaUsed && cu.ready && !cu.error[0]) {
+    CHECK(cu.memsetD8Async(cu.arena, 0xFF, cu.arenaUsed, theStream()),
+          "cuMemsetD8Async");
+    CHECK(cu.streamSynchronize(theStream()), "cuStreamSynchronize");
+  }
   cu.arenaUsed = 0;
 }
 
@@ -340,6 +360,23 @@ K3_EXPORT void mgpuLaunchKernel(void *function, intptr_t gx, intptr_t gy,
                         (unsigned)bx, (unsigned)by, (unsigned)bz,
                         (unsigned)smem, stream, params, extra),
         "cuLaunchKernel");
+  /* K3RT_CUDA_SYNC_EACH=1 (debugging): wait for every kernel, so that a
+   * kernel that faults is the one the error names. */
+  if (cu.syncEach && !cu.error[0]) {
+    CUresult r = cu.streamSynchronize(stream);
+    if (r != 0) {
+      const char *name = "?";
+      pthread_mutex_lock(&functionsLock);
+      for (size_t i = 0; i < kFunctionCache; ++i)
+        if (functions[i].module && functions[i].function == function)
+          name = functions[i].name;
+      pthread_mutex_unlock(&functionsLock);
+      char what[200];
+      snprintf(what, sizeof(what), "kernel %s (grid %ldx%ldx%ld, block %ldx%ldx%ld)",
+               name, (long)gx, (long)gy, (long)gz, (long)bx, (long)by, (long)bz);
+      fail(what, r);
+    }
+  }
 }
 
 K3_EXPORT void *mgpuStreamCreate(void) {

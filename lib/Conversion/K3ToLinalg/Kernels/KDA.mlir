@@ -272,12 +272,7 @@ func.func private @k3k_kda_recurrent(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf
     %bv = arith.mulf %b, %u : f32
     memref.store %bv, %bu[%i, %h, %c] : memref<?x?x?xf32>
   }
-  // (head, row) as one dimension, so that the token, it and the column are
-  // the three grid dimensions (a decode batch's tokens in parallel).
-  %nhdv = arith.muli %nh, %dv : index
-  scf.parallel (%i, %hc, %j) = (%c0, %c0, %c0) to (%t, %nhdv, %dk) step (%c1, %c1, %c1) {
-    %h = arith.divui %hc, %dv : index
-    %c = arith.remui %hc, %dv : index
+  scf.parallel (%i, %h, %c, %j) = (%c0, %c0, %c0, %c0) to (%t, %nh, %dv, %dk) step (%c1, %c1, %c1, %c1) {
     %s32 = memref.load %slots[%i] : memref<?xi32>
     %sl = arith.index_cast %s32 : i32 to index
     %s = memref.load %st[%sl, %h, %c, %j] : memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>

@@ -528,7 +528,13 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     %nrb = arith.ceildivui %maxn, %rblk : index
     %wfull = arith.subi %w, %wrem : index
     %vzero = arith.constant dense<0.0> : vector<8xf32>
-    scf.parallel (%i, %hb, %jb) = (%c0, %c0, %c0) to (%t, %nhb, %nrb) step (%c1, %c1, %c1) {
+    // (row block, head block) as one dimension, head blocks innermost: the
+    // threads of a warp share a few row blocks, so a cache row comes from
+    // memory once for all the head blocks.
+    %nrhb = arith.muli %nrb, %nhb : index
+    scf.parallel (%i, %jh) = (%c0, %c0) to (%t, %nrhb) step (%c1, %c1) {
+      %jb = arith.divui %jh, %nhb : index
+      %hb = arith.remui %jh, %nhb : index
       %ntok = func.call @k3k_mla_rows(%ntk, %i, %pertoken, %maxn) : (memref<?xindex>, index, i1, index) -> index
       %jlast = arith.subi %ntok, %c1 : index
       %j0 = arith.muli %jb, %rblk : index
@@ -607,15 +613,23 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
       }
       memref.store %mx, %rowmax[%i, %h] : memref<?x?xf32>
     }
-    scf.parallel (%i, %h, %j) = (%c0, %c0, %c0) to (%t, %nh, %maxn) step (%c1, %c1, %c1) {
+    // exp in place, 8 rows per thread (row jt + k·⌈n/8⌉: the threads of a
+    // warp on consecutive rows), so that a batch's many rows make a grid of
+    // tens of thousands of blocks, not of millions.
+    %nj8 = arith.ceildivui %maxn, %c8 : index
+    scf.parallel (%i, %h, %jt) = (%c0, %c0, %c0) to (%t, %nh, %nj8) step (%c1, %c1, %c1) {
       %ntok = func.call @k3k_mla_rows(%ntk, %i, %pertoken, %maxn) : (memref<?xindex>, index, i1, index) -> index
-      %jin = arith.cmpi ult, %j, %ntok : index
-      scf.if %jin {
-        %s = memref.load %p[%i, %h, %j] : memref<?x?x?xf32>
-        %mx = memref.load %rowmax[%i, %h] : memref<?x?xf32>
-        %d = arith.subf %s, %mx : f32
-        %e = math.exp %d : f32
-        memref.store %e, %p[%i, %h, %j] : memref<?x?x?xf32>
+      %mx = memref.load %rowmax[%i, %h] : memref<?x?xf32>
+      scf.for %k = %c0 to %c8 step %c1 {
+        %jk = arith.muli %k, %nj8 : index
+        %j = arith.addi %jk, %jt : index
+        %jin = arith.cmpi ult, %j, %ntok : index
+        scf.if %jin {
+          %s = memref.load %p[%i, %h, %j] : memref<?x?x?xf32>
+          %d = arith.subf %s, %mx : f32
+          %e = math.exp %d : f32
+          memref.store %e, %p[%i, %h, %j] : memref<?x?x?xf32>
+        }
       }
     }
     scf.parallel (%i, %h) = (%c0, %c0) to (%t, %nh) step (%c1, %c1) {
