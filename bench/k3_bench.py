@@ -171,22 +171,23 @@ class K3Lib:
         return out
 
     def page_size(self):
+        """Rows per MLA cache page: the MLA pool's [pages, P, R + dr]. (Since
+        ABI 2 the KDA states have pools too; taking the first pool's second
+        dimension, the KDA head count, sized the page tables and MLA pools
+        for 96-row pages instead of 64: every call past the tables read and
+        wrote out of bounds, which surfaced as CUDA 700/717 faults depending
+        on the process's memory layout.)"""
         for a in self.args:
-            if a.get("part") == "pool":
+            if a.get("part") == "pool" and a["name"] == "mla.latent":
                 return a["shape"][1]
-        return 64
+        raise RuntimeError("the library has no MLA page pool (mla.latent)")
 
     def new_state(self, seqs, pages):
         """State of `seqs` sequences (docs/ABI.md): a slot pool per KDA state
         and conv tail, MLA page pools of `pages` pages per sequence, page
         tables (sequence i owns pages i*pages ..) and lengths."""
         st = {"arrs": {}, "seqs": seqs}
-        # Page tables in device memory (only kernels read them): in torch's
-        # pinned host memory, a prefill after a batch-64 decode in the same
-        # process faulted reading them (CUDA 717/700, the MLA cache append;
-        # compute-sanitizer memcheck of the same run: no error; BENCHMARKS.md).
-        st["table"] = torch.arange(seqs * pages, dtype=torch.int32,
-                                   device="cuda").reshape(seqs, pages)
+        st["table"] = torch.arange(seqs * pages, dtype=torch.int32).reshape(seqs, pages).pin_memory()
         st["length"] = torch.zeros(seqs, dtype=torch.int64).pin_memory()
         st["slots"] = torch.arange(seqs, dtype=torch.int32, device="cuda")
         for i, a in enumerate(self.args):
@@ -228,7 +229,14 @@ class K3Lib:
             keep.append(d)
             ptrs[i] = ctypes.cast(ctypes.pointer(d), ctypes.c_void_p)
 
+        P, n = self.page_size(), per_call["page_table"].shape[1]
+
         def run():
+            # The ABI's precondition (docs/ABI.md): the page tables cover
+            # every row the call writes.
+            need = (int(per_call["length"].max()) + each + P - 1) // P
+            if need > n:
+                raise RuntimeError("page table of %d pages, the call needs %d" % (n, need))
             t0 = time.perf_counter()
             self.lib.k3_forward(ptrs)
             self.host_s.append(time.perf_counter() - t0)
