@@ -433,9 +433,10 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     // s_j = (q̂_h·c_j + q_r[h]·k_r,j)·scale; ō_h = Σ_j p_j c_j; o_h = W_UV[h] ō_h.
     // One parallel loop per stage (one GPU kernel each): q̂ [T, H, R],
     // scores [T, H, n], max/exp/sum per (token, head), ō [T, H, R],
-    // o [T, H, dv]. Per element the sums run in the same order as a per-head
-    // loop would. The stages are sized by the longest n_i (%maxn); a token
-    // of a batch reads its n_i from %ntk.
+    // o [T, H, dv]. Each sum runs in an order fixed by the shapes and the
+    // token's own context, never by the batch (docs/NUMERICS.md, "MLA
+    // decode"). The stages are sized by the longest n_i (%maxn); a token of
+    // a batch reads its n_i from %ntk.
     %maxn = scf.for %i = %c0 to %nseq step %c1 iter_args(%m = %c0) -> (index) {
       %l64 = memref.load %lenm[%i] : memref<?xi64>
       %l = arith.index_cast %l64 : i64 to index
