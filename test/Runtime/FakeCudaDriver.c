@@ -33,7 +33,7 @@ typedef int CUresult;
 #define EXPORT __attribute__((visibility("default")))
 
 static size_t used, limit;
-static long launches, waitsQueued, filledFF;
+static long launches, waitsQueued, filledFF, lookups;
 static int queued, faulted;
 
 static long envInt(const char *name, long fallback) {
@@ -69,6 +69,7 @@ static CUresult moduleUnload(void *module) {
 }
 static CUresult moduleGetFunction(void **f, void *module, const char *name) {
   (void)module;
+  ++lookups;
   *f = (void *)(uintptr_t)name;
   return 0;
 }
@@ -106,8 +107,8 @@ __attribute__((destructor)) static void report(void) {
   if (getenv("FAKE_CUDA_COUNT"))
     fprintf(stderr,
             "fake cuda: %ld launches, %ld waits with kernels queued, %ld "
-            "bytes filled with 0xff\n",
-            launches, waitsQueued, filledFF);
+            "bytes filled with 0xff, %ld function lookups\n",
+            launches, waitsQueued, filledFF, lookups);
 }
 /* Guarded device memory (FAKE_CUDA_GUARD): whole pages mapped PROT_NONE,
  * opened only while the driver copies or fills them. */
