@@ -1,0 +1,83 @@
+#!/bin/bash
+# One GPU session's measurements for BENCHMARKS.md, in one command on the GPU
+# machine (the device tool gives ten minutes per command and thirty per
+# session; a fresh machine costs about a minute to start, so everything runs
+# in one call). Build first, here (BENCHMARKS.md, "How to run"), and carry
+# build/gpu-bench, bench/wheels and, for the end-to-end tests, build/e2e-pack
+# (build/gpu-e2e packed: tar -C build -cf - gpu-e2e | xz -1 -T2).
+#
+#   bench/device-run.sh OUT [PARTS]
+#
+# PARTS (default "e2e ab peers f32 trace64"), each with its own time limit:
+#   e2e     the GPU end-to-end tests (test/e2e/gpu/run-e2e.py)        ~40 s
+#   ab      k3c decode of build/gpu-bench/k3-group-base.so (if present)
+#           and k3-group.so alternately, twice each                   ~80 s
+#   peers   decode B = 1, 8, 64 and prefill 4096 (8 calls of 512) with
+#           every PyTorch peer in one process, per-kernel profile and
+#           the launch trace of a batch-1 step                        ~330 s
+#   f32     agreement of the f32 library with the f32 peer            ~40 s
+#   trace64 the launch trace of a batch-64 step                       ~30 s
+# Results go to OUT (the device tool's $OUT).
+set -u
+out=${1:?usage: bench/device-run.sh OUT [PARTS]}
+parts=${2:-e2e ab peers f32 trace64}
+mkdir -p "$out"
+gb=build/gpu-bench
+bench=(python3 bench/k3_bench.py --cuda-rt "$gb/libk3rt_cuda.so"
+       --config models/k3-group/config.json)
+has() { [[ " $parts " == *" $1 "* ]]; }
+say() { echo "== $*"; }
+
+if has e2e && [ -f build/e2e-pack/gpu-e2e.tar.xz ]; then
+  say e2e
+  tar -C build -xJf build/e2e-pack/gpu-e2e.tar.xz
+  LD_LIBRARY_PATH=$PWD/build/gpu-e2e/lib timeout 120 python3 test/e2e/gpu/run-e2e.py run \
+    --out build/gpu-e2e --bin build/gpu-e2e/bin > "$out/e2e.txt" 2>&1
+  echo "rc=$?"; tail -2 "$out/e2e.txt"
+fi
+
+export K3RT_CUDA_WORKSPACE_MB=${K3RT_CUDA_WORKSPACE_MB:-36000}
+if has ab; then
+  say "ab (median step per batch; base = k3-group-base.so)"
+  for round in 1 2; do
+    for lib in base new; do
+      so=$gb/k3-group.so
+      [ $lib = base ] && so=$gb/k3-group-base.so
+      [ -f "$so" ] || continue
+      timeout 60 "${bench[@]}" --lib "$so" --batches 1,8,64 --prefill "" --reps 5 \
+        --compare-prompt 0 --json "$out/ab-$lib-$round.json" > "$out/ab-$lib-$round.txt" 2>&1
+      echo "$lib $round: $(grep -o 'B=[0-9]* ctx=8192 *k3c *median *[0-9.]* ms' "$out/ab-$lib-$round.txt" |
+        sed 's/ ctx=8192 *k3c *median */ /' | tr '\n' ' ')"
+    done
+  done
+fi
+
+if has peers; then
+  say peers
+  if [ -d bench/wheels ]; then
+    pip install --no-deps --target /tmp/fla bench/wheels/*.whl > /dev/null 2>&1
+    export PYTHONPATH=/tmp/fla
+    fla=--fla
+  else
+    fla=
+  fi
+  timeout 400 "${bench[@]}" --lib "$gb/k3-group.so" --batches 1,8,64 --prefill 4096 \
+    --prefill-chunk 512 --reps 5 --peer $fla --profile --trace "$out/decode-trace.json" \
+    --json "$out/decode.json" > "$out/decode.txt" 2>&1
+  echo "rc=$?"; grep "median\|Error\|vs torch" "$out/decode.txt"
+fi
+
+if has f32; then
+  say f32
+  timeout 100 "${bench[@]}" --lib "$gb/k3-group-f32.so" --batches "" --prefill "" \
+    --peer --peer-dtype float32 --json "$out/f32.json" > "$out/f32.txt" 2>&1
+  echo "rc=$?"; grep "vs torch\|Error" "$out/f32.txt"
+fi
+
+if has trace64; then
+  say trace64
+  timeout 60 "${bench[@]}" --lib "$gb/k3-group.so" --batches 64 --prefill "" --reps 3 \
+    --compare-prompt 0 --profile --trace "$out/decode-trace-b64.json" --trace-batch 64 \
+    --json "$out/profile-b64.json" > "$out/profile-b64.txt" 2>&1
+  echo "rc=$?"; grep "median\|kernels:\|Error" "$out/profile-b64.txt"
+fi
