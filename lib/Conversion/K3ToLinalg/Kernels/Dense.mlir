@@ -354,54 +354,65 @@ func.func private @k3k_attn_res(%v: tensor<?x?x?x!act>, %g: tensor<?xbf16>, %p: 
   } -> (tensor<?x?xf32>, tensor<?x?xf32>)
   %di = arith.index_cast %d : index to i64
   %df = arith.sitofp %di : i64 to f32
-  // Scores, then a softmax over candidates for every token.
-  %sc = linalg.generic {indexing_maps = [#id2, #id2, #id2], iterator_types = ["parallel", "parallel"]}
-      ins(%ss, %dot : tensor<?x?xf32>, tensor<?x?xf32>) outs(%e2 : tensor<?x?xf32>) {
-  ^bb0(%s: f32, %q: f32, %o: f32):
-    %m = arith.divf %s, %df : f32
-    %me = arith.addf %m, %eps : f32
-    %inv_sqrt = math.sqrt %me : f32
-    %inv_one = arith.constant 1.0 : f32
-    %inv = arith.divf %inv_one, %inv_sqrt : f32
-    %r = arith.mulf %q, %inv : f32
-    linalg.yield %r : f32
-  } -> tensor<?x?xf32>
+  // Scores and the softmax over candidates, one thread per token (the n
+  // candidates' few operations in order), then h = Σ_i α_i v_i, α_i = ex_i /
+  // sum, one thread per (token, element): two kernels instead of one per
+  // step, the same operations in the same order.
+  %ssm = bufferization.to_buffer %ss read_only : tensor<?x?xf32> to memref<?x?xf32>
+  %dotm = bufferization.to_buffer %dot read_only : tensor<?x?xf32> to memref<?x?xf32>
   %ninf = arith.constant 0xFF800000 : f32
-  %et = tensor.empty(%t) : tensor<?xf32>
-  %mx0 = linalg.fill ins(%ninf : f32) outs(%et : tensor<?xf32>) -> tensor<?xf32>
-  %mx = linalg.generic {indexing_maps = [affine_map<(t, i) -> (i, t)>, affine_map<(t, i) -> (t)>], iterator_types = ["parallel", "reduction"]}
-      ins(%sc : tensor<?x?xf32>) outs(%mx0 : tensor<?xf32>) {
-  ^bb0(%s: f32, %m: f32):
-    %r = arith.maximumf %s, %m : f32
-    linalg.yield %r : f32
-  } -> tensor<?xf32>
-  %z0 = linalg.fill ins(%zero : f32) outs(%et : tensor<?xf32>) -> tensor<?xf32>
-  %ex, %sum = linalg.generic {indexing_maps = [affine_map<(t, i) -> (i, t)>, affine_map<(t, i) -> (t)>,
-                                               affine_map<(t, i) -> (i, t)>, affine_map<(t, i) -> (t)>],
-                              iterator_types = ["parallel", "reduction"]}
-      ins(%sc, %mx : tensor<?x?xf32>, tensor<?xf32>) outs(%e2, %z0 : tensor<?x?xf32>, tensor<?xf32>) {
-  ^bb0(%s: f32, %m: f32, %o: f32, %acc2: f32):
-    %dd = arith.subf %s, %m : f32
-    %x = math.exp %dd : f32
-    %r = arith.addf %acc2, %x : f32
-    linalg.yield %x, %r : f32, f32
-  } -> (tensor<?x?xf32>, tensor<?xf32>)
-  // h = Σ_i α_i v_i, α_i = ex_i / sum.
-  %eo = tensor.empty(%t, %d) : tensor<?x?xf32>
-  %ho0 = linalg.fill ins(%zero : f32) outs(%eo : tensor<?x?xf32>) -> tensor<?x?xf32>
-  %ho = linalg.generic {indexing_maps = [affine_map<(t, j, i) -> (i, t, j)>, affine_map<(t, j, i) -> (i, t)>,
-                                         affine_map<(t, j, i) -> (t)>, affine_map<(t, j, i) -> (t, j)>],
-                        iterator_types = ["parallel", "parallel", "reduction"]}
-      ins(%v, %ex, %sum : tensor<?x?x?x!act>, tensor<?x?xf32>, tensor<?xf32>) outs(%ho0 : tensor<?x?xf32>) {
-  ^bb0(%a: !act, %x: f32, %s: f32, %acc2: f32):
-    %af = func.call @k3k_widen(%a) : (!act) -> f32
-    %al = arith.divf %x, %s : f32
-    %pr = arith.mulf %al, %af : f32
-    %r = arith.addf %acc2, %pr : f32
-    linalg.yield %r : f32
-  } -> tensor<?x?xf32>
-  %h = func.call @k3k_narrow2(%ho) : (tensor<?x?xf32>) -> tensor<?x?x!act>
-  return %h : tensor<?x?x!act>
+  %alpha = memref.alloc(%n, %t) : memref<?x?xf32>
+  scf.parallel (%tt) = (%c0) to (%t) step (%c1) {
+    %mx = scf.for %i = %c0 to %n step %c1 iter_args(%m = %ninf) -> (f32) {
+      %s = func.call @k3k_attn_res_score(%ssm, %dotm, %i, %tt, %df, %eps) : (memref<?x?xf32>, memref<?x?xf32>, index, index, f32, f32) -> f32
+      %m2 = arith.maximumf %s, %m : f32
+      scf.yield %m2 : f32
+    }
+    %sum = scf.for %i = %c0 to %n step %c1 iter_args(%sa = %zero) -> (f32) {
+      %s = func.call @k3k_attn_res_score(%ssm, %dotm, %i, %tt, %df, %eps) : (memref<?x?xf32>, memref<?x?xf32>, index, index, f32, f32) -> f32
+      %dd = arith.subf %s, %mx : f32
+      %x = math.exp %dd : f32
+      %r = arith.addf %sa, %x : f32
+      scf.yield %r : f32
+    }
+    scf.for %i = %c0 to %n step %c1 {
+      %s = func.call @k3k_attn_res_score(%ssm, %dotm, %i, %tt, %df, %eps) : (memref<?x?xf32>, memref<?x?xf32>, index, index, f32, f32) -> f32
+      %dd = arith.subf %s, %mx : f32
+      %x = math.exp %dd : f32
+      %al = arith.divf %x, %sum : f32
+      memref.store %al, %alpha[%i, %tt] : memref<?x?xf32>
+    }
+  }
+  %out = memref.alloc(%t, %d) : memref<?x?x!act>
+  scf.parallel (%tt, %j) = (%c0, %c0) to (%t, %d) step (%c1, %c1) {
+    %h = scf.for %i = %c0 to %n step %c1 iter_args(%ha = %zero) -> (f32) {
+      %al = memref.load %alpha[%i, %tt] : memref<?x?xf32>
+      %a = tensor.extract %v[%i, %tt, %j] : tensor<?x?x?x!act>
+      %af = func.call @k3k_widen(%a) : (!act) -> f32
+      %pr = arith.mulf %al, %af : f32
+      %r = arith.addf %ha, %pr : f32
+      scf.yield %r : f32
+    }
+    %hn = func.call @k3k_narrow(%h) : (f32) -> !act
+    memref.store %hn, %out[%tt, %j] : memref<?x?x!act>
+  }
+  %res = bufferization.to_tensor %out restrict : memref<?x?x!act> to tensor<?x?x!act>
+  return %res : tensor<?x?x!act>
+}
+
+// AttnRes score of candidate %i for token %t (§3.1): the projection onto
+// γ ⊙ p over the candidate's RMS, s = dot / sqrt(mean(v²) + eps).
+func.func private @k3k_attn_res_score(%ss: memref<?x?xf32>, %dot: memref<?x?xf32>, %i: index, %t: index,
+                                      %df: f32, %eps: f32) -> f32 {
+  %s = memref.load %ss[%i, %t] : memref<?x?xf32>
+  %q = memref.load %dot[%i, %t] : memref<?x?xf32>
+  %m = arith.divf %s, %df : f32
+  %me = arith.addf %m, %eps : f32
+  %inv_sqrt = math.sqrt %me : f32
+  %inv_one = arith.constant 1.0 : f32
+  %inv = arith.divf %inv_one, %inv_sqrt : f32
+  %r = arith.mulf %q, %inv : f32
+  return %r : f32
 }
 
 // SiTU-GLU (§2) in f32: [β₁ tanh(a/β₁) σ(a)] · [β₂ tanh(b/β₂)]; `silu`
