@@ -253,12 +253,10 @@ func.func private @k3k_embedding(%tok: tensor<?xi32>, %table: tensor<?x?xbf16>) 
   return %y : tensor<?x?x!act>
 }
 
-// Per-row 1 / sqrt(mean(x²) + eps) in f32.
-func.func private @k3k_rms_inv(%x: tensor<?x?x!act>, %eps: f32) -> tensor<?xf32> {
+// Per-row sum of squares in f32.
+func.func private @k3k_rms_sumsq(%x: tensor<?x?x!act>) -> tensor<?xf32> {
   %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
   %t = tensor.dim %x, %c0 : tensor<?x?x!act>
-  %d = tensor.dim %x, %c1 : tensor<?x?x!act>
   %zero = arith.constant 0.0 : f32
   %e = tensor.empty(%t) : tensor<?xf32>
   %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<?xf32>) -> tensor<?xf32>
@@ -270,32 +268,29 @@ func.func private @k3k_rms_inv(%x: tensor<?x?x!act>, %eps: f32) -> tensor<?xf32>
     %r = arith.addf %s, %sq : f32
     linalg.yield %r : f32
   } -> tensor<?xf32>
-  %di = arith.index_cast %d : index to i64
-  %df = arith.sitofp %di : i64 to f32
-  %inv = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>], iterator_types = ["parallel"]}
-      ins(%ss : tensor<?xf32>) outs(%e : tensor<?xf32>) {
-  ^bb0(%s: f32, %o: f32):
-    %m = arith.divf %s, %df : f32
-    %me = arith.addf %m, %eps : f32
-    %r_sqrt = math.sqrt %me : f32
-    %r_one = arith.constant 1.0 : f32
-    %r = arith.divf %r_one, %r_sqrt : f32
-    linalg.yield %r : f32
-  } -> tensor<?xf32>
-  return %inv : tensor<?xf32>
+  return %ss : tensor<?xf32>
 }
 
-// k3.rms_norm (§2): y = round(round(x · inv) · γ).
+// k3.rms_norm (§2): y = round(round(x · inv) · γ), inv = 1 / sqrt(mean(x²)
+// + eps) in f32, computed by each element's thread from its row's sum of
+// squares (a few operations instead of a kernel of its own).
 func.func private @k3k_rms_norm(%x: tensor<?x?x!act>, %g: tensor<?xbf16>, %eps: f32) -> tensor<?x?x!act> {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %t = tensor.dim %x, %c0 : tensor<?x?x!act>
   %d = tensor.dim %x, %c1 : tensor<?x?x!act>
-  %inv = func.call @k3k_rms_inv(%x, %eps) : (tensor<?x?x!act>, f32) -> tensor<?xf32>
+  %ss = func.call @k3k_rms_sumsq(%x) : (tensor<?x?x!act>) -> tensor<?xf32>
+  %di = arith.index_cast %d : index to i64
+  %df = arith.sitofp %di : i64 to f32
   %o = tensor.empty(%t, %d) : tensor<?x?x!act>
   %y = linalg.generic {indexing_maps = [#id2, #row2, #col2, #id2], iterator_types = ["parallel", "parallel"]}
-      ins(%x, %inv, %g : tensor<?x?x!act>, tensor<?xf32>, tensor<?xbf16>) outs(%o : tensor<?x?x!act>) {
-  ^bb0(%a: !act, %s: f32, %w: bf16, %b: !act):
+      ins(%x, %ss, %g : tensor<?x?x!act>, tensor<?xf32>, tensor<?xbf16>) outs(%o : tensor<?x?x!act>) {
+  ^bb0(%a: !act, %sq: f32, %w: bf16, %b: !act):
+    %m = arith.divf %sq, %df : f32
+    %me = arith.addf %m, %eps : f32
+    %r_sqrt = math.sqrt %me : f32
+    %r_one = arith.constant 1.0 : f32
+    %s = arith.divf %r_one, %r_sqrt : f32
     %af = func.call @k3k_widen(%a) : (!act) -> f32
     %n = arith.mulf %af, %s : f32
     %nr = func.call @k3k_round(%n) : (f32) -> f32
