@@ -34,60 +34,54 @@ func.func private @k3k_short_conv(%x: tensor<?x?x!act>, %w: tensor<?x?x?xf32>, %
   %pertoken = arith.cmpi ugt, %nslots, %c1 : index
   %nseq = arith.select %pertoken, %t, %c1 : index
   %seglen = arith.select %pertoken, %c1, %t : index
+  // One thread per (segment, channel): the segment's outputs in order,
+  // then its new tail — raw inputs at segment positions L-W+1 .. L-1, older
+  // ones from the old tail. Tail entry k takes old entry L + k > k, so
+  // writing the entries in increasing k never overwrites one still to be
+  // read, and the outputs have read the old tail before.
   %out = memref.alloc(%t, %ch) : memref<?x?x!act>
-  scf.parallel (%i, %c) = (%c0, %c0) to (%t, %ch) step (%c1, %c1) {
-    %sq = arith.select %pertoken, %i, %c0 : index
-    %pos = arith.subi %i, %sq : index
+  scf.parallel (%sq, %c) = (%c0, %c0) to (%nseq, %ch) step (%c1, %c1) {
     %s32 = memref.load %slots[%sq] : memref<?xi32>
     %sl = arith.index_cast %s32 : i32 to index
-    %acc = scf.for %j = %c0 to %kw step %c1 iter_args(%a = %zero) -> (f32) {
-      %ij = arith.addi %pos, %j : index
-      %inseg = arith.cmpi uge, %ij, %wm1 : index
+    scf.for %pos = %c0 to %seglen step %c1 {
+      %i = arith.addi %sq, %pos : index
+      %acc = scf.for %j = %c0 to %kw step %c1 iter_args(%a = %zero) -> (f32) {
+        %ij = arith.addi %pos, %j : index
+        %inseg = arith.cmpi uge, %ij, %wm1 : index
+        %u = scf.if %inseg -> (!act) {
+          %rel = arith.subi %ij, %wm1 : index
+          %src = arith.addi %sq, %rel : index
+          %v = tensor.extract %x[%src, %c] : tensor<?x?x!act>
+          scf.yield %v : !act
+        } else {
+          %v = memref.load %pool[%sl, %c, %ij] : memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>
+          scf.yield %v : !act
+        }
+        %uf = func.call @k3k_widen(%u) : (!act) -> f32
+        %wv = tensor.extract %w[%c, %c0, %j] : tensor<?x?x?xf32>
+        %p = arith.mulf %wv, %uf : f32
+        %s = arith.addf %a, %p : f32
+        scf.yield %s : f32
+      }
+      %sg = func.call @k3k_sigmoid(%acc) : (f32) -> f32
+      %y = arith.mulf %acc, %sg : f32
+      %ya = func.call @k3k_narrow(%y) : (f32) -> !act
+      memref.store %ya, %out[%i, %c] : memref<?x?x!act>
+    }
+    scf.for %k = %c0 to %wm1 step %c1 {
+      %tk = arith.addi %seglen, %k : index
+      %inseg = arith.cmpi uge, %tk, %wm1 : index
       %u = scf.if %inseg -> (!act) {
-        %rel = arith.subi %ij, %wm1 : index
+        %rel = arith.subi %tk, %wm1 : index
         %src = arith.addi %sq, %rel : index
         %v = tensor.extract %x[%src, %c] : tensor<?x?x!act>
         scf.yield %v : !act
       } else {
-        %v = memref.load %pool[%sl, %c, %ij] : memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>
+        %v = memref.load %pool[%sl, %c, %tk] : memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>
         scf.yield %v : !act
       }
-      %uf = func.call @k3k_widen(%u) : (!act) -> f32
-      %wv = tensor.extract %w[%c, %c0, %j] : tensor<?x?x?xf32>
-      %p = arith.mulf %wv, %uf : f32
-      %s = arith.addf %a, %p : f32
-      scf.yield %s : f32
+      memref.store %u, %pool[%sl, %c, %k] : memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>
     }
-    %sg = func.call @k3k_sigmoid(%acc) : (f32) -> f32
-    %y = arith.mulf %acc, %sg : f32
-    %ya = func.call @k3k_narrow(%y) : (f32) -> !act
-    memref.store %ya, %out[%i, %c] : memref<?x?x!act>
-  }
-  // New tails: raw inputs at segment positions L-W+1 .. L-1 (older ones
-  // from the old tail), built aside so the old tails are read before they
-  // are written. Channels innermost (one GPU thread each; the taps are few).
-  %nt = memref.alloc(%nseq, %ch, %wm1) : memref<?x?x?x!act>
-  scf.parallel (%sq, %k, %c) = (%c0, %c0, %c0) to (%nseq, %wm1, %ch) step (%c1, %c1, %c1) {
-    %s32 = memref.load %slots[%sq] : memref<?xi32>
-    %sl = arith.index_cast %s32 : i32 to index
-    %tk = arith.addi %seglen, %k : index
-    %inseg = arith.cmpi uge, %tk, %wm1 : index
-    %u = scf.if %inseg -> (!act) {
-      %rel = arith.subi %tk, %wm1 : index
-      %src = arith.addi %sq, %rel : index
-      %v = tensor.extract %x[%src, %c] : tensor<?x?x!act>
-      scf.yield %v : !act
-    } else {
-      %v = memref.load %pool[%sl, %c, %tk] : memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>
-      scf.yield %v : !act
-    }
-    memref.store %u, %nt[%sq, %c, %k] : memref<?x?x?x!act>
-  }
-  scf.parallel (%sq, %k, %c) = (%c0, %c0, %c0) to (%nseq, %wm1, %ch) step (%c1, %c1, %c1) {
-    %s32 = memref.load %slots[%sq] : memref<?xi32>
-    %sl = arith.index_cast %s32 : i32 to index
-    %u = memref.load %nt[%sq, %c, %k] : memref<?x?x?x!act>
-    memref.store %u, %pool[%sl, %c, %k] : memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>
   }
   %res = bufferization.to_tensor %out restrict : memref<?x?x!act> to tensor<?x?x!act>
   return %res : tensor<?x?x!act>
