@@ -11,7 +11,8 @@
 # PARTS (default "e2e ab peers f32 trace64"), each with its own time limit:
 #   e2e     the GPU end-to-end tests (test/e2e/gpu/run-e2e.py)        ~40 s
 #   ab      k3c decode of build/gpu-bench/k3-group-base.so (if present)
-#           and k3-group.so alternately, twice each                   ~80 s
+#           without graphs and k3-group.so without and with graphs
+#           (K3RT_CUDA_GRAPHS), alternately, twice each              ~120 s
 #   peers   decode B = 1, 8, 64 and prefill 4096 (8 calls of 512) with
 #           every PyTorch peer in one process, per-kernel profile and
 #           the launch trace of a batch-1 step                        ~330 s
@@ -38,15 +39,17 @@ fi
 
 export K3RT_CUDA_WORKSPACE_MB=${K3RT_CUDA_WORKSPACE_MB:-36000}
 if has ab; then
-  say "ab (median step per batch; base = k3-group-base.so)"
+  say "ab (median step per batch; base = k3-group-base.so; graphs off/on)"
   for round in 1 2; do
-    for lib in base new; do
+    for v in base-nograph new-nograph new-graph; do
       so=$gb/k3-group.so
-      [ $lib = base ] && so=$gb/k3-group-base.so
+      [[ $v == base-* ]] && so=$gb/k3-group-base.so
+      graphs=1
+      [[ $v == *-nograph ]] && graphs=0
       [ -f "$so" ] || continue
-      timeout 60 "${bench[@]}" --lib "$so" --batches 1,8,64 --prefill "" --reps 5 \
-        --compare-prompt 0 --json "$out/ab-$lib-$round.json" > "$out/ab-$lib-$round.txt" 2>&1
-      echo "$lib $round: $(grep -o 'B=[0-9]* ctx=8192 *k3c *median *[0-9.]* ms' "$out/ab-$lib-$round.txt" |
+      K3RT_CUDA_GRAPHS=$graphs timeout 60 "${bench[@]}" --lib "$so" --batches 1,8,64 --prefill "" \
+        --reps 5 --compare-prompt 0 --json "$out/ab-$v-$round.json" > "$out/ab-$v-$round.txt" 2>&1
+      echo "$v $round: $(grep -o 'B=[0-9]* ctx=8192 *k3c *median *[0-9.]* ms' "$out/ab-$v-$round.txt" |
         sed 's/ ctx=8192 *k3c *median */ /' | tr '\n' ' ')"
     done
   done

@@ -158,6 +158,15 @@ class K3Lib:
         self.vocab = self.args[-1]["shape"][1]
         self.host_s = []  # per call: host time to enqueue k3_forward's work
 
+    def graph_stats(self):
+        """libk3rt_cuda's graph counters (built, launched, nodes updated,
+        kernels queued alone), or None for a runtime without them."""
+        if not hasattr(self.rt, "k3rt_cuda_graph_stats"):
+            return None
+        out = (ctypes.c_uint64 * 4)()
+        self.rt.k3rt_cuda_graph_stats(out)
+        return list(out)
+
     def weight_dict(self):
         """Checkpoint-named views of the same device tensors (experts stacked)."""
         out = {}
@@ -374,11 +383,20 @@ def main():
         toks = torch.randint(3, lib.vocab, (B,), dtype=torch.int32, generator=gen).pin_memory()
         runs = [lib.call(toks, st)[0]]
         lib.host_s.clear()
+        g0 = lib.graph_stats()
         s = timed(lambda: [r() for r in runs], a.reps, warmup=1)
-        # The host's share: k3_forward returns once its kernels are queued.
+        g1 = lib.graph_stats()
+        # The host's share: k3_forward returns once its kernels are queued
+        # (recorded, with graphs: libk3rt_cuda queues them at the reset).
         s["host_enqueue_s"] = statistics.median(lib.host_s[1:] or lib.host_s)
         print("decode B=%d: host enqueue %.3f ms per step (median)"
               % (B, s["host_enqueue_s"] * 1e3), flush=True)
+        if g0 is not None:
+            d = [y - x for x, y in zip(g0, g1)]
+            s["graphs"] = {"built": d[0], "launched": d[1], "nodes_updated": d[2],
+                           "kernels_alone": d[3]}
+            print("decode B=%d: graphs built %d, launched %d, nodes updated %d, "
+                  "kernels queued alone %d" % (B, *d), flush=True)
         if a.profile:
             trace = a.trace if B == a.trace_batch else None
             kernels, total = kernel_profile(lambda: [r() for r in runs], trace=trace)

@@ -13,6 +13,8 @@
  *   FAKE_CUDA_COUNT   set: at exit, print to stderr the launches and the
  *                     stream waits that found kernels still queued (the
  *                     host round trips between kernels)
+ *                     and, on a second line, the graphs instantiated and
+ *                     launched and the kernel nodes updated in place
  *   FAKE_CUDA_GUARD   set: device memory is mapped without access rights
  *                     except inside the driver's own copies and fills, so
  *                     host code that reads or writes a device buffer (a
@@ -34,6 +36,7 @@ typedef int CUresult;
 
 static size_t used, limit;
 static long launches, waitsQueued, filledFF, lookups;
+static long graphsBuilt, graphLaunches, nodeUpdates;
 static int queued, faulted;
 
 static long envInt(const char *name, long fallback) {
@@ -67,10 +70,27 @@ static CUresult moduleUnload(void *module) {
   (void)module;
   return 0;
 }
+/* A function is one (module, name): kernels of one name in two modules
+ * differ, as on a GPU. */
+static struct FakeFunction {
+  void *module;
+  char *name;
+  struct FakeFunction *next;
+} *functions;
 static CUresult moduleGetFunction(void **f, void *module, const char *name) {
-  (void)module;
   ++lookups;
-  *f = (void *)(uintptr_t)name;
+  for (struct FakeFunction *k = functions; k; k = k->next)
+    if (k->module == module && !strcmp(k->name, name)) {
+      *f = k;
+      return 0;
+    }
+  struct FakeFunction *k = malloc(sizeof(*k));
+  if (!k || !(k->name = strdup(name)))
+    return 2;
+  k->module = module;
+  k->next = functions;
+  functions = k;
+  *f = k;
   return 0;
 }
 static CUresult launchKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
@@ -104,11 +124,101 @@ static CUresult streamSynchronize(void *s) {
   return faulted ? 700 : 0;
 }
 __attribute__((destructor)) static void report(void) {
-  if (getenv("FAKE_CUDA_COUNT"))
-    fprintf(stderr,
-            "fake cuda: %ld launches, %ld waits with kernels queued, %ld "
-            "bytes filled with 0xff, %ld function lookups\n",
-            launches, waitsQueued, filledFF, lookups);
+  if (!getenv("FAKE_CUDA_COUNT"))
+    return;
+  fprintf(stderr,
+          "fake cuda: %ld launches, %ld waits with kernels queued, %ld "
+          "bytes filled with 0xff, %ld function lookups\n",
+          launches, waitsQueued, filledFF, lookups);
+  fprintf(stderr,
+          "fake cuda graphs: %ld instantiated, %ld launched, %ld kernel "
+          "nodes updated\n",
+          graphsBuilt, graphLaunches, nodeUpdates);
+}
+
+/* Graphs: a chain of kernel nodes; a launch runs (counts) each as
+ * cuLaunchKernel would. The driver cannot know argument sizes here, so
+ * every argument is 8 bytes (k3c's kernels take pointers and i64 indices). */
+typedef struct {
+  void *fn;
+  unsigned grid[3];
+} FakeNode;
+typedef struct {
+  FakeNode *node;
+  size_t n, cap;
+} FakeGraph;
+typedef struct {
+  void *fn;
+  unsigned grid[3], block[3], smem;
+  void **params, **extra;
+} NodeParams;
+
+static CUresult funcGetParamInfo(void *f, size_t i, size_t *offset,
+                                 size_t *size) {
+  (void)f;
+  *offset = 8 * i;
+  *size = 8;
+  return 0;
+}
+static CUresult graphCreate(FakeGraph **g, unsigned flags) {
+  (void)flags;
+  *g = calloc(1, sizeof(FakeGraph));
+  return *g ? 0 : 2;
+}
+static CUresult graphDestroy(FakeGraph *g) {
+  if (g)
+    free(g->node);
+  free(g);
+  return 0;
+}
+/* Each node is a number: its position in the graph. */
+static CUresult graphAddKernelNode(void **node, FakeGraph *g,
+                                   void *const *deps, size_t ndeps,
+                                   const NodeParams *p) {
+  (void)deps, (void)ndeps;
+  if (g->n == g->cap) {
+    size_t cap = g->cap ? 2 * g->cap : 64;
+    FakeNode *n = realloc(g->node, cap * sizeof(FakeNode));
+    if (!n)
+      return 2;
+    g->node = n, g->cap = cap;
+  }
+  g->node[g->n].fn = p->fn;
+  memcpy(g->node[g->n].grid, p->grid, sizeof(p->grid));
+  *node = (void *)(uintptr_t)g->n++;
+  return 0;
+}
+static CUresult graphInstantiate(FakeGraph **exec, FakeGraph *g,
+                                 unsigned long long flags) {
+  (void)flags;
+  FakeGraph *e = calloc(1, sizeof(FakeGraph));
+  if (!e || !(e->node = malloc((g->n ? g->n : 1) * sizeof(FakeNode))))
+    return 2;
+  memcpy(e->node, g->node, g->n * sizeof(FakeNode));
+  e->n = e->cap = g->n;
+  ++graphsBuilt;
+  *exec = e;
+  return 0;
+}
+static CUresult graphExecSetParams(FakeGraph *exec, void *node,
+                                   const NodeParams *p) {
+  size_t i = (size_t)(uintptr_t)node;
+  if (i >= exec->n || exec->node[i].fn != p->fn)
+    return 1; /* CUDA_ERROR_INVALID_VALUE */
+  memcpy(exec->node[i].grid, p->grid, sizeof(p->grid));
+  ++nodeUpdates;
+  return 0;
+}
+static CUresult graphLaunch(FakeGraph *exec, void *stream) {
+  ++graphLaunches;
+  for (size_t i = 0; i < exec->n; ++i) {
+    const FakeNode *n = &exec->node[i];
+    CUresult r = launchKernel(n->fn, n->grid[0], n->grid[1], n->grid[2], 64,
+                              1, 1, 0, stream, NULL, NULL);
+    if (r)
+      return r;
+  }
+  return 0;
 }
 /* Guarded device memory (FAKE_CUDA_GUARD): whole pages mapped PROT_NONE,
  * opened only while the driver copies or fills them. */
@@ -262,6 +372,14 @@ EXPORT CUresult cuGetProcAddress_v2(const char *name, void **fn, int version,
       {"cuMemGetInfo", (void *)memGetInfo},
       {"cuMemcpyAsync", (void *)memcpyAsync},
       {"cuMemsetD8Async", (void *)memsetD8Async},
+      {"cuFuncGetParamInfo", (void *)funcGetParamInfo},
+      {"cuGraphCreate", (void *)graphCreate},
+      {"cuGraphDestroy", (void *)graphDestroy},
+      {"cuGraphAddKernelNode", (void *)graphAddKernelNode},
+      {"cuGraphInstantiateWithFlags", (void *)graphInstantiate},
+      {"cuGraphExecDestroy", (void *)graphDestroy},
+      {"cuGraphExecKernelNodeSetParams", (void *)graphExecSetParams},
+      {"cuGraphLaunch", (void *)graphLaunch},
   };
   for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); ++i)
     if (!strcmp(table[i].name, name)) {

@@ -43,6 +43,21 @@ typedef void *CUmodule;
 typedef void *CUfunction;
 typedef void *CUstream;
 typedef unsigned long long CUdeviceptr;
+typedef void *CUgraph;
+typedef void *CUgraphExec;
+typedef void *CUgraphNode;
+
+/* CUDA_KERNEL_NODE_PARAMS (v2, CUDA 12.0 and later). */
+typedef struct {
+  CUfunction func;
+  unsigned gridDimX, gridDimY, gridDimZ;
+  unsigned blockDimX, blockDimY, blockDimZ;
+  unsigned sharedMemBytes;
+  void **kernelParams;
+  void **extra;
+  void *kern;
+  CUcontext ctx;
+} KernelNodeParams;
 
 #define K3_EXPORT __attribute__((visibility("default")))
 
@@ -72,6 +87,18 @@ static struct {
   CUresult (*memFreeHost)(void *);
   CUresult (*memcpyAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
   CUresult (*memsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+  /* Optional: without them every kernel is launched on its own. */
+  CUresult (*funcGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
+  CUresult (*graphCreate)(CUgraph *, unsigned);
+  CUresult (*graphDestroy)(CUgraph);
+  CUresult (*graphAddKernelNode)(CUgraphNode *, CUgraph, const CUgraphNode *,
+                                 size_t, const KernelNodeParams *);
+  CUresult (*graphInstantiate)(CUgraphExec *, CUgraph, unsigned long long);
+  CUresult (*graphExecDestroy)(CUgraphExec);
+  CUresult (*graphExecKernelNodeSetParams)(CUgraphExec, CUgraphNode,
+                                           const KernelNodeParams *);
+  CUresult (*graphLaunch)(CUgraphExec, CUstream);
+  int graphs;   /* replay each call's kernels as a CUDA graph */
   CUdevice device;
   CUdeviceptr arena;
   size_t arenaSize, arenaUsed;
@@ -151,6 +178,23 @@ static int load(void) {
   GET(memFreeHost, "cuMemFreeHost");
   GET(memcpyAsync, "cuMemcpyAsync");
   GET(memsetD8Async, "cuMemsetD8Async");
+  /* The graph entry points, each at the CUDA version of its signature. */
+#define GET_OPTIONAL(field, name, version)                                     \
+  do {                                                                         \
+    int status = 0;                                                            \
+    if (getProc(name, (void **)&cu.field, version, 0, &status) != 0)           \
+      cu.field = NULL;                                                         \
+  } while (0)
+  GET_OPTIONAL(funcGetParamInfo, "cuFuncGetParamInfo", 12040);
+  GET_OPTIONAL(graphCreate, "cuGraphCreate", 12000);
+  GET_OPTIONAL(graphDestroy, "cuGraphDestroy", 12000);
+  GET_OPTIONAL(graphAddKernelNode, "cuGraphAddKernelNode", 12000);
+  GET_OPTIONAL(graphInstantiate, "cuGraphInstantiateWithFlags", 12000);
+  GET_OPTIONAL(graphExecDestroy, "cuGraphExecDestroy", 12000);
+  GET_OPTIONAL(graphExecKernelNodeSetParams, "cuGraphExecKernelNodeSetParams",
+               12000);
+  GET_OPTIONAL(graphLaunch, "cuGraphLaunch", 12000);
+#undef GET_OPTIONAL
 #undef GET
   CUdevice dev = 0;
   CUcontext ctx;
@@ -166,6 +210,13 @@ static int load(void) {
   cu.syncEach = each && *each && strcmp(each, "0") != 0;
   const char *poison = getenv("K3RT_CUDA_POISON");
   cu.poison = poison && *poison && strcmp(poison, "0") != 0;
+  /* K3RT_CUDA_GRAPHS=0: launch every kernel on its own (for comparisons). */
+  const char *graphs = getenv("K3RT_CUDA_GRAPHS");
+  cu.graphs = !cu.syncEach && !(graphs && !strcmp(graphs, "0")) &&
+              cu.funcGetParamInfo && cu.graphCreate && cu.graphDestroy &&
+              cu.graphAddKernelNode && cu.graphInstantiate &&
+              cu.graphExecDestroy && cu.graphExecKernelNodeSetParams &&
+              cu.graphLaunch;
   if (cu.poison && !cu.error[0]) {
     CHECK(cu.memsetD8Async(cu.arena, 0xFF, cu.arenaSize, NULL),
           "cuMemsetD8Async");
@@ -189,9 +240,302 @@ static CUstream theStream(void) {
   return cu.ownStream;
 }
 
+/*--- Graphs --------------------------------------------------------------*
+ * A forward call launches hundreds of kernels (a batch-1 decode step of
+ * K3's widths about 400), most of them a few microseconds long, so the gaps
+ * between them cost as much as the work. With graphs on (the default when
+ * the driver has the entry points; K3RT_CUDA_GRAPHS=0 turns them off), a
+ * call's launches are recorded, not queued, and the whole call is queued as
+ * one CUDA graph when it ends (k3rt_cuda_workspace_reset, or before any
+ * other work on the stream). A call that launches the same kernels in the
+ * same order as an earlier one (every decode step of a batch composition,
+ * every prefill chunk of one size) replays that call's graph, with the
+ * nodes whose grid or arguments changed updated in place; a new composition
+ * builds a graph of its own, and the least recently used of kGraphs is
+ * dropped. Nothing a kernel computes depends on how it was queued.
+ */
+
+enum {
+  kGraphs = 8,        /* graphs kept */
+  kGraphMin = 8,      /* calls with fewer launches queue them one by one */
+  kMaxParams = 1024,  /* arguments of one kernel (memrefs are expanded) */
+  kParamCache = 1024, /* kernels whose argument sizes are known */
+};
+
+typedef struct {
+  CUfunction fn;
+  unsigned grid[3], block[3], smem;
+  uint32_t nparams;
+  const uint16_t *size; /* each argument's bytes */
+  size_t at;            /* its arguments' first byte in `values` */
+} Launch;
+
+typedef struct {
+  Launch *launch;
+  size_t n, cap;
+  unsigned char *values; /* arguments, each in 8-byte aligned slots */
+  size_t bytes, valueCap;
+} Recording;
+
+typedef struct {
+  Recording rec; /* what the graph's nodes were last set to */
+  uint64_t key, used;
+  CUgraph graph;
+  CUgraphExec exec;
+  CUgraphNode *node;
+} Graph;
+
+static Recording pending; /* the current call's launches */
+static Graph graphCache[kGraphs];
+static uint64_t useClock;
+static struct {
+  CUfunction fn;
+  uint32_t n;
+  uint16_t *size;
+} paramInfo[kParamCache];
+/* k3rt_cuda_graph_stats: graphs built, graph launches, nodes updated,
+ * kernels queued one by one. */
+static uint64_t stats[4];
+
+static size_t slotBytes(size_t bytes) { return (bytes + 7) & ~(size_t)7; }
+
+/* The byte size of each of `fn`'s `n` arguments, asked once; NULL if the
+ * driver does not tell. */
+static const uint16_t *paramSizes(CUfunction fn, uint32_t n) {
+  size_t slot = ((uintptr_t)fn >> 4) % kParamCache;
+  for (size_t probe = 0; probe < kParamCache; ++probe) {
+    size_t i = (slot + probe) % kParamCache;
+    if (paramInfo[i].fn == fn)
+      return paramInfo[i].n == n ? paramInfo[i].size : NULL;
+    if (paramInfo[i].fn)
+      continue;
+    uint16_t *size = malloc(n ? n * sizeof(uint16_t) : 1);
+    if (!size)
+      return NULL;
+    for (uint32_t a = 0; a < n; ++a) {
+      size_t offset = 0, bytes = 0;
+      if (cu.funcGetParamInfo(fn, a, &offset, &bytes) != 0 || !bytes ||
+          bytes > 0xFFFF) {
+        free(size);
+        return NULL;
+      }
+      size[a] = (uint16_t)bytes;
+    }
+    paramInfo[i].fn = fn;
+    paramInfo[i].n = n;
+    paramInfo[i].size = size;
+    return size;
+  }
+  return NULL;
+}
+
+/* Appends a launch to the current call's; 0 if it cannot be recorded. */
+static int record(CUfunction fn, const unsigned grid[3],
+                  const unsigned block[3], unsigned smem, void **params,
+                  uint32_t n) {
+  const uint16_t *size = paramSizes(fn, n);
+  if (!size)
+    return 0;
+  size_t bytes = 0;
+  for (uint32_t a = 0; a < n; ++a)
+    bytes += slotBytes(size[a]);
+  if (pending.n == pending.cap) {
+    size_t cap = pending.cap ? 2 * pending.cap : 512;
+    Launch *l = realloc(pending.launch, cap * sizeof(Launch));
+    if (!l)
+      return 0;
+    pending.launch = l, pending.cap = cap;
+  }
+  if (pending.bytes + bytes > pending.valueCap) {
+    size_t cap = pending.valueCap ? 2 * pending.valueCap : 1 << 16;
+    while (cap < pending.bytes + bytes)
+      cap *= 2;
+    unsigned char *v = realloc(pending.values, cap);
+    if (!v)
+      return 0;
+    pending.values = v, pending.valueCap = cap;
+  }
+  Launch *l = &pending.launch[pending.n++];
+  l->fn = fn;
+  memcpy(l->grid, grid, sizeof(l->grid));
+  memcpy(l->block, block, sizeof(l->block));
+  l->smem = smem;
+  l->nparams = n;
+  l->size = size;
+  l->at = pending.bytes;
+  for (uint32_t a = 0; a < n; ++a) {
+    memcpy(pending.values + pending.bytes, params[a], size[a]);
+    pending.bytes += slotBytes(size[a]);
+  }
+  return 1;
+}
+
+/* Launch `i` of `r` as kernel node parameters; `ptrs` holds its argument
+ * pointers. */
+static KernelNodeParams nodeParams(const Recording *r, size_t i,
+                                   void *ptrs[kMaxParams]) {
+  const Launch *l = &r->launch[i];
+  size_t at = l->at;
+  for (uint32_t a = 0; a < l->nparams; ++a) {
+    ptrs[a] = r->values + at;
+    at += slotBytes(l->size[a]);
+  }
+  KernelNodeParams p = {l->fn, l->grid[0], l->grid[1], l->grid[2],
+                        l->block[0], l->block[1], l->block[2], l->smem,
+                        ptrs, NULL, NULL, NULL};
+  return p;
+}
+
+static size_t argBytes(const Launch *l) {
+  size_t bytes = 0;
+  for (uint32_t a = 0; a < l->nparams; ++a)
+    bytes += slotBytes(l->size[a]);
+  return bytes;
+}
+
+/* The kernels in order (not their grids or arguments): what a graph's
+ * nodes are. */
+static uint64_t shapeKey(const Recording *r) {
+  uint64_t h = 0xcbf29ce484222325ull ^ r->n;
+  for (size_t i = 0; i < r->n; ++i) {
+    const Launch *l = &r->launch[i];
+    uint64_t v[5] = {(uintptr_t)l->fn, l->block[0], l->block[1],
+                     ((uint64_t)l->block[2] << 32) | l->smem, l->nparams};
+    for (int k = 0; k < 5; ++k)
+      h = (h ^ v[k]) * 0x100000001b3ull;
+  }
+  return h;
+}
+
+static int sameShape(const Recording *a, const Recording *b) {
+  if (a->n != b->n)
+    return 0;
+  for (size_t i = 0; i < a->n; ++i) {
+    const Launch *x = &a->launch[i], *y = &b->launch[i];
+    if (x->fn != y->fn || x->smem != y->smem || x->nparams != y->nparams ||
+        memcmp(x->block, y->block, sizeof(x->block)))
+      return 0;
+  }
+  return 1;
+}
+
+static void dropGraph(Graph *g) {
+  if (g->exec)
+    cu.graphExecDestroy(g->exec);
+  if (g->graph)
+    cu.graphDestroy(g->graph);
+  free(g->node);
+  g->exec = NULL, g->graph = NULL, g->node = NULL, g->key = 0, g->used = 0;
+  g->rec.n = g->rec.bytes = 0;
+}
+
+/* Builds `g` from the pending launches: one kernel node after another. */
+static int buildGraph(Graph *g) {
+  void *ptrs[kMaxParams];
+  g->node = malloc(pending.n * sizeof(CUgraphNode));
+  if (!g->node) {
+    fail("graph nodes (host memory)", 2);
+    return 0;
+  }
+  CHECK(cu.graphCreate(&g->graph, 0), "cuGraphCreate");
+  for (size_t i = 0; i < pending.n && !cu.error[0]; ++i) {
+    KernelNodeParams p = nodeParams(&pending, i, ptrs);
+    CHECK(cu.graphAddKernelNode(&g->node[i], g->graph,
+                                i ? &g->node[i - 1] : NULL, i ? 1 : 0, &p),
+          "cuGraphAddKernelNode");
+  }
+  if (!cu.error[0])
+    CHECK(cu.graphInstantiate(&g->exec, g->graph, 0), "cuGraphInstantiate");
+  ++stats[0];
+  return !cu.error[0];
+}
+
+/* Queues the recorded launches: as a graph, or one by one for a short
+ * call. */
+static void flush(void) {
+  if (!pending.n)
+    return;
+  if (cu.error[0]) {
+    pending.n = pending.bytes = 0;
+    return;
+  }
+  CUstream stream = theStream();
+  void *ptrs[kMaxParams];
+  if (pending.n < kGraphMin) {
+    for (size_t i = 0; i < pending.n && !cu.error[0]; ++i) {
+      KernelNodeParams p = nodeParams(&pending, i, ptrs);
+      CHECK(cu.launchKernel(p.func, p.gridDimX, p.gridDimY, p.gridDimZ,
+                            p.blockDimX, p.blockDimY, p.blockDimZ,
+                            p.sharedMemBytes, stream, ptrs, NULL),
+            "cuLaunchKernel");
+      ++stats[3];
+    }
+    pending.n = pending.bytes = 0;
+    return;
+  }
+  uint64_t key = shapeKey(&pending);
+  Graph *g = NULL, *victim = &graphCache[0];
+  for (int k = 0; k < kGraphs && !g; ++k) {
+    Graph *c = &graphCache[k];
+    if (c->exec && c->key == key && sameShape(&c->rec, &pending))
+      g = c;
+    else if (!c->exec || (victim->exec && c->used < victim->used))
+      victim = c;
+  }
+  if (g) {
+    /* The same kernels: update the nodes whose grid or arguments differ. */
+    for (size_t i = 0; i < pending.n && !cu.error[0]; ++i) {
+      const Launch *now = &pending.launch[i], *was = &g->rec.launch[i];
+      if (!memcmp(now->grid, was->grid, sizeof(now->grid)) &&
+          !memcmp(pending.values + now->at, g->rec.values + was->at,
+                  argBytes(now)))
+        continue;
+      KernelNodeParams p = nodeParams(&pending, i, ptrs);
+      CHECK(cu.graphExecKernelNodeSetParams(g->exec, g->node[i], &p),
+            "cuGraphExecKernelNodeSetParams");
+      ++stats[2];
+    }
+  } else {
+    g = victim;
+    dropGraph(g);
+    if (!buildGraph(g))
+      dropGraph(g);
+  }
+  if (!cu.error[0]) {
+    /* The graph keeps this call's launches; their buffers take the old. */
+    Recording old = g->rec;
+    g->rec = pending;
+    pending = old;
+    g->key = key;
+    g->used = ++useClock;
+    CHECK(cu.graphLaunch(g->exec, stream), "cuGraphLaunch");
+    ++stats[1];
+  }
+  pending.n = pending.bytes = 0;
+}
+
+/* Drops every graph (their kernels' module is going away). */
+static void dropGraphs(void) {
+  for (int k = 0; k < kGraphs; ++k)
+    dropGraph(&graphCache[k]);
+  for (size_t i = 0; i < kParamCache; ++i) {
+    free(paramInfo[i].size);
+    paramInfo[i].fn = NULL, paramInfo[i].size = NULL, paramInfo[i].n = 0;
+  }
+}
+
+/* Graphs built, graph launches, graph nodes updated between replays, and
+ * kernels queued one by one since the library was loaded. */
+K3_EXPORT void k3rt_cuda_graph_stats(uint64_t out[4]) {
+  memcpy(out, stats, sizeof(stats));
+}
+
 /* Waits for a forward call's kernels, then rewinds the workspace arena:
  * call after every forward call. */
 K3_EXPORT void k3rt_cuda_workspace_reset(void) {
+  if (cu.ready && !cu.error[0])
+    flush();
+  pending.n = pending.bytes = 0;
   if (cu.ready && !cu.error[0])
     CHECK(cu.streamSynchronize(theStream()), "cuStreamSynchronize");
   /* K3RT_CUDA_POISON=1 (debugging): the workspace a call used is filled
@@ -258,6 +602,7 @@ K3_EXPORT int k3rt_cuda_copy(void *dst, const void *src, size_t bytes) {
   if (!load())
     return -1;
   if (bytes) {
+    flush();
     CHECK(cu.memcpyAsync((CUdeviceptr)(uintptr_t)dst,
                          (CUdeviceptr)(uintptr_t)src, bytes, theStream()),
           "cuMemcpyAsync");
@@ -271,6 +616,7 @@ K3_EXPORT int k3rt_cuda_zero(void *dst, size_t bytes) {
   if (!load())
     return -1;
   if (bytes) {
+    flush();
     CHECK(cu.memsetD8Async((CUdeviceptr)(uintptr_t)dst, 0, bytes,
                            theStream()),
           "cuMemsetD8Async");
@@ -315,8 +661,15 @@ K3_EXPORT void mgpuModuleUnload(void *module) {
     if (functions[i].module == module)
       functions[i].module = NULL, functions[i].name = NULL;
   pthread_mutex_unlock(&functionsLock);
-  if (load())
+  if (load()) {
+    /* Graphs name the module's kernels: queue what is recorded, wait, and
+     * drop them. */
+    flush();
+    if (!cu.error[0] && cu.streamSynchronize)
+      CHECK(cu.streamSynchronize(theStream()), "cuStreamSynchronize");
+    dropGraphs();
     CHECK(cu.moduleUnload(module), "cuModuleUnload");
+  }
 }
 
 K3_EXPORT void *mgpuModuleGetFunction(void *module, const char *name) {
@@ -350,12 +703,21 @@ K3_EXPORT void mgpuLaunchKernel(void *function, intptr_t gx, intptr_t gy,
                                 intptr_t gz, intptr_t bx, intptr_t by,
                                 intptr_t bz, int32_t smem, void *stream,
                                 void **params, void **extra, size_t nparams) {
-  (void)nparams;
   if (!function || !load())
     return;
   /* A grid with no blocks has no work (an empty segment of a loop). */
   if (gx <= 0 || gy <= 0 || gz <= 0)
     return;
+  if (cu.graphs && !extra && stream == theStream() && nparams <= kMaxParams) {
+    unsigned grid[3] = {(unsigned)gx, (unsigned)gy, (unsigned)gz};
+    unsigned block[3] = {(unsigned)bx, (unsigned)by, (unsigned)bz};
+    if (record(function, grid, block, (unsigned)smem, params,
+               (uint32_t)nparams))
+      return;
+  }
+  /* Not recorded: it goes after the recorded ones. */
+  flush();
+  ++stats[3];
   CHECK(cu.launchKernel(function, (unsigned)gx, (unsigned)gy, (unsigned)gz,
                         (unsigned)bx, (unsigned)by, (unsigned)bz,
                         (unsigned)smem, stream, params, extra),
