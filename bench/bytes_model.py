@@ -53,17 +53,19 @@ def prefill_flops(m, T):
 
 
 def kernel_model(m, context):
-    """Batch-1 decode: per kernel family of the library (the name prefix of
-    its kernels), (bytes it must read or write, FLOPs), for the families
-    whose traffic is weights or state."""
+    """Batch-1 decode: per kernel family of the library (its kernels' names
+    start with one of the family's prefixes, separated by "|"), (bytes it
+    must read or write, FLOPs), for the families whose traffic is weights
+    or state."""
     args = m["abi"]["args"]
     k = m["moe"]["top_k"]
     dense, per_expert_all_layers = weight_bytes(args)
     groups = {g["kind"]: g for g in m["state"]["groups"]}
     out = {}
     # Linear layers (every dense projection, the router, the LM head): each
-    # bf16 weight element read once, one multiply-add.
-    out["k3k_matmul_f32"] = (dense, dense)
+    # bf16 weight element read once, one multiply-add. A one-token layer is
+    # k3k_linear's own kernel, the router and wider batches k3k_matmul_f32's.
+    out["k3k_linear|k3k_matmul_f32"] = (dense, dense)
     # The selected experts: MXFP4 (half a byte per element, scales aside).
     experts = k * per_expert_all_layers
     out["k3k_experts_mxfp4"] = (experts, 4 * experts)

@@ -30,7 +30,8 @@ def points(run, manifest):
     prof = run["profile_decode_b1"]["kernels"]
     pts = []
     for family, (nbytes, flops) in model.items():
-        ms = sum(k["ms"] for k in prof if k["name"].startswith(family + "_"))
+        prefixes = tuple(f + "_" for f in family.split("|"))
+        ms = sum(k["ms"] for k in prof if k["name"].startswith(prefixes))
         if ms > 0:
             pts.append((family, nbytes, flops, ms * 1e-3))
     nbytes = decode_bytes(manifest, 1, context)
