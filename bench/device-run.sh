@@ -18,11 +18,15 @@
 #           the launch trace of a batch-1 step                        ~330 s
 #   f32     agreement of the f32 library with the f32 peer            ~40 s
 #   trace64 the launch trace of a batch-64 step                       ~30 s
-# Results go to OUT (the device tool's $OUT).
+# Results go to OUT/results.tgz (OUT: the device tool's $OUT).
 set -u
-out=${1:?usage: bench/device-run.sh OUT [PARTS]}
+dest=${1:?usage: bench/device-run.sh OUT [PARTS]}
 parts=${2:-e2e ab peers f32 trace64}
-mkdir -p "$out"
+# The device tool brings back only a few files: everything goes into
+# OUT/results.tgz, also when a part runs out of time.
+out=$(mktemp -d)
+mkdir -p "$dest"
+trap 'tar -C "$out" -czf "$dest/results.tgz" .' EXIT
 gb=build/gpu-bench
 bench=(python3 bench/k3_bench.py --cuda-rt "$gb/libk3rt_cuda.so"
        --config models/k3-group/config.json)
