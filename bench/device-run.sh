@@ -11,8 +11,9 @@
 # PARTS (default "e2e ab peers f32 trace64"), each with its own time limit:
 #   e2e     the GPU end-to-end tests (test/e2e/gpu/run-e2e.py)        ~40 s
 #   ab      k3c decode of build/gpu-bench/k3-group-base.so (if present)
-#           without graphs and k3-group.so without and with graphs
-#           (K3RT_CUDA_GRAPHS), alternately, twice each              ~120 s
+#           and k3-group.so, alternately, twice each; AB="base-graph
+#           new-graph" (the default) names the variants: LIB-graph or
+#           LIB-nograph (K3RT_CUDA_GRAPHS=0)                     ~40 s each
 #   peers   decode B = 1, 8, 64 and prefill 4096 (8 calls of 512) with
 #           every PyTorch peer in one process, per-kernel profile and
 #           the launch trace of a batch-1 step                        ~330 s
@@ -45,7 +46,7 @@ export K3RT_CUDA_WORKSPACE_MB=${K3RT_CUDA_WORKSPACE_MB:-36000}
 if has ab; then
   say "ab (median step per batch; base = k3-group-base.so; graphs off/on)"
   for round in 1 2; do
-    for v in base-nograph new-nograph new-graph; do
+    for v in ${AB:-base-graph new-graph}; do
       so=$gb/k3-group.so
       [[ $v == base-* ]] && so=$gb/k3-group-base.so
       graphs=1
