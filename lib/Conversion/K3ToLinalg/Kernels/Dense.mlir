@@ -47,111 +47,161 @@ func.func private @k3k_matmul_f32(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>) ->
   return %r : tensor<?x?xf32>
 }
 
-// The same product for blocks of 8 tokens: each (block, output row) sums
-// the row against its 8 tokens (a block past T repeats token T-1, not
-// stored).
+// The same product for blocks of 8 tokens: each (block, pair of output
+// rows j and j + ⌈N/2⌉) sums the two rows against its 8 tokens, so that a
+// token's activation is read and widened once for both rows (a block past T
+// repeats token T-1, a row past N repeats row N-1; neither is stored).
 func.func private @k3k_matmul_tok8(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %out: memref<?x?xf32>) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
-  %c1_t = arith.constant 1 : index
-  %c2_t = arith.constant 2 : index
-  %c3_t = arith.constant 3 : index
-  %c4_t = arith.constant 4 : index
-  %c5_t = arith.constant 5 : index
-  %c6_t = arith.constant 6 : index
-  %c7_t = arith.constant 7 : index
+  %c2 = arith.constant 2 : index
   %c8 = arith.constant 8 : index
   %zero = arith.constant 0.0 : f32
   %t = tensor.dim %x, %c0 : tensor<?x?x!act>
   %kk = tensor.dim %x, %c1 : tensor<?x?x!act>
   %n = tensor.dim %w, %c0 : tensor<?x?xbf16>
   %tlast = arith.subi %t, %c1 : index
+  %nlast = arith.subi %n, %c1 : index
   %nb = arith.ceildivui %t, %c8 : index
-  scf.parallel (%b, %j) = (%c0, %c0) to (%nb, %n) step (%c1, %c1) {
+  %nh = arith.ceildivui %n, %c2 : index
+  scf.parallel (%b, %j) = (%c0, %c0) to (%nb, %nh) step (%c1, %c1) {
+    %ju = arith.addi %j, %nh : index
+    %j2 = arith.minui %ju, %nlast : index
     %t0 = arith.muli %b, %c8 : index
-    %tu0 = arith.minui %t0, %tlast : index
+    %tk0 = arith.addi %t0, %c0 : index
+    %tu0 = arith.minui %tk0, %tlast : index
+    %c1_t = arith.constant 1 : index
     %tk1 = arith.addi %t0, %c1_t : index
     %tu1 = arith.minui %tk1, %tlast : index
+    %c2_t = arith.constant 2 : index
     %tk2 = arith.addi %t0, %c2_t : index
     %tu2 = arith.minui %tk2, %tlast : index
+    %c3_t = arith.constant 3 : index
     %tk3 = arith.addi %t0, %c3_t : index
     %tu3 = arith.minui %tk3, %tlast : index
+    %c4_t = arith.constant 4 : index
     %tk4 = arith.addi %t0, %c4_t : index
     %tu4 = arith.minui %tk4, %tlast : index
+    %c5_t = arith.constant 5 : index
     %tk5 = arith.addi %t0, %c5_t : index
     %tu5 = arith.minui %tk5, %tlast : index
+    %c6_t = arith.constant 6 : index
     %tk6 = arith.addi %t0, %c6_t : index
     %tu6 = arith.minui %tk6, %tlast : index
+    %c7_t = arith.constant 7 : index
     %tk7 = arith.addi %t0, %c7_t : index
     %tu7 = arith.minui %tk7, %tlast : index
-    %s0, %s1, %s2, %s3, %s4, %s5, %s6, %s7 = scf.for %k = %c0 to %kk step %c1 iter_args(%a0 = %zero, %a1 = %zero, %a2 = %zero, %a3 = %zero, %a4 = %zero, %a5 = %zero, %a6 = %zero, %a7 = %zero) -> (f32, f32, f32, f32, f32, f32, f32, f32) {
+    %s0, %s1, %s2, %s3, %s4, %s5, %s6, %s7, %r0, %r1, %r2, %r3, %r4, %r5, %r6, %r7 = scf.for %k = %c0 to %kk step %c1 iter_args(%a0 = %zero, %a1 = %zero, %a2 = %zero, %a3 = %zero, %a4 = %zero, %a5 = %zero, %a6 = %zero, %a7 = %zero, %b0 = %zero, %b1 = %zero, %b2 = %zero, %b3 = %zero, %b4 = %zero, %b5 = %zero, %b6 = %zero, %b7 = %zero) -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32) {
       %wv = tensor.extract %w[%j, %k] : tensor<?x?xbf16>
       %wf = arith.extf %wv : bf16 to f32
+      %wv2 = tensor.extract %w[%j2, %k] : tensor<?x?xbf16>
+      %wf2 = arith.extf %wv2 : bf16 to f32
       %x0 = tensor.extract %x[%tu0, %k] : tensor<?x?x!act>
       %xf0 = func.call @k3k_widen(%x0) : (!act) -> f32
       %m0 = arith.mulf %xf0, %wf : f32
       %n0 = arith.addf %a0, %m0 : f32
+      %p0 = arith.mulf %xf0, %wf2 : f32
+      %q0 = arith.addf %b0, %p0 : f32
       %x1 = tensor.extract %x[%tu1, %k] : tensor<?x?x!act>
       %xf1 = func.call @k3k_widen(%x1) : (!act) -> f32
       %m1 = arith.mulf %xf1, %wf : f32
       %n1 = arith.addf %a1, %m1 : f32
+      %p1 = arith.mulf %xf1, %wf2 : f32
+      %q1 = arith.addf %b1, %p1 : f32
       %x2 = tensor.extract %x[%tu2, %k] : tensor<?x?x!act>
       %xf2 = func.call @k3k_widen(%x2) : (!act) -> f32
       %m2 = arith.mulf %xf2, %wf : f32
       %n2 = arith.addf %a2, %m2 : f32
+      %p2 = arith.mulf %xf2, %wf2 : f32
+      %q2 = arith.addf %b2, %p2 : f32
       %x3 = tensor.extract %x[%tu3, %k] : tensor<?x?x!act>
       %xf3 = func.call @k3k_widen(%x3) : (!act) -> f32
       %m3 = arith.mulf %xf3, %wf : f32
       %n3 = arith.addf %a3, %m3 : f32
+      %p3 = arith.mulf %xf3, %wf2 : f32
+      %q3 = arith.addf %b3, %p3 : f32
       %x4 = tensor.extract %x[%tu4, %k] : tensor<?x?x!act>
       %xf4 = func.call @k3k_widen(%x4) : (!act) -> f32
       %m4 = arith.mulf %xf4, %wf : f32
       %n4 = arith.addf %a4, %m4 : f32
+      %p4 = arith.mulf %xf4, %wf2 : f32
+      %q4 = arith.addf %b4, %p4 : f32
       %x5 = tensor.extract %x[%tu5, %k] : tensor<?x?x!act>
       %xf5 = func.call @k3k_widen(%x5) : (!act) -> f32
       %m5 = arith.mulf %xf5, %wf : f32
       %n5 = arith.addf %a5, %m5 : f32
+      %p5 = arith.mulf %xf5, %wf2 : f32
+      %q5 = arith.addf %b5, %p5 : f32
       %x6 = tensor.extract %x[%tu6, %k] : tensor<?x?x!act>
       %xf6 = func.call @k3k_widen(%x6) : (!act) -> f32
       %m6 = arith.mulf %xf6, %wf : f32
       %n6 = arith.addf %a6, %m6 : f32
+      %p6 = arith.mulf %xf6, %wf2 : f32
+      %q6 = arith.addf %b6, %p6 : f32
       %x7 = tensor.extract %x[%tu7, %k] : tensor<?x?x!act>
       %xf7 = func.call @k3k_widen(%x7) : (!act) -> f32
       %m7 = arith.mulf %xf7, %wf : f32
       %n7 = arith.addf %a7, %m7 : f32
-      scf.yield %n0, %n1, %n2, %n3, %n4, %n5, %n6, %n7 : f32, f32, f32, f32, f32, f32, f32, f32
+      %p7 = arith.mulf %xf7, %wf2 : f32
+      %q7 = arith.addf %b7, %p7 : f32
+      scf.yield %n0, %n1, %n2, %n3, %n4, %n5, %n6, %n7, %q0, %q1, %q2, %q3, %q4, %q5, %q6, %q7 : f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32
     }
-    %in0 = arith.cmpi ult, %t0, %t : index
+    %second = arith.cmpi ult, %ju, %n : index
+    %in0 = arith.cmpi ult, %tk0, %t : index
     scf.if %in0 {
-      memref.store %s0, %out[%t0, %j] : memref<?x?xf32>
+      memref.store %s0, %out[%tk0, %j] : memref<?x?xf32>
+      scf.if %second {
+        memref.store %r0, %out[%tk0, %ju] : memref<?x?xf32>
+      }
     }
     %in1 = arith.cmpi ult, %tk1, %t : index
     scf.if %in1 {
       memref.store %s1, %out[%tk1, %j] : memref<?x?xf32>
+      scf.if %second {
+        memref.store %r1, %out[%tk1, %ju] : memref<?x?xf32>
+      }
     }
     %in2 = arith.cmpi ult, %tk2, %t : index
     scf.if %in2 {
       memref.store %s2, %out[%tk2, %j] : memref<?x?xf32>
+      scf.if %second {
+        memref.store %r2, %out[%tk2, %ju] : memref<?x?xf32>
+      }
     }
     %in3 = arith.cmpi ult, %tk3, %t : index
     scf.if %in3 {
       memref.store %s3, %out[%tk3, %j] : memref<?x?xf32>
+      scf.if %second {
+        memref.store %r3, %out[%tk3, %ju] : memref<?x?xf32>
+      }
     }
     %in4 = arith.cmpi ult, %tk4, %t : index
     scf.if %in4 {
       memref.store %s4, %out[%tk4, %j] : memref<?x?xf32>
+      scf.if %second {
+        memref.store %r4, %out[%tk4, %ju] : memref<?x?xf32>
+      }
     }
     %in5 = arith.cmpi ult, %tk5, %t : index
     scf.if %in5 {
       memref.store %s5, %out[%tk5, %j] : memref<?x?xf32>
+      scf.if %second {
+        memref.store %r5, %out[%tk5, %ju] : memref<?x?xf32>
+      }
     }
     %in6 = arith.cmpi ult, %tk6, %t : index
     scf.if %in6 {
       memref.store %s6, %out[%tk6, %j] : memref<?x?xf32>
+      scf.if %second {
+        memref.store %r6, %out[%tk6, %ju] : memref<?x?xf32>
+      }
     }
     %in7 = arith.cmpi ult, %tk7, %t : index
     scf.if %in7 {
       memref.store %s7, %out[%tk7, %j] : memref<?x?xf32>
+      scf.if %second {
+        memref.store %r7, %out[%tk7, %ju] : memref<?x?xf32>
+      }
     }
   }
   return
