@@ -13,7 +13,8 @@
 #   ab      k3c decode of build/gpu-bench/k3-group-base.so (if present)
 #           and k3-group.so, alternately, twice each; AB="base-graph
 #           new-graph" (the default) names the variants: LIB-graph or
-#           LIB-nograph (K3RT_CUDA_GRAPHS=0)                     ~40 s each
+#           LIB-nograph (K3RT_CUDA_GRAPHS=0), LIB-graph runs
+#           k3-group-LIB.so (new: k3-group.so)                   ~40 s each
 #   peers   decode B = 1, 8, 64 and prefill 4096 (8 calls of 512) with
 #           every PyTorch peer in one process, per-kernel profile and
 #           the launch trace of a batch-1 step                        ~330 s
@@ -47,8 +48,8 @@ if has ab; then
   say "ab (median step per batch; base = k3-group-base.so; graphs off/on)"
   for round in 1 2; do
     for v in ${AB:-base-graph new-graph}; do
-      so=$gb/k3-group.so
-      [[ $v == base-* ]] && so=$gb/k3-group-base.so
+      so=$gb/k3-group-${v%-*}.so
+      [[ $v == new-* ]] && so=$gb/k3-group.so
       graphs=1
       [[ $v == *-nograph ]] && graphs=0
       [ -f "$so" ] || continue

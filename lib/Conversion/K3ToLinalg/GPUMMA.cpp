@@ -54,9 +54,12 @@ constexpr int64_t kWarpM = 32, kWarpN = 32;
 // Shared rows of 40 bf16 (80 bytes): the 8 rows a fragment load touches fall
 // in distinct banks, and every row stays 16-byte aligned.
 constexpr int64_t kPad = 8;
-// Split-K: blocks to aim for (two per SM of an H100/H200 and some), and the
-// fewest k steps of a slice.
-constexpr int64_t kTargetBlocks = 288, kMinSliceSteps = 8;
+// Split-K: blocks to aim for, and the fewest k steps of a slice. A block
+// has one 4 KB W tile in flight at a time (staged without a pipeline), so a
+// decode batch's product is bound by the blocks in flight: eight per SM of
+// an H200 (288 before: batch-64 decode step 53.6 -> 52.3 ms, BENCHMARKS.md
+// seventh session; 2112 was no better).
+constexpr int64_t kTargetBlocks = 1056, kMinSliceSteps = 8;
 // stage() copies both tiles with the same 128 threads, 16 bytes each.
 static_assert(kTileM == kTileN && kTileM * kTileK / 8 % kThreads == 0,
               "X and W tiles are staged alike, whole 16-byte pieces per thread");

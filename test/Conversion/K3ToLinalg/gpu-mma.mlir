@@ -33,11 +33,11 @@ func.func private @widen(%a: bf16) -> f32 {
 // CHECK: scf.if %[[OK:.+]] {
 // CHECK:   %[[GX:.+]] = arith.ceildivui %[[T]], %c64
 // CHECK:   %[[GY:.+]] = arith.ceildivui %[[N]], %c64
-// Split-K: slices = max(min(ceil(288 / tiles), k steps / 8), 1), rounded to
+// Split-K: slices = max(min(ceil(1056 / tiles), k steps / 8), 1), rounded to
 // whole k steps; the partial tiles [slices, T, N] only with a split.
 // CHECK:   %[[STEPS:.+]] = arith.ceildivui %[[K]], %c32{{[_0-9]*}}
 // CHECK:   %[[TILES:.+]] = arith.muli %[[GX]], %[[GY]]
-// CHECK:   %[[WANT:.+]] = arith.ceildivui %c288, %[[TILES]]
+// CHECK:   %[[WANT:.+]] = arith.ceildivui %c1056, %[[TILES]]
 // CHECK:   %[[MOST:.+]] = arith.divui %[[STEPS]], %c8
 // CHECK:   %[[MIN:.+]] = arith.minui %[[WANT]], %[[MOST]]
 // CHECK:   %[[S0:.+]] = arith.maxui %[[MIN]], %c1{{[_0-9]*}}
