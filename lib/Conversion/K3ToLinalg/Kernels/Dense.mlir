@@ -56,6 +56,13 @@ func.func private @k3k_matmul_tok8(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index
   %c8 = arith.constant 8 : index
+  %c1_t = arith.constant 1 : index
+  %c2_t = arith.constant 2 : index
+  %c3_t = arith.constant 3 : index
+  %c4_t = arith.constant 4 : index
+  %c5_t = arith.constant 5 : index
+  %c6_t = arith.constant 6 : index
+  %c7_t = arith.constant 7 : index
   %zero = arith.constant 0.0 : f32
   %t = tensor.dim %x, %c0 : tensor<?x?x!act>
   %kk = tensor.dim %x, %c1 : tensor<?x?x!act>
@@ -68,27 +75,19 @@ func.func private @k3k_matmul_tok8(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %
     %ju = arith.addi %j, %nh : index
     %j2 = arith.minui %ju, %nlast : index
     %t0 = arith.muli %b, %c8 : index
-    %tk0 = arith.addi %t0, %c0 : index
-    %tu0 = arith.minui %tk0, %tlast : index
-    %c1_t = arith.constant 1 : index
+    %tu0 = arith.minui %t0, %tlast : index
     %tk1 = arith.addi %t0, %c1_t : index
     %tu1 = arith.minui %tk1, %tlast : index
-    %c2_t = arith.constant 2 : index
     %tk2 = arith.addi %t0, %c2_t : index
     %tu2 = arith.minui %tk2, %tlast : index
-    %c3_t = arith.constant 3 : index
     %tk3 = arith.addi %t0, %c3_t : index
     %tu3 = arith.minui %tk3, %tlast : index
-    %c4_t = arith.constant 4 : index
     %tk4 = arith.addi %t0, %c4_t : index
     %tu4 = arith.minui %tk4, %tlast : index
-    %c5_t = arith.constant 5 : index
     %tk5 = arith.addi %t0, %c5_t : index
     %tu5 = arith.minui %tk5, %tlast : index
-    %c6_t = arith.constant 6 : index
     %tk6 = arith.addi %t0, %c6_t : index
     %tu6 = arith.minui %tk6, %tlast : index
-    %c7_t = arith.constant 7 : index
     %tk7 = arith.addi %t0, %c7_t : index
     %tu7 = arith.minui %tk7, %tlast : index
     %s0, %s1, %s2, %s3, %s4, %s5, %s6, %s7, %r0, %r1, %r2, %r3, %r4, %r5, %r6, %r7 = scf.for %k = %c0 to %kk step %c1 iter_args(%a0 = %zero, %a1 = %zero, %a2 = %zero, %a3 = %zero, %a4 = %zero, %a5 = %zero, %a6 = %zero, %a7 = %zero, %b0 = %zero, %b1 = %zero, %b2 = %zero, %b3 = %zero, %b4 = %zero, %b5 = %zero, %b6 = %zero, %b7 = %zero) -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32) {
@@ -147,11 +146,11 @@ func.func private @k3k_matmul_tok8(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %
       scf.yield %n0, %n1, %n2, %n3, %n4, %n5, %n6, %n7, %q0, %q1, %q2, %q3, %q4, %q5, %q6, %q7 : f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32
     }
     %second = arith.cmpi ult, %ju, %n : index
-    %in0 = arith.cmpi ult, %tk0, %t : index
+    %in0 = arith.cmpi ult, %t0, %t : index
     scf.if %in0 {
-      memref.store %s0, %out[%tk0, %j] : memref<?x?xf32>
+      memref.store %s0, %out[%t0, %j] : memref<?x?xf32>
       scf.if %second {
-        memref.store %r0, %out[%tk0, %ju] : memref<?x?xf32>
+        memref.store %r0, %out[%t0, %ju] : memref<?x?xf32>
       }
     }
     %in1 = arith.cmpi ult, %tk1, %t : index
