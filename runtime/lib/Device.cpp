@@ -97,14 +97,23 @@ const char *k3rt::cudaError() {
   return api().loaded ? api().lastError() : nullptr;
 }
 
+std::unique_lock<std::recursive_mutex> k3rt::lockGpu() {
+  static std::recursive_mutex gpu;
+  return std::unique_lock<std::recursive_mutex>(gpu);
+}
+
 void k3rt::cudaWorkspaceReset() {
-  if (api().loaded)
-    api().workspaceReset();
+  if (!api().loaded)
+    return;
+  auto gpu = lockGpu();
+  api().workspaceReset();
 }
 
 void k3rt::cudaSetStream(void *stream) {
-  if (api().loaded)
-    api().setStream(stream);
+  if (!api().loaded)
+    return;
+  auto gpu = lockGpu();
+  api().setStream(stream);
 }
 
 namespace {
@@ -259,17 +268,19 @@ k3rt_status *Memory::allocate(uint64_t bytes, const char *what, Place place,
 void k3rt::copyBytes(bool gpu, void *dst, const void *src, uint64_t n) {
   if (!n)
     return;
-  if (gpu)
+  if (gpu) {
+    auto lock = lockGpu();
     api().copy(dst, src, size_t(n));
-  else
+  } else
     std::memcpy(dst, src, size_t(n));
 }
 
 void k3rt::zeroBytes(bool gpu, void *dst, uint64_t n) {
   if (!n)
     return;
-  if (gpu)
+  if (gpu) {
+    auto lock = lockGpu();
     api().zero(dst, size_t(n));
-  else
+  } else
     std::memset(dst, 0, size_t(n));
 }

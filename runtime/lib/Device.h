@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,15 @@ k3rt_status *checkGpu(const std::string &library,
 
 /// The first CUDA error of the process (sticky), or nullptr.
 const char *cudaError();
+
+/// The process's GPU work, one thread at a time: libk3rt_cuda has one
+/// workspace arena, one current stream and one recording of launches (its
+/// CUDA graphs), so every k3rt call that queues GPU work (a GPU session's
+/// calls, weights uploaded or generated on the GPU, copies) holds this lock
+/// from its first GPU operation to its last. Distinct sessions may still be
+/// called from several threads (k3rt.h); on one GPU their calls take turns.
+/// Recursive: a call that holds it may call helpers that take it again.
+std::unique_lock<std::recursive_mutex> lockGpu();
 
 /// Waits for a forward call's kernels and rewinds the library's workspace
 /// arena: after every forward call.

@@ -593,6 +593,11 @@ k3rt_status *k3rt::createSession(k3rt_library *library, k3rt_weights *weights,
   s->maxStepEntries = maxStepEntries ? maxStepEntries : maxSequences;
   if (const char *v = std::getenv("K3RT_SEPARATE_DECODE"))
     s->batchDecode = std::string(v) != "1";
+  // The session's device memory and first stream setting are GPU work
+  // (Device.h, lockGpu).
+  std::unique_lock<std::recursive_mutex> gpu;
+  if (m.gpu)
+    gpu = lockGpu();
   s->gpu = m.gpu;
   s->stream = stream;
   s->device = m.gpu ? cudaDeviceDescription() : "host";
@@ -663,7 +668,12 @@ void k3rt::destroySession(k3rt_session *session) {
     return;
   k3rt_library *library = session->library;
   k3rt_weights *weights = session->weights;
-  delete session;
+  {
+    std::unique_lock<std::recursive_mutex> gpu;
+    if (session->gpu)
+      gpu = lockGpu();
+    delete session;
+  }
   release(weights);
   release(library);
 }

@@ -679,8 +679,12 @@ k3rt_status *k3rt::generateWeights(k3rt_library *library, uint64_t seed,
   uint64_t total = 0, done = 0, generated = 0;
   for (const AbiArg &arg : m.args)
     total += arg.role == ArgRole::Weight;
-  if (m.gpu)
+  // The library's kernels fill the weights: GPU work (Device.h, lockGpu).
+  std::unique_lock<std::recursive_mutex> gpu;
+  if (m.gpu) {
+    gpu = lockGpu();
     cudaSetStream(nullptr);
+  }
   for (size_t a = 0; a < m.args.size(); ++a) {
     const AbiArg &arg = m.args[a];
     if (arg.role != ArgRole::Weight)

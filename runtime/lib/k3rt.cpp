@@ -177,7 +177,13 @@ class BusyGuard {
 public:
   explicit BusyGuard(k3rt_session *s)
       : session(s),
-        owned(s && !s->busy.exchange(true, std::memory_order_acquire)) {}
+        owned(s && !s->busy.exchange(true, std::memory_order_acquire)) {
+    // A GPU session's call holds the process's GPU for its whole length
+    // (Device.h, lockGpu): the stream it sets and the launches it records
+    // are its own until it returns.
+    if (owned && session->gpu)
+      gpu = lockGpu();
+  }
   ~BusyGuard() {
     if (owned)
       session->busy.store(false, std::memory_order_release);
@@ -201,6 +207,7 @@ public:
 private:
   k3rt_session *session;
   bool owned;
+  std::unique_lock<std::recursive_mutex> gpu;
 };
 } // namespace
 

@@ -8,7 +8,10 @@
 //  * a decode batch (the decode entries of a step run as one call, each
 //    token its own sequence: docs/ABI.md) gives the logits and states of
 //    one call per entry (K3RT_SEPARATE_DECODE=1), for sequences of
-//    different lengths and pages, next to a prefill chunk in the same step.
+//    different lengths and pages, next to a prefill chunk in the same step;
+//  * two sessions driven from two threads at once (k3rt.h: distinct
+//    sessions may run concurrently; on a GPU their calls take turns) give
+//    the logits each gives alone.
 // Chunking is the same in the runs compared, so the logits must be equal
 // bit for bit. Prints the differences and PASS or FAIL.
 //
@@ -19,6 +22,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -236,10 +241,43 @@ int main(int argc, char **argv) {
               kSeqs, dDecode, batchedRows.size(), dStates,
               batchedStates.size());
 
+  // D: sequences A and B of part A in two sessions, each driven by its own
+  // thread, several rounds at once; every round must give A's and B's
+  // logits alone, bit for bit.
+  constexpr int kRounds = 6;
+  std::vector<Logits> concA, concB;
+  auto drive = [&](int64_t id, const std::vector<Chunk> &chunks,
+                   std::vector<Logits> &out) {
+    for (int round = 0; round < kRounds; ++round) {
+      k3rt_session *s = newSession(m);
+      CHECK(k3rt_sequence_add(s, id), "add");
+      for (const Chunk &c : chunks)
+        out.push_back(step(m, s, {{id, c}})[0]);
+      k3rt_session_release(s);
+    }
+  };
+  {
+    std::thread ta(drive, 1, std::vector<Chunk>{a1, a2, Chunk{5}, Chunk{6}},
+                   std::ref(concA));
+    std::thread tb(drive, 2, std::vector<Chunk>{b1, b2, Chunk{7}, Chunk{8}},
+                   std::ref(concB));
+    ta.join();
+    tb.join();
+  }
+  std::vector<Logits> wantA, wantB;
+  for (int round = 0; round < kRounds; ++round) {
+    wantA.insert(wantA.end(), aloneA.begin(), aloneA.end());
+    wantB.insert(wantB.end(), aloneB.begin(), aloneB.end());
+  }
+  double dConc = std::fmax(maxDiff(wantA, concA), maxDiff(wantB, concB));
+  std::printf("two sessions from two threads vs alone: max abs diff %g over "
+              "%zu rows\n",
+              dConc, concA.size() + concB.size());
+
   k3rt_weights_release(m.weights);
   k3rt_library_release(m.lib);
   bool ok = dBatch == 0 && dFork == 0 && dParent == 0 && dDecode == 0 &&
-            dStates == 0 && !batchedStates.empty();
+            dStates == 0 && !batchedStates.empty() && dConc == 0;
   std::printf("%s\n", ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;
 }

@@ -30,7 +30,9 @@
  *    are thread-safe). A session is thread-compatible: one thread at a
  *    time. Concurrent entry into one session is detected (an atomic busy
  *    flag) and the losing call returns K3RT_FAILED_PRECONDITION without
- *    touching the session. Distinct sessions may run concurrently.
+ *    touching the session. Distinct sessions may run concurrently (GPU
+ *    sessions' calls take turns: the process has one GPU workspace and
+ *    stream).
  *    Functions without a handle argument are thread-safe.
  *  - Versions. Option and info structs start with `struct_size` (set it to
  *    sizeof the struct); fields are only ever appended, so a caller built
