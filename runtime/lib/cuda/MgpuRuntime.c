@@ -267,7 +267,7 @@ typedef struct {
   unsigned grid[3], block[3], smem;
   uint32_t nparams;
   const uint16_t *size; /* each argument's bytes */
-  size_t at;            /* its arguments' first byte in `values` */
+  size_t at, bytes;     /* its arguments' first byte in `values`, length */
 } Launch;
 
 typedef struct {
@@ -363,6 +363,7 @@ static int record(CUfunction fn, const unsigned grid[3],
   l->nparams = n;
   l->size = size;
   l->at = pending.bytes;
+  l->bytes = bytes;
   for (uint32_t a = 0; a < n; ++a) {
     memcpy(pending.values + pending.bytes, params[a], size[a]);
     pending.bytes += slotBytes(size[a]);
@@ -384,13 +385,6 @@ static KernelNodeParams nodeParams(const Recording *r, size_t i,
                         l->block[0], l->block[1], l->block[2], l->smem,
                         ptrs, NULL, NULL, NULL};
   return p;
-}
-
-static size_t argBytes(const Launch *l) {
-  size_t bytes = 0;
-  for (uint32_t a = 0; a < l->nparams; ++a)
-    bytes += slotBytes(l->size[a]);
-  return bytes;
 }
 
 /* The kernels in order (not their grids or arguments): what a graph's
@@ -488,7 +482,7 @@ static void flush(void) {
       const Launch *now = &pending.launch[i], *was = &g->rec.launch[i];
       if (!memcmp(now->grid, was->grid, sizeof(now->grid)) &&
           !memcmp(pending.values + now->at, g->rec.values + was->at,
-                  argBytes(now)))
+                  now->bytes))
         continue;
       KernelNodeParams p = nodeParams(&pending, i, ptrs);
       CHECK(cu.graphExecKernelNodeSetParams(g->exec, g->node[i], &p),
