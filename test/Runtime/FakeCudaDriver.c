@@ -21,6 +21,9 @@
  *                     library's host part reading what only its kernels
  *                     may) faults at once, as it would with a real device
  *
+ * A context is current per thread, as with the real driver (calls from a
+ * thread that did not make it current fail with 201, invalid context).
+ *
  * Only the entry points MgpuRuntime.c resolves exist.
  *===----------------------------------------------------------------------===*/
 
@@ -58,15 +61,26 @@ static CUresult ctxRetain(void **ctx, int dev) {
   *ctx = (void *)&used;
   return 0;
 }
+/* The context current on this thread (cuCtxSetCurrent), as in the real
+ * driver: a thread that did not make one current gets
+ * CUDA_ERROR_INVALID_CONTEXT from every call that needs it. */
+static _Thread_local void *current;
+#define NEED_CONTEXT                                                           \
+  do {                                                                         \
+    if (!current)                                                              \
+      return 201;                                                              \
+  } while (0)
 static CUresult ctxSetCurrent(void *ctx) {
-  (void)ctx;
+  current = ctx;
   return 0;
 }
 static CUresult moduleLoadData(void **module, const void *image) {
+  NEED_CONTEXT;
   *module = (void *)(uintptr_t)image;
   return 0;
 }
 static CUresult moduleUnload(void *module) {
+  NEED_CONTEXT;
   (void)module;
   return 0;
 }
@@ -78,6 +92,7 @@ static struct FakeFunction {
   struct FakeFunction *next;
 } *functions;
 static CUresult moduleGetFunction(void **f, void *module, const char *name) {
+  NEED_CONTEXT;
   ++lookups;
   for (struct FakeFunction *k = functions; k; k = k->next)
     if (k->module == module && !strcmp(k->name, name)) {
@@ -97,6 +112,7 @@ static CUresult launchKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
                              unsigned bx, unsigned by, unsigned bz,
                              unsigned smem, void *stream, void **params,
                              void **extra) {
+  NEED_CONTEXT;
   (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz;
   (void)smem, (void)stream, (void)params, (void)extra;
   const char *mode = getenv("FAKE_CUDA_LAUNCH");
@@ -109,6 +125,7 @@ static CUresult launchKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
   return mode && (!strcmp(mode, "ok") || !strcmp(mode, "fault")) ? 0 : 719;
 }
 static CUresult streamCreate(void **s, unsigned flags) {
+  NEED_CONTEXT;
   (void)flags;
   *s = (void *)&limit;
   return 0;
@@ -118,6 +135,7 @@ static CUresult streamNop(void *s) {
   return 0;
 }
 static CUresult streamSynchronize(void *s) {
+  NEED_CONTEXT;
   (void)s;
   waitsQueued += queued;
   queued = 0;
@@ -161,6 +179,7 @@ static CUresult funcGetParamInfo(void *f, size_t i, size_t *offset,
   return 0;
 }
 static CUresult graphCreate(FakeGraph **g, unsigned flags) {
+  NEED_CONTEXT;
   (void)flags;
   *g = calloc(1, sizeof(FakeGraph));
   return *g ? 0 : 2;
@@ -190,6 +209,7 @@ static CUresult graphAddKernelNode(void **node, FakeGraph *g,
 }
 static CUresult graphInstantiate(FakeGraph **exec, FakeGraph *g,
                                  unsigned long long flags) {
+  NEED_CONTEXT;
   (void)flags;
   FakeGraph *e = calloc(1, sizeof(FakeGraph));
   if (!e || !(e->node = malloc((g->n ? g->n : 1) * sizeof(FakeNode))))
@@ -210,6 +230,7 @@ static CUresult graphExecSetParams(FakeGraph *exec, void *node,
   return 0;
 }
 static CUresult graphLaunch(FakeGraph *exec, void *stream) {
+  NEED_CONTEXT;
   ++graphLaunches;
   for (size_t i = 0; i < exec->n; ++i) {
     const FakeNode *n = &exec->node[i];
@@ -246,6 +267,7 @@ static void setRights(const void *p, int rights) {
 
 /* Each block carries its size in front, so that frees give it back. */
 static CUresult memAlloc(uint64_t *p, size_t bytes) {
+  NEED_CONTEXT;
   if (used + bytes > limit)
     return 2;
   if (guard()) {
@@ -277,6 +299,7 @@ static CUresult memAlloc(uint64_t *p, size_t bytes) {
   return 0;
 }
 static CUresult memFree(uint64_t p) {
+  NEED_CONTEXT;
   if (!p)
     return 0;
   int i = findGuarded((const void *)(uintptr_t)p);
@@ -292,15 +315,18 @@ static CUresult memFree(uint64_t p) {
   return 0;
 }
 static CUresult memAllocHost(void **p, size_t bytes) {
+  NEED_CONTEXT;
   *p = malloc(bytes ? bytes : 1);
   return *p ? 0 : 2;
 }
 static CUresult memFreeHost(void *p) {
+  NEED_CONTEXT;
   free(p);
   return 0;
 }
 static CUresult getErrorString(CUresult r, const char **s) {
   *s = r == 2     ? "out of memory"
+       : r == 201 ? "invalid device context"
        : r == 719 ? "unspecified launch failure"
                   : "fake driver error";
   return 0;
@@ -317,11 +343,13 @@ static CUresult deviceGetName(char *name, int len, int dev) {
   return 0;
 }
 static CUresult memGetInfo(size_t *freeBytes, size_t *total) {
+  NEED_CONTEXT;
   *freeBytes = limit - used;
   *total = limit;
   return 0;
 }
 static CUresult memcpyAsync(uint64_t dst, uint64_t src, size_t n, void *s) {
+  NEED_CONTEXT;
   (void)s;
   void *d = (void *)(uintptr_t)dst;
   const void *from = (const void *)(uintptr_t)src;
@@ -334,6 +362,7 @@ static CUresult memcpyAsync(uint64_t dst, uint64_t src, size_t n, void *s) {
 }
 static CUresult memsetD8Async(uint64_t dst, unsigned char v, size_t n,
                               void *s) {
+  NEED_CONTEXT;
   (void)s;
   void *d = (void *)(uintptr_t)dst;
   if (v == 0xFF)

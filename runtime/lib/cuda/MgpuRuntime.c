@@ -64,6 +64,7 @@ typedef struct {
 static struct {
   int ready;
   char error[512];
+  CUcontext context; /* the device's primary context */
   CUresult (*init)(unsigned);
   CUresult (*deviceGet)(CUdevice *, int);
   CUresult (*primaryCtxRetain)(CUcontext *, CUdevice);
@@ -125,10 +126,21 @@ static void fail(const char *what, CUresult r) {
       fail(what, r_);                                                          \
   } while (0)
 
+/* Whether this thread has made the primary context current: the driver's
+ * current context is per thread, and k3rt.h lets sessions be driven from
+ * any thread (k3rt takes turns, see runtime/lib/Device.h). */
+static _Thread_local int threadBound;
+
 static int load(void) {
-  if (cu.ready)
+  if (cu.ready) {
+    if (!threadBound && !cu.error[0]) {
+      threadBound = 1;
+      CHECK(cu.ctxSetCurrent(cu.context), "cuCtxSetCurrent");
+    }
     return !cu.error[0];
+  }
   cu.ready = 1;
+  threadBound = 1;
   /* K3RT_CUDA_DRIVER: another driver library (a test double, say). */
   const char *driver = getenv("K3RT_CUDA_DRIVER");
   if (!driver || !*driver)
@@ -202,6 +214,7 @@ static int load(void) {
   CHECK(cu.deviceGet(&dev, 0), "cuDeviceGet");
   cu.device = dev;
   CHECK(cu.primaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  cu.context = ctx;
   CHECK(cu.ctxSetCurrent(ctx), "cuCtxSetCurrent");
   const char *mb = getenv("K3RT_CUDA_WORKSPACE_MB");
   cu.arenaSize = (size_t)(mb ? atol(mb) : 1024) << 20;
