@@ -376,8 +376,9 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
   %psz = memref.dim %pool, %c1 : memref<?x?x?x!act>
   %nseq = memref.dim %lenm, %c0 : memref<?xi64>
   %pertoken = arith.cmpi ugt, %nseq, %c1 : index
-  // The first sequence's length, read by the host code (a kernel reads the
-  // lengths itself only in a decode batch).
+  // The first sequence's length, read by the host code for the prefill
+  // stages (the decode stages and the cache append read the lengths in
+  // their kernels).
   %len064 = memref.load %lenm[%c0] : memref<?xi64>
   %len0 = arith.index_cast %len064 : i64 to index
   %dq = arith.addi %dn, %dr : index
@@ -397,13 +398,10 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
   %wa = arith.addi %r, %dr : index
   scf.parallel (%i, %e) = (%c0, %c0) to (%t, %wa) step (%c1, %c1) {
     %sq = arith.select %pertoken, %i, %c0 : index
-    %len = scf.if %pertoken -> (index) {
-      %l64 = memref.load %lenm[%i] : memref<?xi64>
-      %l = arith.index_cast %l64 : i64 to index
-      scf.yield %l : index
-    } else {
-      scf.yield %len0 : index
-    }
+    // The length from memory, not from the host code: the kernel's
+    // arguments stay the same from one decode step to the next.
+    %l64 = memref.load %lenm[%sq] : memref<?xi64>
+    %len = arith.index_cast %l64 : i64 to index
     %rel = arith.subi %i, %sq : index
     %pos = arith.addi %len, %rel : index
     %pg = arith.divui %pos, %psz : index
@@ -444,14 +442,23 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
       %m2 = arith.maxui %m, %n : index
       scf.yield %m2 : index
     }
+    // Buffers and grids sized by %maxn rounded up to %kcap rows: the same
+    // for 256 consecutive decode steps, so that a step's kernels see the
+    // same arguments and grids as the step before (libk3rt_cuda replays
+    // its CUDA graph without updating them); rows past a token's n_i are
+    // skipped or computed on row n_i - 1 and not stored, as before.
+    %kcap = arith.constant 256 : index
+    %capb = arith.ceildivui %maxn, %kcap : index
+    %cap = arith.muli %capb, %kcap : index
+    // Every kernel reads n_i from %ntk (one sequence too), not from an
+    // argument that changes every step.
+    %yes = arith.constant true
     %ntk = memref.alloc(%t) : memref<?xindex>
-    scf.if %pertoken {
-      scf.parallel (%i) = (%c0) to (%t) step (%c1) {
-        %l64 = memref.load %lenm[%i] : memref<?xi64>
-        %l = arith.index_cast %l64 : i64 to index
-        %n = arith.addi %l, %c1 : index
-        memref.store %n, %ntk[%i] : memref<?xindex>
-      }
+    scf.parallel (%i) = (%c0) to (%t) step (%c1) {
+      %l64 = memref.load %lenm[%i] : memref<?xi64>
+      %l = arith.index_cast %l64 : i64 to index
+      %n = arith.addi %l, %c1 : index
+      memref.store %n, %ntk[%i] : memref<?xindex>
     }
     // q̂ and q_r per token, transposed: qt[i, e, h] for the R + dr elements e
     // of a cache row and the heads h padded to a multiple of %hblk (a padded
@@ -465,7 +472,7 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     %hlast = arith.subi %nh, %c1 : index
     %qt = memref.alloc(%t, %w, %nhp) {alignment = 64 : i64} : memref<?x?x?xf32>
     %ob = memref.alloc(%t, %nh, %r) : memref<?x?x?xf32>
-    %p = memref.alloc(%t, %nh, %maxn) : memref<?x?x?xf32>
+    %p = memref.alloc(%t, %nh, %cap) : memref<?x?x?xf32>
     %rowsum = memref.alloc(%t, %nh) : memref<?x?xf32>
     scf.parallel (%i, %hp, %e) = (%c0, %c0, %c0) to (%t, %nhp, %r) step (%c1, %c1, %c1) {
       %h = arith.minui %hp, %hlast : index
@@ -497,9 +504,9 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     // The cache rows of each token's sequence in order (its page table), and
     // the pool as rows [pages · P, R + dr]: the stages below read the cache
     // in place.
-    %rows = memref.alloc(%t, %maxn) : memref<?x?xindex>
-    scf.parallel (%i, %j) = (%c0, %c0) to (%t, %maxn) step (%c1, %c1) {
-      %ntok = func.call @k3k_mla_rows(%ntk, %i, %pertoken, %maxn) : (memref<?xindex>, index, i1, index) -> index
+    %rows = memref.alloc(%t, %cap) : memref<?x?xindex>
+    scf.parallel (%i, %j) = (%c0, %c0) to (%t, %cap) step (%c1, %c1) {
+      %ntok = func.call @k3k_mla_rows(%ntk, %i, %yes, %cap) : (memref<?xindex>, index, i1, index) -> index
       %jin = arith.cmpi ult, %j, %ntok : index
       scf.if %jin {
         %pg = arith.divui %j, %psz : index
@@ -526,7 +533,7 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     // of a row at a time: each cache element is read once for the 8 heads,
     // each q̂ element once for the 4 rows (tokens past n_i are computed on
     // token n_i - 1 and not stored). Each score sums its terms in order.
-    %nrb = arith.ceildivui %maxn, %rblk : index
+    %nrb = arith.ceildivui %cap, %rblk : index
     %wfull = arith.subi %w, %wrem : index
     %vzero = arith.constant dense<0.0> : vector<8xf32>
     // (row block, head block) as one dimension, head blocks innermost: the
@@ -536,7 +543,7 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     scf.parallel (%i, %jh) = (%c0, %c0) to (%t, %nrhb) step (%c1, %c1) {
       %jb = arith.divui %jh, %nhb : index
       %hb = arith.remui %jh, %nhb : index
-      %ntok = func.call @k3k_mla_rows(%ntk, %i, %pertoken, %maxn) : (memref<?xindex>, index, i1, index) -> index
+      %ntok = func.call @k3k_mla_rows(%ntk, %i, %yes, %cap) : (memref<?xindex>, index, i1, index) -> index
       %jlast = arith.subi %ntok, %c1 : index
       %j0 = arith.muli %jb, %rblk : index
       %jc0 = arith.minui %j0, %jlast : index
@@ -606,7 +613,7 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     // Softmax per (token, head): the maximum, exp(s - max) in place, the sum.
     %rowmax = memref.alloc(%t, %nh) : memref<?x?xf32>
     scf.parallel (%i, %h) = (%c0, %c0) to (%t, %nh) step (%c1, %c1) {
-      %ntok = func.call @k3k_mla_rows(%ntk, %i, %pertoken, %maxn) : (memref<?xindex>, index, i1, index) -> index
+      %ntok = func.call @k3k_mla_rows(%ntk, %i, %yes, %cap) : (memref<?xindex>, index, i1, index) -> index
       %mx = scf.for %j = %c0 to %ntok step %c1 iter_args(%m = %ninf) -> (f32) {
         %sc = memref.load %p[%i, %h, %j] : memref<?x?x?xf32>
         %m2 = arith.maximumf %m, %sc : f32
@@ -617,9 +624,9 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     // exp in place, 8 rows per thread (row jt + k·⌈n/8⌉: the threads of a
     // warp on consecutive rows), so that a batch's many rows make a grid of
     // tens of thousands of blocks, not of millions.
-    %nj8 = arith.ceildivui %maxn, %c8 : index
+    %nj8 = arith.ceildivui %cap, %c8 : index
     scf.parallel (%i, %h, %jt) = (%c0, %c0, %c0) to (%t, %nh, %nj8) step (%c1, %c1, %c1) {
-      %ntok = func.call @k3k_mla_rows(%ntk, %i, %pertoken, %maxn) : (memref<?xindex>, index, i1, index) -> index
+      %ntok = func.call @k3k_mla_rows(%ntk, %i, %yes, %cap) : (memref<?xindex>, index, i1, index) -> index
       %mx = memref.load %rowmax[%i, %h] : memref<?x?xf32>
       scf.for %k = %c0 to %c8 step %c1 {
         %jk = arith.muli %k, %nj8 : index
@@ -634,7 +641,7 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
       }
     }
     scf.parallel (%i, %h) = (%c0, %c0) to (%t, %nh) step (%c1, %c1) {
-      %ntok = func.call @k3k_mla_rows(%ntk, %i, %pertoken, %maxn) : (memref<?xindex>, index, i1, index) -> index
+      %ntok = func.call @k3k_mla_rows(%ntk, %i, %yes, %cap) : (memref<?xindex>, index, i1, index) -> index
       %sum = scf.for %j = %c0 to %ntok step %c1 iter_args(%a = %zero) -> (f32) {
         %e = memref.load %p[%i, %h, %j] : memref<?x?x?xf32>
         %s2 = arith.addf %a, %e : f32
@@ -662,7 +669,7 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     scf.parallel (%i, %hbpt, %cb) = (%c0, %c0, %c0) to (%t, %nhbp, %ncb) step (%c1, %c1, %c1) {
       %hb = arith.divui %hbpt, %parts : index
       %pt = arith.remui %hbpt, %parts : index
-      %ntok = func.call @k3k_mla_rows(%ntk, %i, %pertoken, %maxn) : (memref<?xindex>, index, i1, index) -> index
+      %ntok = func.call @k3k_mla_rows(%ntk, %i, %yes, %cap) : (memref<?xindex>, index, i1, index) -> index
       %nparts0 = arith.ceildivui %ntok, %rows_per_part : index
       %nparts = arith.minui %nparts0, %parts : index
       %slice = arith.ceildivui %ntok, %nparts : index
