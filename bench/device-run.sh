@@ -20,6 +20,7 @@
 #           the launch trace of a batch-1 step                        ~330 s
 #   f32     agreement of the f32 library with the f32 peer            ~40 s
 #   trace64 the launch trace of a batch-64 step                       ~30 s
+#   prof    per-kernel profile of batch-1 and batch-8 steps, no peers  ~40 s
 # Results go to OUT/results.tgz (OUT: the device tool's $OUT).
 set -u
 dest=${1:?usage: bench/device-run.sh OUT [PARTS]}
@@ -81,6 +82,13 @@ if has f32; then
   timeout 100 "${bench[@]}" --lib "$gb/k3-group-f32.so" --batches "" --prefill "" \
     --peer --peer-dtype float32 --json "$out/f32.json" > "$out/f32.txt" 2>&1
   echo "rc=$?"; grep "vs torch\|Error" "$out/f32.txt"
+fi
+
+if has prof; then
+  say prof
+  timeout 100 "${bench[@]}" --lib "$gb/k3-group.so" --batches 1,8 --prefill "" --reps 3 \
+    --compare-prompt 0 --profile --json "$out/profile-b1-b8.json" > "$out/profile-b1-b8.txt" 2>&1
+  echo "rc=$?"; grep "median\|kernels:\|Error" "$out/profile-b1-b8.txt"
 fi
 
 if has trace64; then

@@ -89,6 +89,9 @@ LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
   for (const std::string &chip : chips)
     mma.sm = std::min(mma.sm, smOf(chip));
   pm.addNestedPass<func::FuncOp>(createK3GPUMMAPass(mma));
+  K3GPUExpertsMMAPassOptions experts;
+  experts.sm = mma.sm;
+  pm.addNestedPass<func::FuncOp>(createK3GPUExpertsMMAPass(experts));
   if (failed(parsePassPipeline(kGPUMap, pm)))
     return failure();
   pm.addNestedPass<func::FuncOp>(createK3GPUWarpReducePass());

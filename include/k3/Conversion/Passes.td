@@ -226,6 +226,51 @@ def K3GPUMMAPass : Pass<"k3-gpu-mma"> {
                            "::mlir::scf::SCFDialect"];
 }
 
+def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma"> {
+  let summary = "MXFP4 routed experts of a bf16 library on the tensor cores";
+  let description = [{
+    A function marked `k3.mxfp4_experts = {scale = @s, out = @o}` is an
+    expert stage over the (token, slot) entries of a step in expert order
+    (`Kernels/MoE.mlir`): its arguments are the activations (bf16
+    `[T, K]`, or `[T, topk, K]`: one row per entry), the selected experts
+    `idx [T, topk]`, the entries in expert order `order [T * topk]`, one or
+    two MXFP4 matrices as (packed `[E, N, K/2]`, scales `[E, N, K/32]`) i8
+    pairs, scalars, and the output `[T, topk, N]`. Output element
+    `[t, s, n]` is `o(acc_1, ..., scalars)`, `acc_m` the f32 sum of row n of
+    matrix m of expert `idx[t, s]` against the entry's activations, taken
+    group by group: `Σ_g s(scale_g) · (Σ_{j in g} E2M1(code_j) · x_j)`.
+
+    The pass gives the function a second body, chosen at run time by
+    `scf.if` (activations and packed weights 16-byte aligned, K % 32 == 0,
+    N % 16 == 0, at least one entry): a `gpu.launch` with a block of four
+    warps per (segment, 64 rows), a segment being up to 8 consecutive
+    entries of `order` with one expert that start at a multiple of 8 or at
+    an expert change. Each warp computes 16 rows x 8 entries with
+    `nvvm.mma.sync` m16n8k16 (bf16 operands, f32 accumulators): every
+    32-element group is two mma steps from a zero accumulator, scaled and
+    added to the row sums in group order. A lane reads one 4-byte word of
+    each of its two rows per group (codes decoded to bf16 in registers:
+    the code's bits placed as a bf16 of value E2M1 · 2^-126 and multiplied
+    by 2^126, exact), and its entry's 8 activations of the same elements
+    with one 16-byte load; the mma's k order is permuted alike in both
+    operands. An expert's weights are read once per segment instead of
+    once per entry. Other functions and bodies are left alone (f32
+    activations: no change). Needs sm_80 (bf16 mma.sync): with `sm` below
+    80 nothing changes.
+  }];
+  let options = [
+    Option<"sm", "sm", "int64_t", "90",
+           "Oldest compute capability the library targets (x10)">
+  ];
+  let dependentDialects = ["::mlir::gpu::GPUDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::LLVM::LLVMDialect",
+                           "::mlir::NVVM::NVVMDialect",
+                           "::mlir::memref::MemRefDialect",
+                           "::mlir::vector::VectorDialect",
+                           "::mlir::scf::SCFDialect"];
+}
+
 def K3GPUTileAndMapPass : Pass<"k3-gpu-tile-and-map"> {
   let summary = "Tile parallel loops and map them to GPU blocks and threads";
   let description = [{

@@ -337,34 +337,48 @@ func.func private @k3k_group_by_expert(%idx: memref<?x?xi64>) -> memref<?xi64> {
   return %order : memref<?xi64>
 }
 
-// Weighted sum of the selected experts in latent space (§6.2), with MXFP4 experts dequantised on the fly (§7.2): w1, w3 [E, I, L], w2 [E, L, I]:
-//   h[t,s] = round(act(round(W1_e ξ_t), round(W3_e ξ_t)))   (n, entry) in parallel
-//   y[t,s] = round(W2_e h[t,s])                             (j, entry) in parallel
-//   r[t]   = round(Σ_s ω[t,s] y[t,s])                       (t, j) in parallel
-func.func private @k3k_experts_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>,
-                                     %w1p: tensor<?x?x?xi8>, %w1s: tensor<?x?x?xi8>,
-                                     %w3p: tensor<?x?x?xi8>, %w3s: tensor<?x?x?xi8>,
-                                     %w2p: tensor<?x?x?xi8>, %w2s: tensor<?x?x?xi8>,
-                                     %silu: i1, %b1: f32, %b2: f32) -> tensor<?x?x!act> {
+// The two MXFP4 expert stages below run over the (token, slot) entries in
+// expert order (`order`, from @k3k_group_by_expert). Each is a function of
+// its own that `k3.mxfp4_experts` describes to k3-gpu-experts-mma, which
+// gives it a tensor-core kernel on the GPU: the attribute names the stage's
+// scale decoding and the function that makes an output from the f32 row
+// sums (one per weight matrix, then the stage's scalar arguments), so the
+// math of both kernels is written once, here.
+
+// h[t,s,n] from the rounded sums of W1 and W3 rows (§6.2).
+func.func private @k3k_experts_h(%g: f32, %u: f32, %silu: i1, %b1: f32, %b2: f32) -> !act {
+  %gr = func.call @k3k_round(%g) : (f32) -> f32
+  %ur = func.call @k3k_round(%u) : (f32) -> f32
+  %h = func.call @k3k_glu_act(%gr, %ur, %silu, %b1, %b2) : (f32, f32, i1, f32, f32) -> f32
+  %hn = func.call @k3k_narrow(%h) : (f32) -> !act
+  return %hn : !act
+}
+
+// y[t,s,j], rounded and kept in f32 for the weighted sum (§6.2).
+func.func private @k3k_experts_y(%y: f32) -> f32 {
+  %r = func.call @k3k_round(%y) : (f32) -> f32
+  return %r : f32
+}
+
+//   h[t,s,n] = round(act(round(W1_e ξ_t), round(W3_e ξ_t)))   (n, entry) in parallel
+func.func private @k3k_experts_up_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>, %order: memref<?xi64>,
+                                        %w1p: tensor<?x?x?xi8>, %w1s: tensor<?x?x?xi8>,
+                                        %w3p: tensor<?x?x?xi8>, %w3s: tensor<?x?x?xi8>,
+                                        %silu: i1, %b1: f32, %b2: f32, %hid: memref<?x?x?x!act>)
+    attributes {k3.mxfp4_experts = {scale = @k3k_e8m0, out = @k3k_experts_h}} {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
-  %zero = arith.constant 0.0 : f32
-  %t = tensor.dim %xi, %c0 : tensor<?x?x!act>
-  %l = tensor.dim %xi, %c1 : tensor<?x?x!act>
-  %ni = tensor.dim %w1p, %c1 : tensor<?x?x?xi8>
-  // MXFP4 widths are multiples of the 32-element group (the k3 verifier).
-  %c2 = arith.constant 2 : index
   %c16 = arith.constant 16 : index
   %c32 = arith.constant 32 : index
+  %zero = arith.constant 0.0 : f32
   %pad = arith.constant 0.0 : !act
   %pad8 = arith.constant 0 : i8
-  %lg = arith.divui %l, %c32 : index
-  %ig = arith.divui %ni, %c32 : index
+  %l = tensor.dim %xi, %c1 : tensor<?x?x!act>
+  %ni = tensor.dim %w1p, %c1 : tensor<?x?x?xi8>
+  %nq = memref.dim %order, %c0 : memref<?xi64>
   %topk = memref.dim %idx, %c1 : memref<?x?xi64>
-  %order = func.call @k3k_group_by_expert(%idx) : (memref<?x?xi64>) -> memref<?xi64>
-  %nq = arith.muli %t, %topk : index
-  // h is rounded to the activation type, so it is stored in it.
-  %hid = memref.alloc(%t, %topk, %ni) : memref<?x?x?x!act>
+  // MXFP4 widths are multiples of the 32-element group (the k3 verifier).
+  %lg = arith.divui %l, %c32 : index
   scf.parallel (%n, %q) = (%c0, %c0) to (%ni, %nq) step (%c1, %c1) {
     %q64 = memref.load %order[%q] : memref<?xi64>
     %qi = arith.index_cast %q64 : i64 to index
@@ -388,15 +402,31 @@ func.func private @k3k_experts_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64
       %ua2 = arith.addf %ua, %tb : f32
       scf.yield %ga2, %ua2 : f32, f32
     }
-    %gr = func.call @k3k_round(%g) : (f32) -> f32
-    %ur = func.call @k3k_round(%u) : (f32) -> f32
-    %h = func.call @k3k_glu_act(%gr, %ur, %silu, %b1, %b2) : (f32, f32, i1, f32, f32) -> f32
-    %hn = func.call @k3k_narrow(%h) : (f32) -> !act
+    %hn = func.call @k3k_experts_h(%g, %u, %silu, %b1, %b2) : (f32, f32, i1, f32, f32) -> !act
     memref.store %hn, %hid[%i, %s, %n] : memref<?x?x?x!act>
   }
-  // Two output rows (j, j + L/2) per entry and iteration: each h group is
-  // read once for both.
-  %ys = memref.alloc(%t, %topk, %l) : memref<?x?x?xf32>
+  return
+}
+
+//   y[t,s,j] = round(W2_e h[t,s])                             (j, entry) in parallel
+// Two output rows (j, j + L/2) per entry and iteration: each h group is
+// read once for both.
+func.func private @k3k_experts_down_mxfp4(%hid: memref<?x?x?x!act>, %idx: memref<?x?xi64>, %order: memref<?xi64>,
+                                          %w2p: tensor<?x?x?xi8>, %w2s: tensor<?x?x?xi8>, %ys: memref<?x?x?xf32>)
+    attributes {k3.mxfp4_experts = {scale = @k3k_e8m0, out = @k3k_experts_y}} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %c16 = arith.constant 16 : index
+  %c32 = arith.constant 32 : index
+  %zero = arith.constant 0.0 : f32
+  %pad = arith.constant 0.0 : !act
+  %pad8 = arith.constant 0 : i8
+  %l = tensor.dim %w2p, %c1 : tensor<?x?x?xi8>
+  %ni = memref.dim %hid, %c2 : memref<?x?x?x!act>
+  %nq = memref.dim %order, %c0 : memref<?xi64>
+  %topk = memref.dim %idx, %c1 : memref<?x?xi64>
+  %ig = arith.divui %ni, %c32 : index
   %lh = arith.divui %l, %c2 : index
   scf.parallel (%j, %q) = (%c0, %c0) to (%lh, %nq) step (%c1, %c1) {
     %q64 = memref.load %order[%q] : memref<?xi64>
@@ -421,11 +451,36 @@ func.func private @k3k_experts_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64
       %a3 = arith.addf %a1, %tw2 : f32
       scf.yield %a2, %a3 : f32, f32
     }
-    %yr = func.call @k3k_round(%y) : (f32) -> f32
-    %yr2 = func.call @k3k_round(%y2) : (f32) -> f32
+    %yr = func.call @k3k_experts_y(%y) : (f32) -> f32
+    %yr2 = func.call @k3k_experts_y(%y2) : (f32) -> f32
     memref.store %yr, %ys[%i, %s, %j] : memref<?x?x?xf32>
     memref.store %yr2, %ys[%i, %s, %j2] : memref<?x?x?xf32>
   }
+  return
+}
+
+// Weighted sum of the selected experts in latent space (§6.2), with MXFP4 experts dequantised on the fly (§7.2): w1, w3 [E, I, L], w2 [E, L, I]:
+//   h[t,s] = round(act(round(W1_e ξ_t), round(W3_e ξ_t)))   (n, entry) in parallel
+//   y[t,s] = round(W2_e h[t,s])                             (j, entry) in parallel
+//   r[t]   = round(Σ_s ω[t,s] y[t,s])                       (t, j) in parallel
+func.func private @k3k_experts_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>,
+                                     %w1p: tensor<?x?x?xi8>, %w1s: tensor<?x?x?xi8>,
+                                     %w3p: tensor<?x?x?xi8>, %w3s: tensor<?x?x?xi8>,
+                                     %w2p: tensor<?x?x?xi8>, %w2s: tensor<?x?x?xi8>,
+                                     %silu: i1, %b1: f32, %b2: f32) -> tensor<?x?x!act> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %zero = arith.constant 0.0 : f32
+  %t = tensor.dim %xi, %c0 : tensor<?x?x!act>
+  %l = tensor.dim %xi, %c1 : tensor<?x?x!act>
+  %ni = tensor.dim %w1p, %c1 : tensor<?x?x?xi8>
+  %topk = memref.dim %idx, %c1 : memref<?x?xi64>
+  %order = func.call @k3k_group_by_expert(%idx) : (memref<?x?xi64>) -> memref<?xi64>
+  // h is rounded to the activation type, so it is stored in it.
+  %hid = memref.alloc(%t, %topk, %ni) : memref<?x?x?x!act>
+  func.call @k3k_experts_up_mxfp4(%xi, %idx, %order, %w1p, %w1s, %w3p, %w3s, %silu, %b1, %b2, %hid) : (tensor<?x?x!act>, memref<?x?xi64>, memref<?xi64>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, i1, f32, f32, memref<?x?x?x!act>) -> ()
+  %ys = memref.alloc(%t, %topk, %l) : memref<?x?x?xf32>
+  func.call @k3k_experts_down_mxfp4(%hid, %idx, %order, %w2p, %w2s, %ys) : (memref<?x?x?x!act>, memref<?x?xi64>, memref<?xi64>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, memref<?x?x?xf32>) -> ()
   %out = memref.alloc(%t, %l) : memref<?x?x!act>
   scf.parallel (%i, %j) = (%c0, %c0) to (%t, %l) step (%c1, %c1) {
     %acc = scf.for %s = %c0 to %topk step %c1 iter_args(%a = %zero) -> (f32) {

@@ -1,0 +1,542 @@
+//===- GPUExpertsMMA.cpp - MXFP4 routed experts on tensor cores -----------===//
+//
+// The routed experts of K3 are MXFP4 (K3_SPEC §7.2): 32 E2M1 codes of 4 bits
+// share one E8M0 scale. On CUDA cores each (row, entry) decodes its codes
+// and widens them to f32 for one FMA each: about 5 instructions per weight
+// element and entry (Nsight Compute: issue-bound, DRAM 18-31% busy,
+// BENCHMARKS.md seventh session). Here the codes are decoded once per
+// segment of up to 8 entries of one expert, to bf16 in the registers that
+// mma.sync m16n8k16 takes, and the tensor cores do the products.
+//
+// Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16", .bf16):
+// lane = 4 g + t; A (16 x 16, row) a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1],
+// a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9]; B (16 x 8, col)
+// b0 = B[2t, 2t+1][g], b1 = B[2t+8, 2t+9][g]; D (16 x 8 f32) d0, d1 =
+// D[g][2t, 2t+1], d2, d3 = D[g+8][2t, 2t+1]. A group's 32 elements are two
+// mma steps. Lane t owns word t (bytes 4t..4t+3, elements 8t..8t+7, element
+// 8t+i in nibble i) of the group in rows g and g+8, and the mma's k order is
+// permuted so that this word is all the lane needs: step 0 takes the element
+// pairs (8t, 8t+4) as k = (2t, 2t+1) and (8t+1, 8t+5) as (2t+8, 2t+9); step 1
+// (8t+2, 8t+6) and (8t+3, 8t+7). A word shifted left by 12 - 4j holds the
+// codes of elements 8t+j and 8t+j+4 at bits 12..15 and 28..31, so two masks
+// and a shift make the bf16 pair of E2M1 · 2^-126 (the code's e1 e0 m as
+// exponent bits 1..0 and mantissa bit 6, subnormal for e = 0), and a bf16
+// multiply by 2^126 makes it exact. The activations are permuted alike: the
+// lane loads its entry's 8 elements 8t..8t+7 (16 bytes) and pairs (0, 4),
+// (1, 5), (2, 6), (3, 7).
+//
+// Numerics (docs/NUMERICS.md, "MXFP4 groups"): a group's sum is taken by the
+// tensor cores (E2M1 x bf16 products are exact in f32; the order of their
+// sum is the hardware's), scaled, and added to the row's sum in group order,
+// as on CUDA cores. An output depends on its entry and expert only, not on
+// the other entries of the segment, so a decode batch and one call per
+// sequence agree bit for bit.
+//
+//===----------------------------------------------------------------------===//
+
+#include "k3/Conversion/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/SymbolTable.h"
+
+namespace mlir::k3 {
+#define GEN_PASS_DEF_K3GPUEXPERTSMMAPASS
+#include "k3/Conversion/Passes.h.inc"
+} // namespace mlir::k3
+
+using namespace mlir;
+
+namespace {
+// Entries per segment (the mma's n), rows per warp (its m), warps per block.
+constexpr int64_t kEntries = 8, kRowsPerWarp = 16, kWarps = 4;
+constexpr int64_t kBlockRows = kRowsPerWarp * kWarps;
+// Groups whose loads are issued together (over the weight matrices), so
+// that a warp has 2 KB of weights in flight.
+constexpr int64_t kGroupsInFlight = 8;
+constexpr llvm::StringLiteral kAttr = "k3.mxfp4_experts";
+
+/// The operands of a marked stage function (see the pass description).
+struct Stage {
+  Value src, idx, order, out;
+  SmallVector<std::pair<Value, Value>> matrices; // (packed, scales)
+  SmallVector<Value> scalars;
+  func::FuncOp scale, outFn;
+};
+
+/// Reads `func`'s signature as an expert stage, or explains why not.
+FailureOr<Stage> readStage(func::FuncOp func, DictionaryAttr spec) {
+  auto fail = [&](const Twine &why) {
+    func.emitError() << kAttr << ": " << why;
+    return failure();
+  };
+  Stage st;
+  Block &body = func.getBody().front();
+  ArrayRef<BlockArgument> args = body.getArguments();
+  auto memref = [](Value v) { return dyn_cast<MemRefType>(v.getType()); };
+  if (args.size() < 6)
+    return fail("expected (activations, idx, order, packed, scales, ..., "
+                "output) arguments");
+  st.src = args[0];
+  st.idx = args[1];
+  st.order = args[2];
+  st.out = args.back();
+  auto src = memref(st.src), idx = memref(st.idx), order = memref(st.order),
+       out = memref(st.out);
+  if (!src || (src.getRank() != 2 && src.getRank() != 3) || !idx ||
+      idx.getRank() != 2 || !idx.getElementType().isInteger(64) || !order ||
+      order.getRank() != 1 || !order.getElementType().isInteger(64) || !out ||
+      out.getRank() != 3)
+    return fail("expected memrefs activations [T, K] or [T, topk, K], "
+                "idx [T, topk] i64, order [T*topk] i64, output [T, topk, N]");
+  size_t a = 3;
+  auto isCodes = [&](Value v) {
+    auto t = memref(v);
+    return t && t.getRank() == 3 && t.getElementType().isInteger(8) &&
+           t.getLayout().isIdentity();
+  };
+  while (a + 1 < args.size() - 1 && isCodes(args[a]) && isCodes(args[a + 1])) {
+    st.matrices.push_back({args[a], args[a + 1]});
+    a += 2;
+  }
+  if (st.matrices.empty())
+    return fail("expected at least one (packed, scales) pair of i8 memrefs");
+  for (; a < args.size() - 1; ++a) {
+    if (memref(args[a]))
+      return fail("expected scalars between the weights and the output");
+    st.scalars.push_back(args[a]);
+  }
+  auto lookup = [&](StringRef key) -> func::FuncOp {
+    auto ref = spec.getAs<FlatSymbolRefAttr>(key);
+    return ref ? SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(func, ref)
+               : nullptr;
+  };
+  st.scale = lookup("scale");
+  st.outFn = lookup("out");
+  Builder b(func.getContext());
+  if (!st.scale || st.scale.getFunctionType() !=
+                       b.getFunctionType({b.getI8Type()}, {b.getF32Type()}))
+    return fail("'scale' must name a function (i8) -> f32");
+  SmallVector<Type> outArgs(st.matrices.size(), b.getF32Type());
+  for (Value v : st.scalars)
+    outArgs.push_back(v.getType());
+  if (!st.outFn || st.outFn.getFunctionType() !=
+                       b.getFunctionType(outArgs, {out.getElementType()}))
+    return fail("'out' must name a function of one f32 sum per matrix and "
+                "the scalars, returning the output's element type");
+  return st;
+}
+
+/// Builds the tensor-core body of a stage in the current block.
+class ExpertsKernel {
+public:
+  ExpertsKernel(OpBuilder &b, Location loc, const Stage &st)
+      : b(b), loc(loc), st(st) {}
+
+  /// scf.if (runnable) { kernel } else { `rest` }: `rest` is moved there.
+  void build(SmallVectorImpl<Operation *> &rest);
+
+private:
+  Value idx(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
+  Value i32(int64_t v) {
+    return arith::ConstantIntOp::create(b, loc, b.getI32Type(), v);
+  }
+  Value add(Value l, Value r) { return arith::AddIOp::create(b, loc, l, r); }
+  Value add(Value l, int64_t r) { return r ? add(l, idx(r)) : l; }
+  Value mul(Value l, Value r) { return arith::MulIOp::create(b, loc, l, r); }
+  Value cmp(arith::CmpIPredicate p, Value l, Value r) {
+    return arith::CmpIOp::create(b, loc, p, l, r);
+  }
+  Value both(Value l, Value r) { return arith::AndIOp::create(b, loc, l, r); }
+  Value pick(Value c, Value t, Value f) {
+    return arith::SelectOp::create(b, loc, c, t, f);
+  }
+  Value aligned(Value m) {
+    Value p = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, m);
+    return cmp(arith::CmpIPredicate::eq,
+               arith::RemUIOp::create(b, loc, p, idx(16)), idx(0));
+  }
+
+  /// (token, slot, expert) of the entry at position `q` of `order`.
+  std::array<Value, 3> entry(Value q);
+  /// The bf16 pair of elements 8t+j, 8t+j+4 of a lane's word (see top).
+  Value decodePair(Value word, int64_t j);
+
+  /// What a lane needs for consecutive groups: per group the B registers
+  /// (steps 0 and 1), per matrix and group the words and scales of rows g
+  /// and g+8.
+  struct Loaded {
+    SmallVector<std::array<Value, 4>> x;
+    SmallVector<SmallVector<std::array<Value, 2>>> word, scale;
+  };
+  /// The entry's B registers for `group`.
+  std::array<Value, 4> loadX(Value group);
+  /// One group, 4-byte words and 1-byte scales.
+  Loaded loadOne(Value group);
+  /// Groups c0..c0+3 (c0 % 4 == 0, 4 | groups): lane t loads 16 bytes of
+  /// each row (group c0 + t whole) and the quad transposes them, so that
+  /// the lane holds word t of each of the 4 groups; one 4-byte load brings
+  /// the row's 4 scales. A warp load then reads 8 rows x 64 bytes instead
+  /// of 8 rows x 16 bytes, a quarter of the requests.
+  Loaded loadFour(Value c0);
+  SmallVector<Value> accumulate(const Loaded &in, ValueRange acc);
+
+  OpBuilder &b;
+  Location loc;
+  const Stage &st;
+  // Inside the launch.
+  Value t, expert, row0, row1, srcToken, srcSlot;
+};
+
+std::array<Value, 3> ExpertsKernel::entry(Value q) {
+  Value topk = memref::DimOp::create(b, loc, st.idx, 1);
+  Value v = memref::LoadOp::create(b, loc, st.order, q);
+  v = arith::IndexCastOp::create(b, loc, b.getIndexType(), v);
+  Value token = arith::DivUIOp::create(b, loc, v, topk);
+  Value slot = arith::RemUIOp::create(b, loc, v, topk);
+  Value e = memref::LoadOp::create(b, loc, st.idx, ValueRange{token, slot});
+  e = arith::IndexCastOp::create(b, loc, b.getIndexType(), e);
+  return {token, slot, e};
+}
+
+Value ExpertsKernel::decodePair(Value word, int64_t j) {
+  Value v = j == 3 ? word
+                   : arith::ShLIOp::create(b, loc, word, i32(12 - 4 * j));
+  Value sign = arith::AndIOp::create(b, loc, v, i32(0x80008000));
+  Value mag = arith::ShRUIOp::create(
+      b, loc, arith::AndIOp::create(b, loc, v, i32(0x70007000)), i32(6));
+  Value tiny = arith::OrIOp::create(b, loc, sign, mag);
+  // × 2^126 (bf16 0x7E80) + -0: exact, subnormals included (PTX ISA: the
+  // bf16x2 fma keeps subnormal operands). Written as PTX because the bf16
+  // arithmetic of the pipeline is expanded to integer code (arith-expand).
+  return LLVM::InlineAsmOp::create(
+             b, loc, b.getI32Type(),
+             ValueRange{tiny, i32(0x7E807E80), i32(0x80008000)},
+             "fma.rn.bf16x2 $0, $1, $2, $3;", "=r,r,r,r",
+             /*has_side_effects=*/false, /*is_align_stack=*/false,
+             LLVM::tailcallkind::TailCallKind::None,
+             /*asm_dialect=*/LLVM::AsmDialectAttr(),
+             /*operand_attrs=*/ArrayAttr())
+      .getResult(0);
+}
+
+std::array<Value, 4> ExpertsKernel::loadX(Value group) {
+  // The entry's elements 32 group + 8t .. + 7, paired (0, 4), (1, 5), ...
+  auto bf16x8 = VectorType::get({8}, b.getBF16Type());
+  Value k = add(mul(group, idx(32)), mul(t, idx(8)));
+  SmallVector<Value> at = {srcToken};
+  if (cast<MemRefType>(st.src.getType()).getRank() == 3)
+    at.push_back(srcSlot);
+  at.push_back(k);
+  Value xv = vector::LoadOp::create(b, loc, bf16x8, st.src, at,
+                                    /*nontemporal=*/false,
+                                    llvm::MaybeAlign(16));
+  xv = vector::ShuffleOp::create(b, loc, xv, xv,
+                                 ArrayRef<int64_t>{0, 4, 1, 5, 2, 6, 3, 7});
+  Value xw = vector::BitCastOp::create(
+      b, loc, VectorType::get({4}, b.getI32Type()), xv);
+  std::array<Value, 4> x;
+  for (int64_t r = 0; r < 4; ++r)
+    x[r] = vector::ExtractOp::create(b, loc, xw, ArrayRef<int64_t>{r});
+  return x;
+}
+
+ExpertsKernel::Loaded ExpertsKernel::loadOne(Value group) {
+  Loaded in;
+  in.x.push_back(loadX(group));
+  auto i8x4 = VectorType::get({4}, b.getI8Type());
+  Value byte = add(mul(group, idx(16)), mul(t, idx(4)));
+  for (auto [packed, scales] : st.matrices) {
+    std::array<Value, 2> w, s;
+    for (int r = 0; r < 2; ++r) {
+      Value row = r ? row1 : row0;
+      Value bytes = vector::LoadOp::create(b, loc, i8x4, packed,
+                                           ValueRange{expert, row, byte},
+                                           /*nontemporal=*/false,
+                                           llvm::MaybeAlign(4));
+      Value asWord = vector::BitCastOp::create(
+          b, loc, VectorType::get({1}, b.getI32Type()), bytes);
+      w[r] = vector::ExtractOp::create(b, loc, asWord, ArrayRef<int64_t>{0});
+      s[r] = memref::LoadOp::create(b, loc, scales,
+                                    ValueRange{expert, row, group});
+    }
+    in.word.push_back({w});
+    in.scale.push_back({s});
+  }
+  return in;
+}
+
+ExpertsKernel::Loaded ExpertsKernel::loadFour(Value c0) {
+  Loaded in;
+  for (int64_t u = 0; u < 4; ++u)
+    in.x.push_back(loadX(add(c0, u)));
+  auto i8x16 = VectorType::get({16}, b.getI8Type());
+  auto i8x4 = VectorType::get({4}, b.getI8Type());
+  auto i32x4 = VectorType::get({4}, b.getI32Type());
+  Value byte = mul(add(c0, t), idx(16));
+  // Butterfly over the quad (xor 2, then xor 1): q[j] of lane t becomes
+  // word t of group c0 + j.
+  Value tBit[3];
+  for (int64_t m : {1, 2})
+    tBit[m] = cmp(arith::CmpIPredicate::ne,
+                  arith::AndIOp::create(b, loc, t, idx(m)), idx(0));
+  auto transpose = [&](std::array<Value, 4> &q) {
+    for (int64_t m : {2, 1})
+      for (int64_t j = 0; j < 4; ++j) {
+        if (j & m)
+          continue;
+        Value lo = q[j], hi = q[j | m];
+        Value send = pick(tBit[m], lo, hi);
+        Value got = gpu::ShuffleOp::create(b, loc, send, m, 32,
+                                           gpu::ShuffleMode::XOR)
+                        .getShuffleResult();
+        q[j] = pick(tBit[m], got, lo);
+        q[j | m] = pick(tBit[m], hi, got);
+      }
+  };
+  for (auto [packed, scales] : st.matrices) {
+    SmallVector<std::array<Value, 2>> w(4), s(4);
+    for (int r = 0; r < 2; ++r) {
+      Value row = r ? row1 : row0;
+      Value bytes = vector::LoadOp::create(b, loc, i8x16, packed,
+                                           ValueRange{expert, row, byte},
+                                           /*nontemporal=*/false,
+                                           llvm::MaybeAlign(16));
+      Value words = vector::BitCastOp::create(b, loc, i32x4, bytes);
+      std::array<Value, 4> q;
+      for (int64_t j = 0; j < 4; ++j)
+        q[j] = vector::ExtractOp::create(b, loc, words, ArrayRef<int64_t>{j});
+      transpose(q);
+      Value sc = vector::LoadOp::create(b, loc, i8x4, scales,
+                                        ValueRange{expert, row, c0},
+                                        /*nontemporal=*/false,
+                                        llvm::MaybeAlign(4));
+      for (int64_t u = 0; u < 4; ++u) {
+        w[u][r] = q[u];
+        s[u][r] = vector::ExtractOp::create(b, loc, sc, ArrayRef<int64_t>{u});
+      }
+    }
+    in.word.push_back(w);
+    in.scale.push_back(s);
+  }
+  return in;
+}
+
+SmallVector<Value> ExpertsKernel::accumulate(const Loaded &in,
+                                             ValueRange acc) {
+  auto f32 = b.getF32Type();
+  auto result =
+      LLVM::LLVMStructType::getLiteral(b.getContext(), {f32, f32, f32, f32});
+  Value zero = arith::ConstantFloatOp::create(b, loc, f32, APFloat(0.0f));
+  SmallVector<Value> next(acc);
+  for (size_t c = 0; c < in.x.size(); ++c)
+    for (size_t m = 0; m < st.matrices.size(); ++m) {
+      const std::array<Value, 2> &w = in.word[m][c];
+      SmallVector<Value> d(4, zero);
+      for (int64_t step = 0; step < 2; ++step) {
+        std::array<Value, 4> a = {
+            decodePair(w[0], 2 * step), decodePair(w[1], 2 * step),
+            decodePair(w[0], 2 * step + 1), decodePair(w[1], 2 * step + 1)};
+        std::array<Value, 2> bx = {in.x[c][2 * step], in.x[c][2 * step + 1]};
+        auto mma = NVVM::MmaOp::create(
+            b, loc, result, ArrayRef<Value>(a), ArrayRef<Value>(bx), d,
+            {16, 8, 16}, std::nullopt, std::nullopt,
+            std::array<NVVM::MMATypes, 2>{NVVM::MMATypes::bf16,
+                                          NVVM::MMATypes::bf16},
+            std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
+                                           NVVM::MMALayout::col});
+        for (int64_t e = 0; e < 4; ++e)
+          d[e] = LLVM::ExtractValueOp::create(b, loc, mma.getResult(),
+                                              ArrayRef<int64_t>{e});
+      }
+      // sum += scale · group sum (a power of two: the product is exact).
+      for (int64_t r = 0; r < 2; ++r) {
+        Value s = func::CallOp::create(b, loc, st.scale, in.scale[m][c][r])
+                      .getResult(0);
+        for (int64_t col = 0; col < 2; ++col) {
+          Value &sum = next[m * 4 + 2 * r + col];
+          sum = arith::AddFOp::create(
+              b, loc, sum, arith::MulFOp::create(b, loc, d[2 * r + col], s));
+        }
+      }
+    }
+  return next;
+}
+
+void ExpertsKernel::build(SmallVectorImpl<Operation *> &rest) {
+  auto src = cast<MemRefType>(st.src.getType());
+  int64_t kDim = src.getRank() - 1;
+  Value packed0 = st.matrices.front().first;
+  Value rows = memref::DimOp::create(b, loc, packed0, 1);
+  Value depth = memref::DimOp::create(b, loc, st.src, kDim);
+  Value entries = memref::DimOp::create(b, loc, st.order, 0);
+  auto rem0 = [&](Value v, int64_t m) {
+    return cmp(arith::CmpIPredicate::eq,
+               arith::RemUIOp::create(b, loc, v, idx(m)), idx(0));
+  };
+  Value ok = both(rem0(depth, 32), rem0(rows, kRowsPerWarp));
+  ok = both(ok, cmp(arith::CmpIPredicate::ugt, entries, idx(0)));
+  ok = both(ok, aligned(st.src));
+  for (auto [packed, scales] : st.matrices) {
+    (void)scales;
+    ok = both(ok, aligned(packed));
+    Value half = memref::DimOp::create(b, loc, packed, 2);
+    ok = both(ok, cmp(arith::CmpIPredicate::eq, mul(half, idx(2)), depth));
+  }
+  auto ifOp = scf::IfOp::create(b, loc, ok, /*withElseRegion=*/true);
+  for (Operation *op : rest)
+    op->moveBefore(ifOp.elseBlock()->getTerminator());
+  b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
+
+  Value c1 = idx(1);
+  Value gridY = arith::CeilDivUIOp::create(b, loc, rows, idx(kBlockRows));
+  auto launch = gpu::LaunchOp::create(b, loc, entries, gridY, c1,
+                                      idx(kWarps * 32), c1, c1);
+  launch->setAttr("k3.mma_shape", b.getDenseI64ArrayAttr({16, 8, 16}));
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(&launch.getBody().front());
+
+  Value p = launch.getBlockIds().x;
+  Value tid = launch.getThreadIds().x;
+  Value warp = arith::DivUIOp::create(b, loc, tid, idx(32));
+  Value lane = arith::RemUIOp::create(b, loc, tid, idx(32));
+  Value g = arith::DivUIOp::create(b, loc, lane, idx(4));
+  t = arith::RemUIOp::create(b, loc, lane, idx(4));
+  auto [token, slot, e] = entry(p);
+  expert = e;
+  // A segment starts at a multiple of kEntries or where the expert changes
+  // (order is sorted by expert), and ends at the next such position.
+  Value first = cmp(arith::CmpIPredicate::eq, p, idx(0));
+  Value before =
+      entry(pick(first, p, arith::SubIOp::create(b, loc, p, c1)))[2];
+  Value starts = arith::OrIOp::create(
+      b, loc, rem0(p, kEntries),
+      cmp(arith::CmpIPredicate::ne, before, expert));
+  Value rowBase = add(mul(launch.getBlockIds().y, idx(kBlockRows)),
+                      mul(warp, idx(kRowsPerWarp)));
+  Value active =
+      both(starts, cmp(arith::CmpIPredicate::ult, rowBase, rows));
+  auto body = scf::IfOp::create(b, loc, active, /*withElseRegion=*/false);
+  b.setInsertionPoint(body.thenBlock()->getTerminator());
+  Value end = arith::MinUIOp::create(
+      b, loc, entries,
+      mul(add(arith::DivUIOp::create(b, loc, p, idx(kEntries)), 1),
+          idx(kEntries)));
+  // Entry p + n of the segment, if it is one (n < kEntries).
+  auto member = [&](Value n) {
+    Value q = add(p, n);
+    Value in = cmp(arith::CmpIPredicate::ult, q, end);
+    auto [tq, sq, eq] = entry(pick(in, q, p));
+    Value same = both(in, cmp(arith::CmpIPredicate::eq, eq, expert));
+    return std::array<Value, 3>{tq, sq, same};
+  };
+  // The B column of this lane is entry g (a column past the segment reads
+  // entry p's activations; its results are not stored).
+  auto [tb, sb, inB] = member(g);
+  srcToken = pick(inB, tb, token);
+  srcSlot = pick(inB, sb, slot);
+  row0 = add(rowBase, g);
+  row1 = add(row0, 8);
+
+  // Row sums, matrix by matrix: rows g, g (col 2t, 2t+1), g+8, g+8.
+  Value zero =
+      arith::ConstantFloatOp::create(b, loc, b.getF32Type(), APFloat(0.0f));
+  SmallVector<Value> acc(4 * st.matrices.size(), zero);
+  Value groups = arith::DivUIOp::create(b, loc, depth, idx(32));
+  // Units of 4 groups (16-byte loads) when 4 divides the groups, 1-2 units
+  // per iteration (loads first); the rest one group at a time.
+  int64_t units = std::max<int64_t>(1, kGroupsInFlight / 4 /
+                                           (int64_t)st.matrices.size());
+  Value whole = pick(rem0(groups, 4),
+                     mul(arith::DivUIOp::create(b, loc, groups, idx(4 * units)),
+                         idx(4 * units)),
+                     idx(0));
+  auto main = scf::ForOp::create(
+      b, loc, idx(0), whole, idx(4 * units), acc,
+      [&](OpBuilder &fb, Location, Value c0, ValueRange sums) {
+        OpBuilder::InsertionGuard inner(b);
+        b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
+        SmallVector<Loaded> in;
+        for (int64_t u = 0; u < units; ++u)
+          in.push_back(loadFour(add(c0, 4 * u)));
+        SmallVector<Value> next(sums);
+        for (const Loaded &l : in)
+          next = accumulate(l, next);
+        scf::YieldOp::create(b, loc, next);
+      });
+  auto tail = scf::ForOp::create(
+      b, loc, whole, groups, c1, main.getResults(),
+      [&](OpBuilder &fb, Location, Value c, ValueRange sums) {
+        OpBuilder::InsertionGuard inner(b);
+        b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
+        scf::YieldOp::create(b, loc, accumulate(loadOne(c), sums));
+      });
+
+  // out[t, s, row] = out(sums..., scalars...) for the lane's two entries.
+  for (int64_t c = 0; c < 2; ++c) {
+    std::array<Value, 3> dst = member(add(mul(t, idx(2)), c));
+    Value tq = dst[0], sq = dst[1], in = dst[2];
+    for (int64_t r = 0; r < 2; ++r) {
+      SmallVector<Value> args;
+      for (size_t m = 0; m < st.matrices.size(); ++m)
+        args.push_back(tail.getResult(m * 4 + 2 * r + c));
+      llvm::append_range(args, st.scalars);
+      Value row = r ? row1 : row0;
+      scf::IfOp::create(b, loc, in, [&](OpBuilder &tb, Location l) {
+        Value v = func::CallOp::create(tb, l, st.outFn, args).getResult(0);
+        memref::StoreOp::create(tb, l, v, st.out, ValueRange{tq, sq, row});
+        scf::YieldOp::create(tb, l);
+      });
+    }
+  }
+  b.setInsertionPointToEnd(&launch.getBody().front());
+  gpu::TerminatorOp::create(b, loc);
+}
+
+struct K3GPUExpertsMMAPass
+    : k3::impl::K3GPUExpertsMMAPassBase<K3GPUExpertsMMAPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    SmallVector<func::FuncOp> stages;
+    getOperation()->walk([&](func::FuncOp f) {
+      if (f->hasAttr(kAttr) && !f.isExternal())
+        stages.push_back(f);
+    });
+    for (func::FuncOp f : stages) {
+      auto spec = f->getAttrOfType<DictionaryAttr>(kAttr);
+      if (!spec) {
+        f.emitError() << kAttr << " must be a dictionary {scale, out}";
+        return signalPassFailure();
+      }
+      FailureOr<Stage> st = readStage(f, spec);
+      if (failed(st))
+        return signalPassFailure();
+      // bf16 activations only (an f32 library keeps its CUDA-core kernel);
+      // PTX ISA: mma.sync with .bf16 operands needs sm_80.
+      auto src = cast<MemRefType>(st->src.getType());
+      if (!src.getElementType().isBF16() || sm < 80)
+        continue;
+      Block &body = f.getBody().front();
+      if (!body.mightHaveTerminator() ||
+          !isa<func::ReturnOp>(body.getTerminator()) ||
+          body.getTerminator()->getNumOperands() != 0) {
+        f.emitError() << kAttr << ": the stage must return nothing";
+        return signalPassFailure();
+      }
+      SmallVector<Operation *> rest;
+      for (Operation &op : body.without_terminator())
+        rest.push_back(&op);
+      OpBuilder b(f.getContext());
+      b.setInsertionPointToStart(&body);
+      ExpertsKernel(b, f.getLoc(), *st).build(rest);
+    }
+  }
+};
+} // namespace
