@@ -1,0 +1,166 @@
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(func.func(k3-gpu-experts-mma))' | FileCheck %s
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(func.func(k3-gpu-experts-mma{sm=75}))' | FileCheck %s --check-prefix=OLD
+// OLD-NOT: gpu.launch
+// OLD-NOT: nvvm.mma.sync
+
+// The first expert stage (Kernels/MoE.mlir after bufferization): activations
+// [T, K], two MXFP4 matrices, three scalars, output [T, topk, N].
+// CHECK-LABEL: func.func @up
+// CHECK-SAME: (%[[X:[^:]+]]: memref<?x?xbf16>, %[[IDX:[^:]+]]: memref<?x?xi64>, %[[ORDER:[^:]+]]: memref<?xi64>, %[[W1:[^:]+]]: memref<?x?x?xi8>
+// Run-time choice: K % 32, N % 16, some entries, 16-byte aligned operands.
+// CHECK-DAG: %[[N:.+]] = memref.dim %[[W1]], %c1
+// CHECK-DAG: %[[K:.+]] = memref.dim %[[X]], %c1
+// CHECK-DAG: %[[Q:.+]] = memref.dim %[[ORDER]], %c0
+// CHECK-DAG: arith.remui %[[K]], %c32
+// CHECK-DAG: arith.remui %[[N]], %c16
+// CHECK-DAG: memref.extract_aligned_pointer_as_index %[[X]]
+// CHECK-DAG: memref.extract_aligned_pointer_as_index %[[W1]]
+// CHECK: scf.if
+// One block per (entry position, 64 rows), four warps.
+// CHECK: %[[GY:.+]] = arith.ceildivui %[[N]], %c64
+// CHECK: gpu.launch blocks(%{{.+}}, %{{.+}}, %{{.+}}) in (%{{.+}} = %[[Q]], %{{.+}} = %[[GY]], %{{.+}} = %c1{{.*}}) threads(%{{.+}}, %{{.+}}, %{{.+}}) in (%{{.+}} = %c128
+// A segment starts at a multiple of 8 or where the expert changes.
+// CHECK-DAG: arith.cmpi ne
+// CHECK-DAG: arith.remui %{{.+}}, %c8
+// Units of four groups: a 16-byte load per row, the quad's transpose (xor 2,
+// then xor 1), four scales in one load.
+// CHECK: scf.for
+// CHECK: vector.load %[[X]]{{.*}} : memref<?x?xbf16>, vector<8xbf16>
+// CHECK: vector.shuffle {{.*}} [0, 4, 1, 5, 2, 6, 3, 7]
+// CHECK: vector.load %[[W1]]{{.*}} : memref<?x?x?xi8>, vector<16xi8>
+// CHECK: gpu.shuffle  xor %{{.+}}, %c2_i32, %c32_i32
+// CHECK: gpu.shuffle  xor %{{.+}}, %c1_i32, %c32_i32
+// CHECK: vector.load {{.*}} : memref<?x?x?xi8>, vector<4xi8>
+// Codes to bf16 pairs (E2M1 · 2^-126, then × 2^126 exactly), two mma steps
+// from zero per group, then the group's scale.
+// CHECK: llvm.inline_asm "fma.rn.bf16x2 $0, $1, $2, $3;", "=r,r,r,r"
+// CHECK: nvvm.mma.sync A[{{.*}}] B[{{.*}}] C[%[[Z:[^,]+]], %[[Z]], %[[Z]], %[[Z]]]
+// CHECK-SAME: shape = #nvvm.shape<m = 16, n = 8, k = 16>
+// CHECK: nvvm.mma.sync
+// CHECK: func.call @e8m0
+// The remaining groups one at a time (4-byte words, 1-byte scales).
+// CHECK: scf.for
+// CHECK: vector.load {{.*}} : memref<?x?x?xi8>, vector<4xi8>
+// CHECK: memref.load {{.*}} : memref<?x?x?xi8>
+// Outputs through the stage's own function, inside the segment only.
+// CHECK: scf.if
+// CHECK: func.call @h(%{{.+}}, %{{.+}}, %arg7, %arg8, %arg9) : (f32, f32, i1, f32, f32) -> bf16
+// CHECK: memref.store
+// CHECK: gpu.terminator
+// Otherwise the stage's own body.
+// CHECK: } else {
+// CHECK: memref.store %{{.+}}, %arg10
+// CHECK: return
+
+func.func private @e8m0(%s: i8) -> f32 {
+  %r = arith.uitofp %s : i8 to f32
+  return %r : f32
+}
+func.func private @h(%g: f32, %u: f32, %silu: i1, %b1: f32, %b2: f32) -> bf16 {
+  %s = arith.addf %g, %u : f32
+  %r = arith.truncf %s : f32 to bf16
+  return %r : bf16
+}
+func.func @up(%xi: memref<?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64>,
+              %w1p: memref<?x?x?xi8>, %w1s: memref<?x?x?xi8>, %w3p: memref<?x?x?xi8>, %w3s: memref<?x?x?xi8>,
+              %silu: i1, %b1: f32, %b2: f32, %hid: memref<?x?x?xbf16>)
+    attributes {k3.mxfp4_experts = {scale = @e8m0, out = @h}} {
+  %c0 = arith.constant 0 : index
+  %z = arith.constant 0.0 : bf16
+  memref.store %z, %hid[%c0, %c0, %c0] : memref<?x?x?xbf16>
+  return
+}
+
+// -----
+
+// The second stage: activations [T, topk, K] (one row per entry), one
+// matrix, an f32 output.
+// CHECK-LABEL: func.func @down
+// CHECK: gpu.launch
+// CHECK: vector.load %arg0[{{.+}}, {{.+}}, {{.+}}] {alignment = 16 : i64} : memref<?x?x?xbf16>, vector<8xbf16>
+// CHECK: nvvm.mma.sync
+// CHECK: func.call @y(%{{.+}}) : (f32) -> f32
+// CHECK: memref.store %{{.+}}, %arg5[%{{.+}}, %{{.+}}, %{{.+}}] : memref<?x?x?xf32>
+func.func private @e8m0(%s: i8) -> f32 {
+  %r = arith.uitofp %s : i8 to f32
+  return %r : f32
+}
+func.func private @y(%a: f32) -> f32 {
+  return %a : f32
+}
+func.func @down(%hid: memref<?x?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64>,
+                %w2p: memref<?x?x?xi8>, %w2s: memref<?x?x?xi8>, %ys: memref<?x?x?xf32>)
+    attributes {k3.mxfp4_experts = {scale = @e8m0, out = @y}} {
+  return
+}
+
+// -----
+
+// f32 activations (an f32 library): the CUDA-core body stays alone.
+// CHECK-LABEL: func.func @f32_stage
+// CHECK-NOT: gpu.launch
+// CHECK: return
+func.func private @e8m0(%s: i8) -> f32 {
+  %r = arith.uitofp %s : i8 to f32
+  return %r : f32
+}
+func.func private @y(%a: f32) -> f32 {
+  return %a : f32
+}
+func.func @f32_stage(%hid: memref<?x?x?xf32>, %idx: memref<?x?xi64>, %order: memref<?xi64>,
+                     %w2p: memref<?x?x?xi8>, %w2s: memref<?x?x?xi8>, %ys: memref<?x?x?xf32>)
+    attributes {k3.mxfp4_experts = {scale = @e8m0, out = @y}} {
+  return
+}
+
+// -----
+
+func.func private @y(%a: f32) -> f32 {
+  return %a : f32
+}
+// expected-error @+1 {{k3.mxfp4_experts: 'scale' must name a function (i8) -> f32}}
+func.func @no_scale(%hid: memref<?x?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64>,
+                    %w2p: memref<?x?x?xi8>, %w2s: memref<?x?x?xi8>, %ys: memref<?x?x?xf32>)
+    attributes {k3.mxfp4_experts = {scale = @missing, out = @y}} {
+  return
+}
+
+// -----
+
+func.func private @e8m0(%s: i8) -> f32 {
+  %r = arith.uitofp %s : i8 to f32
+  return %r : f32
+}
+func.func private @y(%a: f32) -> f32 {
+  return %a : f32
+}
+// expected-error @+1 {{k3.mxfp4_experts: 'out' must name a function of one f32 sum per matrix and the scalars, returning the output's element type}}
+func.func @two_matrices_one_sum(%x: memref<?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64>,
+                                %w1p: memref<?x?x?xi8>, %w1s: memref<?x?x?xi8>, %w3p: memref<?x?x?xi8>, %w3s: memref<?x?x?xi8>,
+                                %ys: memref<?x?x?xf32>)
+    attributes {k3.mxfp4_experts = {scale = @e8m0, out = @y}} {
+  return
+}
+
+// -----
+
+func.func private @e8m0(%s: i8) -> f32 {
+  %r = arith.uitofp %s : i8 to f32
+  return %r : f32
+}
+func.func private @y(%a: f32) -> f32 {
+  return %a : f32
+}
+// expected-error @+1 {{k3.mxfp4_experts: expected at least one (packed, scales) pair of i8 memrefs}}
+func.func @no_weights(%hid: memref<?x?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64>,
+                      %w2p: memref<?x?x?xf32>, %w2s: memref<?x?x?xi8>, %ys: memref<?x?x?xf32>)
+    attributes {k3.mxfp4_experts = {scale = @e8m0, out = @y}} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{k3.mxfp4_experts must be a dictionary {scale, out}}}
+func.func @not_a_dict(%hid: memref<?x?x?xbf16>) attributes {k3.mxfp4_experts = "up"} {
+  return
+}
