@@ -179,11 +179,10 @@ private:
   std::array<Value, 4> loadX(Value group);
   /// One group, 4-byte words and 1-byte scales.
   Loaded loadOne(Value group);
-  /// Groups c0..c0+3 (c0 % 4 == 0, 4 | groups): lane t loads 16 bytes of
-  /// each row (group c0 + t whole) and the quad transposes them, so that
-  /// the lane holds word t of each of the 4 groups; one 4-byte load brings
-  /// the row's 4 scales. A warp load then reads 8 rows x 64 bytes instead
-  /// of 8 rows x 16 bytes, a quarter of the requests.
+  /// Groups c0..c0+3 (c0 % 4 == 0, 4 | groups): the words as in loadOne,
+  /// the row's 4 scales in one 4-byte load. (Loading 16 bytes per row and
+  /// transposing them over the quad with shuffles measured no faster: the
+  /// kernel is bound by its instructions, BENCHMARKS.md eighth session.)
   Loaded loadFour(Value c0);
   SmallVector<Value> accumulate(const Loaded &in, ValueRange acc);
 
@@ -276,51 +275,28 @@ ExpertsKernel::Loaded ExpertsKernel::loadFour(Value c0) {
   Loaded in;
   for (int64_t u = 0; u < 4; ++u)
     in.x.push_back(loadX(add(c0, u)));
-  auto i8x16 = VectorType::get({16}, b.getI8Type());
   auto i8x4 = VectorType::get({4}, b.getI8Type());
-  auto i32x4 = VectorType::get({4}, b.getI32Type());
-  Value byte = mul(add(c0, t), idx(16));
-  // Butterfly over the quad (xor 2, then xor 1): q[j] of lane t becomes
-  // word t of group c0 + j.
-  Value tBit[3];
-  for (int64_t m : {1, 2})
-    tBit[m] = cmp(arith::CmpIPredicate::ne,
-                  arith::AndIOp::create(b, loc, t, idx(m)), idx(0));
-  auto transpose = [&](std::array<Value, 4> &q) {
-    for (int64_t m : {2, 1})
-      for (int64_t j = 0; j < 4; ++j) {
-        if (j & m)
-          continue;
-        Value lo = q[j], hi = q[j | m];
-        Value send = pick(tBit[m], lo, hi);
-        Value got = gpu::ShuffleOp::create(b, loc, send, m, 32,
-                                           gpu::ShuffleMode::XOR)
-                        .getShuffleResult();
-        q[j] = pick(tBit[m], got, lo);
-        q[j | m] = pick(tBit[m], hi, got);
-      }
-  };
+  auto i32x1 = VectorType::get({1}, b.getI32Type());
   for (auto [packed, scales] : st.matrices) {
     SmallVector<std::array<Value, 2>> w(4), s(4);
     for (int r = 0; r < 2; ++r) {
       Value row = r ? row1 : row0;
-      Value bytes = vector::LoadOp::create(b, loc, i8x16, packed,
-                                           ValueRange{expert, row, byte},
-                                           /*nontemporal=*/false,
-                                           llvm::MaybeAlign(16));
-      Value words = vector::BitCastOp::create(b, loc, i32x4, bytes);
-      std::array<Value, 4> q;
-      for (int64_t j = 0; j < 4; ++j)
-        q[j] = vector::ExtractOp::create(b, loc, words, ArrayRef<int64_t>{j});
-      transpose(q);
+      for (int64_t u = 0; u < 4; ++u) {
+        Value byte = add(mul(add(c0, u), idx(16)), mul(t, idx(4)));
+        Value bytes = vector::LoadOp::create(b, loc, i8x4, packed,
+                                             ValueRange{expert, row, byte},
+                                             /*nontemporal=*/false,
+                                             llvm::MaybeAlign(4));
+        w[u][r] = vector::ExtractOp::create(
+            b, loc, vector::BitCastOp::create(b, loc, i32x1, bytes),
+            ArrayRef<int64_t>{0});
+      }
       Value sc = vector::LoadOp::create(b, loc, i8x4, scales,
                                         ValueRange{expert, row, c0},
                                         /*nontemporal=*/false,
                                         llvm::MaybeAlign(4));
-      for (int64_t u = 0; u < 4; ++u) {
-        w[u][r] = q[u];
+      for (int64_t u = 0; u < 4; ++u)
         s[u][r] = vector::ExtractOp::create(b, loc, sc, ArrayRef<int64_t>{u});
-      }
     }
     in.word.push_back(w);
     in.scale.push_back(s);
@@ -361,8 +337,11 @@ SmallVector<Value> ExpertsKernel::accumulate(const Loaded &in,
                       .getResult(0);
         for (int64_t col = 0; col < 2; ++col) {
           Value &sum = next[m * 4 + 2 * r + col];
+          auto contract = arith::FastMathFlags::contract;
           sum = arith::AddFOp::create(
-              b, loc, sum, arith::MulFOp::create(b, loc, d[2 * r + col], s));
+              b, loc, sum,
+              arith::MulFOp::create(b, loc, d[2 * r + col], s, contract),
+              contract);
         }
       }
     }

@@ -60,7 +60,7 @@ constexpr int64_t kPad = 8;
 // an H200 (288 before: batch-64 decode step 53.6 -> 52.3 ms, BENCHMARKS.md
 // seventh session; 2112 was no better).
 constexpr int64_t kTargetBlocks = 1056, kMinSliceSteps = 8;
-// stage() copies both tiles with the same 128 threads, 16 bytes each.
+// fetch() copies both tiles with the same 128 threads, 16 bytes each.
 static_assert(kTileM == kTileN && kTileM * kTileK / 8 % kThreads == 0,
               "X and W tiles are staged alike, whole 16-byte pieces per thread");
 static_assert((kTileM / kWarpM) * (kTileN / kWarpN) * 32 == kThreads,
@@ -147,9 +147,11 @@ private:
   Value mul(Value l, Value r) { return arith::MulIOp::create(b, loc, l, r); }
   Value add(Value l, int64_t r) { return r ? add(l, idx(r)) : l; }
 
-  /// Copies rows [r0, r0 + 64) x [k0, k0 + 32) of `src` (rows < `limit`,
-  /// zero beyond) into `tile`, 16 bytes per thread and load.
-  void stage(Value src, Value tile, Value r0, Value k0, Value limit);
+  /// This thread's 16-byte pieces of rows [r0, r0 + 64) x [k0, k0 + 32) of
+  /// `src` (rows < `limit`, zero beyond).
+  SmallVector<Value> fetch(Value src, Value r0, Value k0, Value limit);
+  /// Stores the pieces of fetch() into a shared tile.
+  void put(Value tile, ValueRange pieces);
   /// Two adjacent bf16 of a shared tile as the i32 a fragment register holds.
   Value pair(Value tile, Value row, Value col);
 
@@ -159,10 +161,13 @@ private:
   Value tid;
 };
 
-void MMAKernel::stage(Value src, Value tile, Value r0, Value k0, Value limit) {
+constexpr int64_t kPieces = kTileM * kTileK / 8 / kThreads; // per thread
+
+SmallVector<Value> MMAKernel::fetch(Value src, Value r0, Value k0,
+                                    Value limit) {
   auto vec8 = VectorType::get({8}, b.getBF16Type());
-  constexpr int64_t chunks = kTileM * kTileK / 8; // 16-byte pieces per tile
-  for (int64_t part = 0; part < chunks / kThreads; ++part) {
+  SmallVector<Value> pieces;
+  for (int64_t part = 0; part < kPieces; ++part) {
     Value piece = add(tid, part * kThreads);
     Value r = arith::DivUIOp::create(b, loc, piece, idx(kTileK / 8));
     Value col =
@@ -185,7 +190,18 @@ void MMAKernel::stage(Value src, Value tile, Value r0, Value k0, Value limit) {
               DenseElementsAttr::get(vec8, b.getZeroAttr(b.getBF16Type())));
           scf::YieldOp::create(eb, l, zero);
         });
-    vector::StoreOp::create(b, loc, ifOp.getResult(0), tile, ValueRange{r, col},
+    pieces.push_back(ifOp.getResult(0));
+  }
+  return pieces;
+}
+
+void MMAKernel::put(Value tile, ValueRange pieces) {
+  for (int64_t part = 0; part < kPieces; ++part) {
+    Value piece = add(tid, part * kThreads);
+    Value r = arith::DivUIOp::create(b, loc, piece, idx(kTileK / 8));
+    Value col =
+        mul(arith::RemUIOp::create(b, loc, piece, idx(kTileK / 8)), idx(8));
+    vector::StoreOp::create(b, loc, pieces[part], tile, ValueRange{r, col},
                             /*nontemporal=*/false, llvm::MaybeAlign(16));
   }
 }
@@ -260,6 +276,12 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
   Value zero =
       arith::ConstantFloatOp::create(b, loc, b.getF32Type(), APFloat(0.0f));
   SmallVector<Value> inits(tilesM * tilesN * 4, zero);
+  const size_t accs = inits.size();
+  // The first k step's tiles, fetched before the loop: each iteration stores
+  // what the previous one fetched and fetches the next step's tiles before
+  // its mma (the loads are in flight while the tensor cores work).
+  llvm::append_range(inits, fetch(x, m0, kBegin, rows));
+  llvm::append_range(inits, fetch(w, n0, kBegin, cols));
   auto f32 = b.getF32Type();
   auto resultType =
       LLVM::LLVMStructType::getLiteral(b.getContext(), {f32, f32, f32, f32});
@@ -268,10 +290,18 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
       [&](OpBuilder &body, Location, Value k0, ValueRange acc) {
         OpBuilder::InsertionGuard inner(b);
         b.setInsertionPoint(body.getInsertionBlock(), body.getInsertionPoint());
-        stage(x, xs, m0, k0, rows);
-        stage(w, ws, n0, k0, cols);
+        put(xs, acc.slice(accs, kPieces));
+        put(ws, acc.slice(accs + kPieces, kPieces));
         gpu::BarrierOp::create(b, loc);
-        SmallVector<Value> next(acc);
+        // The next step's tiles (the last step fetches its own again, which
+        // the caches serve).
+        Value kNext = add(k0, kTileK);
+        Value more = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
+                                           kNext, kEnd);
+        Value kFetch = arith::SelectOp::create(b, loc, more, kNext, k0);
+        SmallVector<Value> fetched = fetch(x, m0, kFetch, rows);
+        llvm::append_range(fetched, fetch(w, n0, kFetch, cols));
+        SmallVector<Value> next(acc.begin(), acc.begin() + accs);
         for (int64_t kk = 0; kk < kTileK; kk += 16) {
           Value ca = add(t2, kk), cb = add(t2, kk + 8);
           SmallVector<std::array<Value, 4>> as;
@@ -306,6 +336,7 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
             }
         }
         gpu::BarrierOp::create(b, loc);
+        llvm::append_range(next, fetched);
         scf::YieldOp::create(b, loc, next);
       });
 

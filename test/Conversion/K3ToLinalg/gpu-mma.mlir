@@ -53,17 +53,28 @@ func.func private @widen(%a: bf16) -> f32 {
 // CHECK:   %[[KB:.+]] = arith.muli %[[Z]], %[[SK]]
 // CHECK:   %[[KE0:.+]] = arith.addi %[[KB]], %[[SK]]
 // CHECK:   %[[KE:.+]] = arith.minui %[[KE0]], %[[K]]
-// 32 accumulators per lane (2 x 4 tiles of 16 x 8, 4 per lane each).
-// CHECK: scf.for %[[K0:.+]] = %[[KB]] to %[[KE]] step %{{.+}} iter_args({{.*}}) -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32)
-// Staging: 16-byte global loads (zero beyond the last row), 16-byte shared stores.
+// The first k step's tiles, fetched before the loop: 16-byte global loads
+// (zero beyond the last row), two pieces of X and two of W per thread.
 // CHECK:   vector.load %[[X]][{{.*}}] {alignment = 16 : i64} : memref<?x?xbf16>, vector<8xbf16>
 // CHECK:   arith.constant dense<0.000000e+00> : vector<8xbf16>
-// CHECK:   vector.store %{{.+}}, %[[XS]][{{.*}}] {alignment = 16 : i64}
 // CHECK:   vector.load %[[X]]
 // CHECK:   vector.load %[[W]][{{.*}}] {alignment = 16 : i64} : memref<?x?xbf16>, vector<8xbf16>
-// CHECK:   vector.store %{{.+}}, %[[WS]]
 // CHECK:   vector.load %[[W]]
+// 32 accumulators per lane (2 x 4 tiles of 16 x 8, 4 per lane each) and the
+// fetched pieces.
+// CHECK: scf.for %[[K0:.+]] = %[[KB]] to %[[KE]] step %{{.+}} iter_args({{.*}}) -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>)
+// The fetched pieces into shared memory (16-byte stores), then the next k
+// step's fetched while the tensor cores work on this one.
+// CHECK:   vector.store %{{.+}}, %[[XS]][{{.*}}] {alignment = 16 : i64}
+// CHECK:   vector.store %{{.+}}, %[[XS]]
+// CHECK:   vector.store %{{.+}}, %[[WS]]
+// CHECK:   vector.store %{{.+}}, %[[WS]]
 // CHECK:   gpu.barrier
+// CHECK:   %[[NEXT:.+]] = arith.addi %[[K0]], %c32
+// CHECK:   %[[MORE:.+]] = arith.cmpi ult, %[[NEXT]], %[[KE]]
+// CHECK:   arith.select %[[MORE]], %[[NEXT]], %[[K0]]
+// CHECK:   vector.load %[[X]]
+// CHECK:   vector.load %[[W]]
 // Fragments: two adjacent bf16 of a shared row per register.
 // CHECK:   vector.load %[[XS]][{{.*}}] {alignment = 4 : i64} : memref<64x40xbf16, #gpu.address_space<workgroup>>, vector<2xbf16>
 // CHECK:   vector.bitcast %{{.+}} : vector<2xbf16> to vector<1xi32>
