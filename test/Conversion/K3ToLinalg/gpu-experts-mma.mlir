@@ -1,7 +1,11 @@
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(func.func(k3-gpu-experts-mma))' | FileCheck %s
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(func.func(k3-gpu-experts-mma{sm=75}))' | FileCheck %s --check-prefix=OLD
+// RUN: %python %S/Inputs/e2m1_bf16_decode.py | FileCheck %s --check-prefix=DECODE
 // OLD-NOT: gpu.launch
 // OLD-NOT: nvvm.mma.sync
+// The decode's bit arithmetic (the constants below), exact for every code
+// pair at every position:
+// DECODE: e2m1 -> bf16: 1024 code pairs exact
 
 // The first expert stage (Kernels/MoE.mlir after bufferization): activations
 // [T, K], two MXFP4 matrices, three scalars, output [T, topk, N].
@@ -31,6 +35,9 @@
 // CHECK: vector.load %arg4{{.*}} {alignment = 4 : i64} : memref<?x?x?xi8>, vector<4xi8>
 // Codes to bf16 pairs (E2M1 · 2^-126, then × 2^126 exactly), two mma steps
 // from zero per group, then the group's scale.
+// CHECK-DAG: arith.constant -2147450880 : i32
+// CHECK-DAG: arith.constant 1879076864 : i32
+// CHECK-DAG: arith.constant 2122350208 : i32
 // CHECK: llvm.inline_asm "fma.rn.bf16x2 $0, $1, $2, $3;", "=r,r,r,r"
 // CHECK: nvvm.mma.sync A[{{.*}}] B[{{.*}}] C[%[[Z:[^,]+]], %[[Z]], %[[Z]], %[[Z]]]
 // CHECK-SAME: shape = #nvvm.shape<m = 16, n = 8, k = 16>
