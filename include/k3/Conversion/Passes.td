@@ -188,7 +188,9 @@ def K3GPUMMAPass : Pass<"k3-gpu-mma"> {
     16-byte aligned, a `gpu.launch` with one block of 128 threads per 64 x 64
     tile of C, the 64 x 32 tiles of X and W staged through shared memory
     (workgroup attributions, rows padded to 40 elements against bank
-    conflicts) with 16-byte `vector.load`s, and each warp computing 32 x 32
+    conflicts) with 16-byte `vector.load`s (the next k step's loaded into
+    registers, carried by the loop, while the current step's mma run), and
+    each warp computing 32 x 32
     of C with `nvvm.mma.sync` m16n8k16 (bf16 operands, f32 accumulators);
     otherwise the generic as before (a decode step's few rows go to
     `k3-gpu-warp-reduce`). bf16 mma.sync needs sm_80: with `sm` below 80

@@ -7,8 +7,9 @@
 // re-reads W per row that way. This pass gives the product a second kernel,
 // taken at run time when T >= min-rows, K % 32 == 0 and X and W are 16-byte
 // aligned: one block per 64x64 tile of C, four warps of 32x32, the X and W
-// tiles (64 x 32 each) staged in shared memory with 16-byte global loads,
-// and the products on the tensor cores with mma.sync m16n8k16 (bf16 in, f32
+// tiles (64 x 32 each) staged in shared memory with 16-byte global loads
+// (the next k step's fetched into registers while the current one's mma
+// run), and the products on the tensor cores with mma.sync m16n8k16 (bf16 in, f32
 // accumulate: bf16 x bf16 products are exact in f32, so only the order of
 // the f32 sums differs from the scalar kernel). Otherwise the generic runs as
 // before. A product with fewer than kTargetBlocks tiles (a decode batch: a
@@ -55,10 +56,11 @@ constexpr int64_t kWarpM = 32, kWarpN = 32;
 // in distinct banks, and every row stays 16-byte aligned.
 constexpr int64_t kPad = 8;
 // Split-K: blocks to aim for, and the fewest k steps of a slice. A block
-// has one 4 KB W tile in flight at a time (staged without a pipeline), so a
-// decode batch's product is bound by the blocks in flight: eight per SM of
-// an H200 (288 before: batch-64 decode step 53.6 -> 52.3 ms, BENCHMARKS.md
-// seventh session; 2112 was no better).
+// has one 4 KB W tile in flight at a time (the next step's, fetched during
+// the current step's mma: B=64 matmuls 5.79 -> 5.45 ms, BENCHMARKS.md eighth
+// session), so a decode batch's product is bound by the blocks in flight:
+// eight per SM of an H200 (288 before: batch-64 decode step 53.6 -> 52.3
+// ms, seventh session; 2112 was no better).
 constexpr int64_t kTargetBlocks = 1056, kMinSliceSteps = 8;
 // fetch() copies both tiles with the same 128 threads, 16 bytes each.
 static_assert(kTileM == kTileN && kTileM * kTileK / 8 % kThreads == 0,
