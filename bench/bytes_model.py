@@ -67,10 +67,9 @@ def kernel_model(m, context):
     # k3k_linear's own kernel, the router and wider batches k3k_matmul_f32's.
     out["k3k_linear|k3k_matmul_f32"] = (dense, dense)
     # The selected experts: MXFP4 (half a byte per element, scales aside):
-    # the two stages' kernels (k3-gpu-experts-mma) and the weighted sum.
+    # every k3k_experts_* kernel (the two stages and the weighted sum).
     experts = k * per_expert_all_layers
-    out["k3k_experts_up_mxfp4|k3k_experts_down_mxfp4|k3k_experts_mxfp4"] = (
-        experts, 4 * experts)
+    out["k3k_experts"] = (experts, 4 * experts)
     # Absorbed MLA decode: the latent cache of every MLA layer read once;
     # scores and the weighted sum over it for every head.
     mla = groups.get("mla.latent")
