@@ -243,11 +243,11 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma"> {
     group by group: `Σ_g s(scale_g) · (Σ_{j in g} E2M1(code_j) · x_j)`.
 
     The pass gives the function a second body, chosen at run time by
-    `scf.if` (activations and packed weights 16-byte aligned, K % 32 == 0,
-    N % 16 == 0, at least one entry): a `gpu.launch` with a block of four
-    warps per (segment, 64 rows), a segment being up to 8 consecutive
-    entries of `order` with one expert that start at a multiple of 8 or at
-    an expert change. Each warp computes 16 rows x 8 entries with
+    `scf.if` (activations and packed weights 16-byte aligned, scales 4-byte
+    aligned, K % 32 == 0, N % 16 == 0, at least one entry): a `gpu.launch`
+    with a block of four warps per (segment, 64 rows), a segment being up to
+    8 consecutive entries of `order` with one expert that start at a
+    multiple of 8 or at an expert change. Each warp computes 16 rows x 8 entries with
     `nvvm.mma.sync` m16n8k16 (bf16 operands, f32 accumulators): every
     32-element group is two mma steps from a zero accumulator, scaled and
     added to the row sums in group order. A lane reads one 4-byte word of

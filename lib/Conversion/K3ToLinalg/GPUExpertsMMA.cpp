@@ -157,10 +157,10 @@ private:
   Value pick(Value c, Value t, Value f) {
     return arith::SelectOp::create(b, loc, c, t, f);
   }
-  Value aligned(Value m) {
+  Value aligned(Value m, int64_t bytes = 16) {
     Value p = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, m);
     return cmp(arith::CmpIPredicate::eq,
-               arith::RemUIOp::create(b, loc, p, idx(16)), idx(0));
+               arith::RemUIOp::create(b, loc, p, idx(bytes)), idx(0));
   }
 
   /// (token, slot, expert) of the entry at position `q` of `order`.
@@ -362,9 +362,9 @@ void ExpertsKernel::build(SmallVectorImpl<Operation *> &rest) {
   Value ok = both(rem0(depth, 32), rem0(rows, kRowsPerWarp));
   ok = both(ok, cmp(arith::CmpIPredicate::ugt, entries, idx(0)));
   ok = both(ok, aligned(st.src));
+  // The scales are read 4 at a time (4-byte loads) when 4 | groups.
   for (auto [packed, scales] : st.matrices) {
-    (void)scales;
-    ok = both(ok, aligned(packed));
+    ok = both(ok, both(aligned(packed), aligned(scales, 4)));
     Value half = memref::DimOp::create(b, loc, packed, 2);
     ok = both(ok, cmp(arith::CmpIPredicate::eq, mul(half, idx(2)), depth));
   }

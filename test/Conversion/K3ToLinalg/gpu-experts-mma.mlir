@@ -11,7 +11,8 @@
 // [T, K], two MXFP4 matrices, three scalars, output [T, topk, N].
 // CHECK-LABEL: func.func @up
 // CHECK-SAME: (%[[X:[^:]+]]: memref<?x?xbf16>, %[[IDX:[^:]+]]: memref<?x?xi64>, %[[ORDER:[^:]+]]: memref<?xi64>, %[[W1:[^:]+]]: memref<?x?x?xi8>
-// Run-time choice: K % 32, N % 16, some entries, 16-byte aligned operands.
+// Run-time choice: K % 32, N % 16, some entries, 16-byte aligned activations
+// and packed weights, 4-byte aligned scales.
 // CHECK-DAG: %[[N:.+]] = memref.dim %[[W1]], %c1
 // CHECK-DAG: %[[K:.+]] = memref.dim %[[X]], %c1
 // CHECK-DAG: %[[Q:.+]] = memref.dim %[[ORDER]], %c0
@@ -19,6 +20,9 @@
 // CHECK-DAG: arith.remui %[[N]], %c16
 // CHECK-DAG: memref.extract_aligned_pointer_as_index %[[X]]
 // CHECK-DAG: memref.extract_aligned_pointer_as_index %[[W1]]
+// CHECK-DAG: %[[S1:.+]] = memref.extract_aligned_pointer_as_index %arg4
+// CHECK-DAG: arith.remui %[[S1]], %c4
+// CHECK-DAG: memref.extract_aligned_pointer_as_index %arg6
 // CHECK: scf.if
 // One block per (entry position, 64 rows), four warps.
 // CHECK: %[[GY:.+]] = arith.ceildivui %[[N]], %c64
