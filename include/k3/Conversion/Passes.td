@@ -256,7 +256,8 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma"> {
     by 2^126, exact), and its entry's 8 activations of the same elements
     with one 16-byte load; the mma's k order is permuted alike in both
     operands. An expert's weights are read once per segment instead of
-    once per entry. Other functions and bodies are left alone (f32
+    once per entry. The launch records `k3.mma_shape = [16, 8, 16]`, as
+    k3-gpu-mma's. Other functions and bodies are left alone (f32
     activations: no change). Needs sm_80 (bf16 mma.sync): with `sm` below
     80 nothing changes.
   }];

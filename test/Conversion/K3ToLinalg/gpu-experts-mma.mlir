@@ -57,6 +57,7 @@
 // CHECK: func.call @h(%{{.+}}, %{{.+}}, %arg7, %arg8, %arg9) : (f32, f32, i1, f32, f32) -> bf16
 // CHECK: memref.store
 // CHECK: gpu.terminator
+// CHECK-NEXT: } {k3.mma_shape = array<i64: 16, 8, 16>}
 // Otherwise the stage's own body.
 // CHECK: } else {
 // CHECK: memref.store %{{.+}}, %arg10
