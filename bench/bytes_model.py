@@ -63,9 +63,10 @@ def kernel_model(m, context):
     groups = {g["kind"]: g for g in m["state"]["groups"]}
     out = {}
     # Linear layers (every dense projection, the router, the LM head): each
-    # bf16 weight element read once, one multiply-add. A one-token layer is
-    # k3k_linear's own kernel, the router and wider batches k3k_matmul_f32's.
-    out["k3k_linear|k3k_matmul_f32"] = (dense, dense)
+    # bf16 weight element read once, one multiply-add: the kernels of
+    # k3k_linear(_few) and k3k_matmul_* (few tokens: the projections, the
+    # router, the LM head; 16 and more: k3k_matmul_f32).
+    out["k3k_linear|k3k_matmul"] = (dense, dense)
     # The selected experts: MXFP4 (half a byte per element, scales aside):
     # every k3k_experts_* kernel (the two stages and the weighted sum).
     experts = k * per_expert_all_layers

@@ -92,6 +92,9 @@ LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
   K3GPUExpertsMMAPassOptions experts;
   experts.sm = mma.sm;
   pm.addNestedPass<func::FuncOp>(createK3GPUExpertsMMAPass(experts));
+  K3GPUSkinnyMMAPassOptions skinny;
+  skinny.sm = mma.sm;
+  pm.addPass(createK3GPUSkinnyMMAPass(skinny));
   if (failed(parsePassPipeline(kGPUMap, pm)))
     return failure();
   pm.addNestedPass<func::FuncOp>(createK3GPUWarpReducePass());

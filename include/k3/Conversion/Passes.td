@@ -274,6 +274,43 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma"> {
                            "::mlir::scf::SCFDialect"];
 }
 
+def K3GPUSkinnyMMAPass : Pass<"k3-gpu-skinny-mma", "::mlir::ModuleOp"> {
+  let summary = "Products of a few tokens (a decode step) on the tensor cores";
+  let description = [{
+    A function marked `k3.skinny_matmul = {out = @o}` with arguments x
+    `[T, K]`, bf16 W `[N, K]` and an output `[T, N]` (`Kernels/Dense.mlir`:
+    the products of 1 to 15 tokens) computes `out[t, n] = o(Σ_k x[t, k] ·
+    W[n, k])` with f32 sums. With bf16 x, the pass gives it a second body,
+    chosen at run time by `scf.if` (1 <= T <= 16, K % 128 == 0, N % 16 ==
+    0, N >= 512, x and W 16-byte aligned): a `gpu.launch` with a block of
+    four warps per 16 rows of W, the warps taking K's 128-element chunks in
+    turn (w, w + 4, ...). Each warp copies its chunks into a 3-stage ring in
+    workgroup memory (one 48 KB `memref.global`, 16-byte aligned) with
+    `nvgpu.device_async_copy` (cp.async, 16 bytes per lane, whole 256-byte
+    row pieces, bit 2 of the piece index flipped in odd rows against bank
+    conflicts), waits for the oldest with `nvgpu.device_async_wait`, and
+    runs `nvvm.mma.sync` m16n8k16 (bf16, f32 accumulators) with W as A and
+    the tokens as one (T <= 8) or two n8 tiles of B read from global memory,
+    the k order permuted alike in both operands so that each lane reads 8
+    consecutive elements. The warps' sums meet in the ring and each output
+    is `o` of their sum in warp order. The split depends on K only and a
+    token's outputs on its own column only. f32 activations or `sm` below
+    80: no change.
+  }];
+  let options = [
+    Option<"sm", "sm", "int64_t", "90",
+           "Oldest compute capability the library targets (x10)">
+  ];
+  let dependentDialects = ["::mlir::gpu::GPUDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::LLVM::LLVMDialect",
+                           "::mlir::NVVM::NVVMDialect",
+                           "::mlir::nvgpu::NVGPUDialect",
+                           "::mlir::memref::MemRefDialect",
+                           "::mlir::vector::VectorDialect",
+                           "::mlir::scf::SCFDialect"];
+}
+
 def K3GPUTileAndMapPass : Pass<"k3-gpu-tile-and-map"> {
   let summary = "Tile parallel loops and map them to GPU blocks and threads";
   let description = [{

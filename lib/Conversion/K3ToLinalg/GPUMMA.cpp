@@ -413,7 +413,11 @@ struct K3GPUMMAPass : k3::impl::K3GPUMMAPassBase<K3GPUMMAPass> {
       return;
     SmallVector<linalg::GenericOp> products;
     getOperation()->walk([&](linalg::GenericOp op) {
-      if (!op->getParentOfType<gpu::LaunchOp>() && isBF16Product(op))
+      // A product inside a `k3.skinny_matmul` function has fewer than 16
+      // rows (k3-gpu-skinny-mma's).
+      auto func = op->getParentOfType<func::FuncOp>();
+      if (!op->getParentOfType<gpu::LaunchOp>() &&
+          !(func && func->hasAttr("k3.skinny_matmul")) && isBF16Product(op))
         products.push_back(op);
     });
     for (linalg::GenericOp op : products)

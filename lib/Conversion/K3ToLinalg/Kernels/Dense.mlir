@@ -10,11 +10,10 @@
 #row2 = affine_map<(i, j) -> (i)>
 #col2 = affine_map<(i, j) -> (j)>
 
-// y[T, N] = x[T, K] · W[N, K]ᵀ accumulated in f32 (no rounding). One
-// token, or 16 and more (tensor cores on a GPU: k3-gpu-mma), as one
-// contraction; 2 to 15 tokens (a decode batch) in blocks of 8 per output
-// row, so that each weight row is read once per 8 tokens instead of once
-// per token. Every sum runs over k in order either way.
+// y[T, N] = x[T, K] · W[N, K]ᵀ accumulated in f32 (no rounding). 16 tokens
+// and more (tensor cores on a GPU: k3-gpu-mma) as one contraction; 1 to 15
+// (a decode step or batch) in @k3k_matmul_few. Every sum runs over k in
+// order on the host.
 func.func private @k3k_matmul_f32(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>) -> tensor<?x?xf32> {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
@@ -22,11 +21,11 @@ func.func private @k3k_matmul_f32(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>) ->
   %t = tensor.dim %x, %c0 : tensor<?x?x!act>
   %n = tensor.dim %w, %c0 : tensor<?x?xbf16>
   %out = memref.alloc(%t, %n) : memref<?x?xf32>
-  %few = arith.cmpi ugt, %t, %c1 : index
+  %some = arith.cmpi uge, %t, %c1 : index
   %notmany = arith.cmpi ult, %t, %c16 : index
-  %blocked = arith.andi %few, %notmany : i1
-  scf.if %blocked {
-    func.call @k3k_matmul_tok8(%x, %w, %out) : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?xf32>) -> ()
+  %few = arith.andi %some, %notmany : i1
+  scf.if %few {
+    func.call @k3k_matmul_few(%x, %w, %out) : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?xf32>) -> ()
   } else {
     %zero = arith.constant 0.0 : f32
     linalg.fill ins(%zero : f32) outs(%out : memref<?x?xf32>)
@@ -45,6 +44,44 @@ func.func private @k3k_matmul_f32(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>) ->
   }
   %r = bufferization.to_tensor %out restrict : memref<?x?xf32> to tensor<?x?xf32>
   return %r : tensor<?x?xf32>
+}
+
+// An output of the few-token products as it is stored: the f32 sum.
+func.func private @k3k_sum_f32(%a: f32) -> f32 {
+  return %a : f32
+}
+
+// The product for 1 to 15 tokens (`k3.skinny_matmul`: on a GPU with a bf16
+// library, k3-gpu-skinny-mma gives it a tensor-core kernel that reads each
+// weight row once for all the tokens; the body below is what runs
+// elsewhere): one token as one contraction, 2 to 15 in blocks of 8 per
+// output row, so that each weight row is read once per 8 tokens instead of
+// once per token.
+func.func private @k3k_matmul_few(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %out: memref<?x?xf32>)
+    attributes {k3.skinny_matmul = {out = @k3k_sum_f32}} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %t = tensor.dim %x, %c0 : tensor<?x?x!act>
+  %one = arith.cmpi eq, %t, %c1 : index
+  scf.if %one {
+    %zero = arith.constant 0.0 : f32
+    linalg.fill ins(%zero : f32) outs(%out : memref<?x?xf32>)
+    %xm = bufferization.to_buffer %x read_only : tensor<?x?x!act> to memref<?x?x!act>
+    %wm = bufferization.to_buffer %w read_only : tensor<?x?xbf16> to memref<?x?xbf16>
+    linalg.generic {indexing_maps = [#map_mk, #map_nk, #map_mn],
+                    iterator_types = ["parallel", "parallel", "reduction"]}
+        ins(%xm, %wm : memref<?x?x!act>, memref<?x?xbf16>) outs(%out : memref<?x?xf32>) {
+    ^bb0(%a: !act, %b: bf16, %s: f32):
+      %af = func.call @k3k_widen(%a) : (!act) -> f32
+      %bf = arith.extf %b : bf16 to f32
+      %p = arith.mulf %af, %bf : f32
+      %q = arith.addf %s, %p : f32
+      linalg.yield %q : f32
+    }
+  } else {
+    func.call @k3k_matmul_tok8(%x, %w, %out) : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?xf32>) -> ()
+  }
+  return
 }
 
 // The same product for blocks of 8 tokens: each (block, pair of output
@@ -226,16 +263,41 @@ func.func private @k3k_narrow2(%x: tensor<?x?xf32>) -> tensor<?x?x!act> {
 func.func private @k3k_linear(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>) -> tensor<?x?x!act> {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
+  %c16 = arith.constant 16 : index
   %t = tensor.dim %x, %c0 : tensor<?x?x!act>
   %n = tensor.dim %w, %c0 : tensor<?x?xbf16>
-  %one = arith.cmpi eq, %t, %c1 : index
+  %some = arith.cmpi uge, %t, %c1 : index
+  %notmany = arith.cmpi ult, %t, %c16 : index
+  %few = arith.andi %some, %notmany : i1
   // Both branches write the one result buffer (a tensor-valued scf.if
   // would cost a copy of it).
   %out = memref.alloc(%t, %n) : memref<?x?x!act>
+  scf.if %few {
+    func.call @k3k_linear_few(%x, %w, %out) : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?x!act>) -> ()
+  } else {
+    %acc = func.call @k3k_matmul_f32(%x, %w) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?xf32>
+    scf.parallel (%i, %j) = (%c0, %c0) to (%t, %n) step (%c1, %c1) {
+      %v = tensor.extract %acc[%i, %j] : tensor<?x?xf32>
+      %r = func.call @k3k_narrow(%v) : (f32) -> !act
+      memref.store %r, %out[%i, %j] : memref<?x?x!act>
+    }
+  }
+  %y = bufferization.to_tensor %out restrict : memref<?x?x!act> to tensor<?x?x!act>
+  return %y : tensor<?x?x!act>
+}
+
+// k3.linear of 1 to 15 tokens, rounded (`k3.skinny_matmul`, as
+// @k3k_matmul_few): one token with each output's sum and its rounding in one
+// kernel (no f32 round trip through memory), 2 to 15 through
+// @k3k_matmul_few's blocks of 8.
+func.func private @k3k_linear_few(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %out: memref<?x?x!act>)
+    attributes {k3.skinny_matmul = {out = @k3k_narrow}} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %t = tensor.dim %x, %c0 : tensor<?x?x!act>
+  %n = tensor.dim %w, %c0 : tensor<?x?xbf16>
+  %one = arith.cmpi eq, %t, %c1 : index
   scf.if %one {
-    // One token (a decode step): each output's sum and its rounding in one
-    // kernel, the same sum over k as k3k_matmul_f32's (one kernel less
-    // per layer, and no f32 round trip through memory).
     %kk = tensor.dim %x, %c1 : tensor<?x?x!act>
     %zero = arith.constant 0.0 : f32
     %xm = bufferization.to_buffer %x read_only : tensor<?x?x!act> to memref<?x?x!act>
@@ -254,15 +316,15 @@ func.func private @k3k_linear(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>) -> ten
       memref.store %r, %out[%i, %j] : memref<?x?x!act>
     }
   } else {
-    %acc = func.call @k3k_matmul_f32(%x, %w) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?xf32>
+    %acc = memref.alloc(%t, %n) : memref<?x?xf32>
+    func.call @k3k_matmul_few(%x, %w, %acc) : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?xf32>) -> ()
     scf.parallel (%i, %j) = (%c0, %c0) to (%t, %n) step (%c1, %c1) {
-      %v = tensor.extract %acc[%i, %j] : tensor<?x?xf32>
+      %v = memref.load %acc[%i, %j] : memref<?x?xf32>
       %r = func.call @k3k_narrow(%v) : (f32) -> !act
       memref.store %r, %out[%i, %j] : memref<?x?x!act>
     }
   }
-  %y = bufferization.to_tensor %out restrict : memref<?x?x!act> to tensor<?x?x!act>
-  return %y : tensor<?x?x!act>
+  return
 }
 
 // k3.lm_head: logits rounded to the activation dtype, returned as f32.

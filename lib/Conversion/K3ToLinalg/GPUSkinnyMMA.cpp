@@ -1,0 +1,415 @@
+//===- GPUSkinnyMMA.cpp - few-token products on tensor cores --------------===//
+//
+// A decode step multiplies 1 to 15 tokens by each weight matrix: the bytes
+// of W are the whole cost, and on CUDA cores a batch of 8 tokens is 8 FMAs
+// per weight element (k3k_matmul_tok8: bound by instruction issue,
+// BENCHMARKS.md seventh session). A function marked
+// `k3.skinny_matmul = {out = @o}` (Kernels/Dense.mlir: @k3k_matmul_few,
+// @k3k_linear_few), with arguments x [T, K] and W [N, K] (bf16) and the
+// output [T, N], gets here a second body for T <= 16 on the tensor cores.
+//
+// A block of 4 warps owns 16 rows of W and splits K between its warps in
+// chunks of 128 elements, interleaved (warp w takes chunks w, w + 4, ...),
+// so that the block streams 1 KB of each row at a time. Each warp copies its
+// chunks into its own ring of 3 stages in workgroup memory with cp.async
+// (each instruction 2 whole 256-byte row pieces; two stages in flight while
+// it computes the third), then reads the mma.sync m16n8k16 A fragments
+// from there and the tokens (one or two n8 tiles, B) from global memory.
+// The 16-byte pieces of odd rows are stored with bit 2 of their index
+// flipped (piece c at c ^ 4), so that the fragment reads of a quarter warp
+// (rows g, g + 1, 64 bytes each) meet no bank twice. At the end the warps'
+// sums go through the ring and each output is `o` of the 4 warps' parts
+// added in warp order.
+//
+// Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16", .bf16):
+// lane = 4 g + t; a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1],
+// a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9]; b0 = B[2t, 2t+1][g],
+// b1 = B[2t+8, 2t+9][g]; d0, d1 = D[g][2t, 2t+1], d2, d3 = D[g+8][2t, 2t+1].
+// The k order of each 32-element step is permuted alike in A and B so that
+// lane t's operands are elements 8t..8t+7 of its rows (one 16-byte read
+// each): mma 0 takes (8t, 8t+1) as k = (2t, 2t+1) and (8t+2, 8t+3) as
+// (2t+8, 2t+9), mma 1 (8t+4, 8t+5) and (8t+6, 8t+7).
+//
+// Numerics (docs/NUMERICS.md): bf16 x bf16 products are exact in f32; the
+// tensor cores add them 16 at a time in their own order, a warp's steps in
+// k order, the warps in order. The split depends on K only and a token's
+// sums on its own column only, so a sequence's outputs are the same
+// whatever the other tokens of the step (decode batch == one call per
+// sequence, bit for bit).
+//
+//===----------------------------------------------------------------------===//
+
+#include "k3/Conversion/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/SymbolTable.h"
+
+namespace mlir::k3 {
+#define GEN_PASS_DEF_K3GPUSKINNYMMAPASS
+#include "k3/Conversion/Passes.h.inc"
+} // namespace mlir::k3
+
+using namespace mlir;
+
+namespace {
+// 16 rows x 128 elements per stage (256 bytes of each row: 4 KB), 3 stages
+// per warp, 4 warps: 48 KB of workgroup memory per block, the static limit
+// (H200, session 9: 64-element chunks, 8 warps or 4 stages measured slower).
+constexpr int64_t kRows = 16, kWarps = 4, kChunk = 128, kStages = 3;
+// Rows of a chunk that one copy instruction (32 lanes x 16 bytes) covers.
+constexpr int64_t kRowsPerCopy = 256 / kChunk;
+static_assert(kChunk >= 64 && kChunk <= 256, "whole rows per copy, 8 rows "
+                                             "of 64 for the warps' sums");
+static_assert(8 % kWarps == 0, "each warp adds whole entries");
+constexpr int64_t kMaxTokens = 16; // two n8 tiles
+// Narrower outputs (K3: b_proj 96, f_a_proj 128) keep the CUDA-core
+// kernels: N / 16 blocks would not keep enough copies in flight (a choice
+// by N only, so T never changes the kernel).
+constexpr int64_t kMinRows = 512;
+constexpr llvm::StringLiteral kAttr = "k3.skinny_matmul";
+
+class SkinnyKernel {
+public:
+  SkinnyKernel(OpBuilder &b, Location loc, Value x, Value w, Value out,
+               func::FuncOp outFn, memref::GlobalOp ringGlobal)
+      : b(b), loc(loc), x(x), w(w), out(out), outFn(outFn),
+        ringGlobal(ringGlobal) {}
+
+  void build(SmallVectorImpl<Operation *> &rest);
+
+private:
+  Value idx(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
+  Value add(Value l, Value r) { return arith::AddIOp::create(b, loc, l, r); }
+  Value add(Value l, int64_t r) { return r ? add(l, idx(r)) : l; }
+  Value mul(Value l, Value r) { return arith::MulIOp::create(b, loc, l, r); }
+  Value mul(Value l, int64_t r) { return mul(l, idx(r)); }
+  Value div(Value l, int64_t r) {
+    return arith::DivUIOp::create(b, loc, l, idx(r));
+  }
+  Value rem(Value l, int64_t r) {
+    return arith::RemUIOp::create(b, loc, l, idx(r));
+  }
+  Value cmp(arith::CmpIPredicate p, Value l, Value r) {
+    return arith::CmpIOp::create(b, loc, p, l, r);
+  }
+  Value both(Value l, Value r) { return arith::AndIOp::create(b, loc, l, r); }
+  Value rem0(Value v, int64_t m) {
+    return cmp(arith::CmpIPredicate::eq, rem(v, m), idx(0));
+  }
+  Value aligned(Value m) {
+    return rem0(memref::ExtractAlignedPointerAsIndexOp::create(b, loc, m), 16);
+  }
+  /// `n` values of `type` from `m` at `indices` as `as` (a bitcast).
+  Value read(Value m, ValueRange indices, Type type, int64_t n,
+             VectorType as) {
+    Value v = vector::LoadOp::create(b, loc, VectorType::get({n}, type), m,
+                                     indices, /*nontemporal=*/false,
+                                     llvm::MaybeAlign(std::min<int64_t>(
+                                         16, n * type.getIntOrFloatBitWidth() /
+                                                 8)));
+    return vector::BitCastOp::create(b, loc, as, v);
+  }
+  SmallVector<Value> split(Value v, int64_t n) {
+    SmallVector<Value> r;
+    for (int64_t j = 0; j < n; ++j)
+      r.push_back(vector::ExtractOp::create(b, loc, v, ArrayRef<int64_t>{j}));
+    return r;
+  }
+  /// Copies local chunk `i` of this warp (zeros past its last) into its
+  /// stage, as one cp.async group (its token).
+  Value issue(Value i);
+  /// The mma of local chunk `i` (stage i % 3) for `tiles` n8 tiles.
+  SmallVector<Value> compute(Value i, int64_t tiles, ValueRange acc);
+  /// The k loop for `tiles` n8 tiles: 8 sums per lane (4 per tile, zero for
+  /// an absent tile).
+  SmallVector<Value> sums(int64_t tiles);
+
+  OpBuilder &b;
+  Location loc;
+  Value x, w, out;
+  func::FuncOp outFn;
+  memref::GlobalOp ringGlobal;
+  Value ring, warp, lane, g, t, rowBase, tok0, tok1, mine, chunks;
+  Value copyRow, copyPiece;
+};
+
+Value SkinnyKernel::issue(Value i) {
+  Value valid = cmp(arith::CmpIPredicate::ult, i, mine);
+  Value j = arith::SelectOp::create(b, loc, valid, add(warp, mul(i, kWarps)),
+                                    idx(0));
+  Value n = arith::SelectOp::create(b, loc, valid, idx(8), idx(0));
+  Value stage = rem(i, kStages);
+  Value col = add(mul(j, kChunk), mul(copyPiece, 8));
+  SmallVector<Value> tokens;
+  for (int64_t q = 0; q < kRows / kRowsPerCopy; ++q) {
+    Value r = add(copyRow, kRowsPerCopy * q);
+    Value swapped = mul(
+        arith::XOrIOp::create(b, loc, copyPiece, mul(rem(r, 2), 4)), 8);
+    tokens.push_back(nvgpu::DeviceAsyncCopyOp::create(
+        b, loc, ring, ValueRange{warp, stage, r, swapped}, w,
+        ValueRange{add(rowBase, r), col}, b.getIndexAttr(8), n,
+        b.getUnitAttr()));
+  }
+  return nvgpu::DeviceAsyncCreateGroupOp::create(
+      b, loc, nvgpu::DeviceAsyncTokenType::get(b.getContext()), tokens);
+}
+
+SmallVector<Value> SkinnyKernel::compute(Value i, int64_t tiles,
+                                         ValueRange acc) {
+  auto f32 = b.getF32Type(), bf16 = b.getBF16Type();
+  auto i32x4 = VectorType::get({4}, b.getI32Type());
+  auto result =
+      LLVM::LLVMStructType::getLiteral(b.getContext(), {f32, f32, f32, f32});
+  Value stage = rem(i, kStages);
+  Value k0 = mul(add(warp, mul(i, kWarps)), kChunk);
+  Value parity = mul(rem(g, 2), 4);
+  SmallVector<Value> next(acc);
+  for (int64_t s = 0; s < kChunk / 32; ++s) {
+    // Row g's and row g + 8's elements 32 s + 8 t .. + 7 of the chunk (the
+    // same parity, so the same swap), and the tokens' at the same k.
+    Value piece = mul(arith::XOrIOp::create(b, loc, add(t, 4 * s), parity), 8);
+    SmallVector<Value> r0 = split(
+        read(ring, {warp, stage, g, piece}, bf16, 8, i32x4), 4);
+    SmallVector<Value> r1 = split(
+        read(ring, {warp, stage, add(g, 8), piece}, bf16, 8, i32x4), 4);
+    Value k = add(add(k0, 32 * s), mul(t, 8));
+    for (int64_t tile = 0; tile < tiles; ++tile) {
+      SmallVector<Value> xt =
+          split(read(x, {tile ? tok1 : tok0, k}, bf16, 8, i32x4), 4);
+      for (int64_t h = 0; h < 2; ++h) {
+        std::array<Value, 4> a = {r0[2 * h], r1[2 * h], r0[2 * h + 1],
+                                  r1[2 * h + 1]};
+        std::array<Value, 2> bx = {xt[2 * h], xt[2 * h + 1]};
+        ValueRange c = ValueRange(next).slice(4 * tile, 4);
+        auto mma = NVVM::MmaOp::create(
+            b, loc, result, ArrayRef<Value>(a), ArrayRef<Value>(bx), c,
+            {16, 8, 16}, std::nullopt, std::nullopt,
+            std::array<NVVM::MMATypes, 2>{NVVM::MMATypes::bf16,
+                                          NVVM::MMATypes::bf16},
+            std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
+                                           NVVM::MMALayout::col});
+        for (int64_t e = 0; e < 4; ++e)
+          next[4 * tile + e] = LLVM::ExtractValueOp::create(
+              b, loc, mma.getResult(), ArrayRef<int64_t>{e});
+      }
+    }
+  }
+  return next;
+}
+
+SmallVector<Value> SkinnyKernel::sums(int64_t tiles) {
+  Value zero =
+      arith::ConstantFloatOp::create(b, loc, b.getF32Type(), APFloat(0.0f));
+  SmallVector<Value> acc(4 * tiles, zero);
+  auto loop = scf::ForOp::create(
+      b, loc, idx(0), mine, idx(1), acc,
+      [&](OpBuilder &fb, Location, Value i, ValueRange in) {
+        OpBuilder::InsertionGuard inner(b);
+        b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
+        Value all = arith::ConstantIntOp::create(b, loc, b.getI32Type(), -1);
+        // Every lane is done with the stage that the copy reuses.
+        NVVM::SyncWarpOp::create(b, loc, all);
+        Value group = issue(add(i, kStages - 1));
+        // Chunk i has arrived once at most the two later groups are pending.
+        nvgpu::DeviceAsyncWaitOp::create(b, loc, group,
+                                         b.getI32IntegerAttr(kStages - 1));
+        NVVM::SyncWarpOp::create(b, loc, all);
+        scf::YieldOp::create(b, loc, compute(i, tiles, in));
+      });
+  SmallVector<Value> r(loop.getResults());
+  r.resize(8, zero);
+  return r;
+}
+
+void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
+  Value c1 = idx(1);
+  Value tokens = memref::DimOp::create(b, loc, x, 0);
+  Value depth = memref::DimOp::create(b, loc, x, 1);
+  Value rows = memref::DimOp::create(b, loc, w, 0);
+  Value ok = both(rem0(depth, kChunk), rem0(rows, kRows));
+  ok = both(ok, cmp(arith::CmpIPredicate::uge, rows, idx(kMinRows)));
+  ok = both(ok, cmp(arith::CmpIPredicate::uge, tokens, c1));
+  ok = both(ok, cmp(arith::CmpIPredicate::ule, tokens, idx(kMaxTokens)));
+  ok = both(ok, cmp(arith::CmpIPredicate::eq,
+                    memref::DimOp::create(b, loc, w, 1), depth));
+  ok = both(ok, both(aligned(x), aligned(w)));
+  auto ifOp = scf::IfOp::create(b, loc, ok, /*withElseRegion=*/true);
+  for (Operation *op : rest)
+    op->moveBefore(ifOp.elseBlock()->getTerminator());
+  b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
+
+  auto launch = gpu::LaunchOp::create(
+      b, loc, arith::DivUIOp::create(b, loc, rows, idx(kRows)), c1, c1,
+      idx(kWarps * 32), c1, c1);
+  launch->setAttr("k3.mma_shape", b.getDenseI64ArrayAttr({16, 8, 16}));
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(&launch.getBody().front());
+  ring = memref::GetGlobalOp::create(b, loc, ringGlobal.getType(),
+                                     ringGlobal.getSymName());
+  Value tid = launch.getThreadIds().x;
+  warp = div(tid, 32);
+  lane = rem(tid, 32);
+  g = div(lane, 4);
+  t = rem(lane, 4);
+  rowBase = mul(launch.getBlockIds().x, kRows);
+  // Token columns g and g + 8 (past T: token T - 1, not stored).
+  Value last = arith::SubIOp::create(b, loc, tokens, c1);
+  tok0 = arith::MinUIOp::create(b, loc, g, last);
+  tok1 = arith::MinUIOp::create(b, loc, add(g, 8), last);
+  chunks = div(depth, kChunk);
+  // Chunks w, w + 8, ... below `chunks`.
+  mine = div(arith::SubIOp::create(b, loc, add(chunks, kWarps - 1), warp),
+             kWarps);
+  // Copies: lane l takes 16 bytes (piece l % P, P pieces per row) of rows
+  // l / P + (32 / P) q.
+  copyRow = div(lane, kChunk / 8);
+  copyPiece = rem(lane, kChunk / 8);
+  Value group;
+  for (int64_t i = 0; i < kStages - 1; ++i)
+    group = issue(idx(i));
+  // One n8 tile of tokens for T <= 8, two above; a token's column is the
+  // same mma either way.
+  auto f32 = b.getF32Type();
+  auto tileIf = scf::IfOp::create(
+      b, loc, SmallVector<Type>(8, f32),
+      cmp(arith::CmpIPredicate::ule, tokens, idx(8)), /*withElse=*/true);
+  {
+    OpBuilder::InsertionGuard inner(b);
+    b.setInsertionPointToStart(tileIf.thenBlock());
+    scf::YieldOp::create(b, loc, sums(1));
+    b.setInsertionPointToStart(tileIf.elseBlock());
+    scf::YieldOp::create(b, loc, sums(2));
+  }
+  // (cp.async.wait_group 0: the token only orders the op.)
+  nvgpu::DeviceAsyncWaitOp::create(b, loc, group, b.getI32IntegerAttr(0));
+  gpu::BarrierOp::create(b, loc);
+  // Each warp's 8 sums per lane through stage 0 of its ring (16 bf16 of row
+  // lane / 4 per lane), then warp w adds entries w, w + kWarps, ... of the
+  // warps in warp order.
+  auto bf16x16 = VectorType::get({16}, b.getBF16Type());
+  Value mineOut = vector::FromElementsOp::create(
+      b, loc, VectorType::get({8}, f32), tileIf.getResults());
+  vector::StoreOp::create(
+      b, loc, vector::BitCastOp::create(b, loc, bf16x16, mineOut), ring,
+      ValueRange{warp, idx(0), div(lane, 4), mul(rem(lane, 4), 16)},
+      /*nontemporal=*/false, llvm::MaybeAlign(16));
+  gpu::BarrierOp::create(b, loc);
+  auto f32x1 = VectorType::get({1}, f32);
+  for (int64_t e0 = 0; e0 < 8; e0 += kWarps) {
+    Value e = add(warp, e0);
+    Value slot = add(mul(rem(lane, 4), 16), mul(e, 2));
+    Value sum;
+    for (int64_t v = 0; v < kWarps; ++v) {
+      Value part = vector::ExtractOp::create(
+          b, loc,
+          read(ring, {idx(v), idx(0), div(lane, 4), slot}, b.getBF16Type(), 2,
+               f32x1),
+          ArrayRef<int64_t>{0});
+      sum = v ? arith::AddFOp::create(b, loc, sum, part).getResult() : part;
+    }
+    // Entry e: token 2 t + 8 (e / 4) + e % 2 (tile e / 4), row g (+ 8 for
+    // e % 4 >= 2).
+    Value tok = add(add(mul(t, 2), mul(div(e, 4), 8)), rem(e, 2));
+    Value row = add(add(rowBase, g), mul(div(rem(e, 4), 2), 8));
+    scf::IfOp::create(b, loc, cmp(arith::CmpIPredicate::ult, tok, tokens),
+                      [&](OpBuilder &tb, Location l) {
+                        Value r = func::CallOp::create(tb, l, outFn, sum)
+                                      .getResult(0);
+                        memref::StoreOp::create(tb, l, r, out,
+                                                ValueRange{tok, row});
+                        scf::YieldOp::create(tb, l);
+                      });
+  }
+  gpu::TerminatorOp::create(b, loc);
+}
+
+struct K3GPUSkinnyMMAPass
+    : k3::impl::K3GPUSkinnyMMAPassBase<K3GPUSkinnyMMAPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    SmallVector<func::FuncOp> marked;
+    module.walk([&](func::FuncOp f) {
+      if (f->hasAttr(kAttr) && !f.isExternal())
+        marked.push_back(f);
+    });
+    for (func::FuncOp f : marked)
+      if (failed(rewrite(f)))
+        return signalPassFailure();
+  }
+
+  /// The warps' cp.async rings (one workgroup buffer per block, 16-byte
+  /// aligned for the copies and the fragment reads), shared by the kernels.
+  memref::GlobalOp ringOf(ModuleOp module) {
+    constexpr llvm::StringLiteral name = "k3k_skinny_ring";
+    if (auto g = module.lookupSymbol<memref::GlobalOp>(name))
+      return g;
+    OpBuilder b = OpBuilder::atBlockBegin(module.getBody());
+    Attribute shared = gpu::AddressSpaceAttr::get(
+        b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
+    auto type = MemRefType::get({kWarps, kStages, kRows, kChunk},
+                                b.getBF16Type(), MemRefLayoutAttrInterface(),
+                                shared);
+    return memref::GlobalOp::create(
+        b, module.getLoc(), b.getStringAttr(name), b.getStringAttr("private"),
+        TypeAttr::get(type), /*initial_value=*/Attribute(),
+        /*constant=*/UnitAttr(), b.getI64IntegerAttr(16));
+  }
+
+  LogicalResult rewrite(func::FuncOp f) {
+    auto fail = [&](const Twine &why) {
+      return f.emitError() << kAttr << ": " << why, failure();
+    };
+    auto spec = f->getAttrOfType<DictionaryAttr>(kAttr);
+    auto ref = spec ? spec.getAs<FlatSymbolRefAttr>("out") : nullptr;
+    if (!ref)
+      return fail("expected a dictionary {out = @function}");
+    Block &body = f.getBody().front();
+    auto memref = [&](unsigned i) {
+      return i < body.getNumArguments()
+                 ? dyn_cast<MemRefType>(body.getArgument(i).getType())
+                 : MemRefType();
+    };
+    MemRefType x = memref(0), w = memref(1), out = memref(2);
+    if (body.getNumArguments() != 3 || !x || !w || !out || x.getRank() != 2 ||
+        w.getRank() != 2 || out.getRank() != 2 ||
+        !w.getElementType().isBF16() || !x.getLayout().isIdentity() ||
+        !w.getLayout().isIdentity())
+      return fail("expected (x [T, K], bf16 W [N, K], output [T, N]) memrefs");
+    auto outFn = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(f, ref);
+    Builder b(f.getContext());
+    if (!outFn || outFn.getFunctionType() !=
+                      b.getFunctionType({b.getF32Type()},
+                                        {out.getElementType()}))
+      return fail("'out' must name a function (f32) -> the output's "
+                  "element type");
+    if (!body.mightHaveTerminator() ||
+        !isa<func::ReturnOp>(body.getTerminator()) ||
+        body.getTerminator()->getNumOperands() != 0)
+      return fail("the function must return nothing");
+    // bf16 activations only (an f32 library keeps its CUDA-core kernels);
+    // PTX ISA: mma.sync with .bf16 operands needs sm_80.
+    if (!x.getElementType().isBF16() || sm < 80)
+      return success();
+    SmallVector<Operation *> rest;
+    for (Operation &op : body.without_terminator())
+      rest.push_back(&op);
+    OpBuilder builder(f.getContext());
+    builder.setInsertionPointToStart(&body);
+    SkinnyKernel(builder, f.getLoc(), body.getArgument(0),
+                 body.getArgument(1), body.getArgument(2), outFn,
+                 ringOf(getOperation()))
+        .build(rest);
+    return success();
+  }
+};
+} // namespace

@@ -1,0 +1,179 @@
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-skinny-mma,canonicalize,cse)' | FileCheck %s
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-skinny-mma{sm=75})' | FileCheck %s --check-prefix=OLD
+// OLD-NOT: gpu.launch
+// OLD-NOT: nvvm.mma.sync
+// OLD-NOT: memref.global
+
+// k3k_linear_few after bufferization: x [T, K], W [N, K], the rounded
+// output [T, N].
+// The warps' rings: 4 warps x 3 stages x 16 rows x 128 elements, 48 KB,
+// 16-byte aligned.
+// CHECK: memref.global "private" @k3k_skinny_ring : memref<4x3x16x128xbf16, #gpu.address_space<workgroup>> {alignment = 16 : i64}
+// CHECK-LABEL: func.func @linear
+// CHECK-SAME: (%[[X:[^:]+]]: memref<?x?xbf16>, %[[W:[^:]+]]: memref<?x?xbf16>, %[[OUT:[^:]+]]: memref<?x?xbf16>)
+// Run-time choice, by N and K (and T within 1..16): N % 16, K % 128,
+// N >= 512, K of x == K of W, 16-byte aligned x and W.
+// CHECK-DAG: %[[T:.+]] = memref.dim %[[X]], %c0
+// CHECK-DAG: %[[K:.+]] = memref.dim %[[X]], %c1
+// CHECK-DAG: %[[N:.+]] = memref.dim %[[W]], %c0
+// CHECK-DAG: arith.remui %[[N]], %c16
+// CHECK-DAG: arith.remui %[[K]], %c128
+// CHECK-DAG: arith.cmpi uge, %[[N]], %c512
+// CHECK-DAG: arith.cmpi uge, %[[T]], %c1
+// CHECK-DAG: arith.cmpi ule, %[[T]], %c16
+// CHECK-DAG: memref.extract_aligned_pointer_as_index %[[X]]
+// CHECK-DAG: memref.extract_aligned_pointer_as_index %[[W]]
+// CHECK: scf.if
+// One block of four warps per 16 rows.
+// CHECK: %[[GX:.+]] = arith.divui %[[N]], %c16
+// CHECK: gpu.launch blocks(%{{.+}}, %{{.+}}, %{{.+}}) in (%{{.+}} = %[[GX]], %{{.+}} = %c1{{.*}}, %{{.+}} = %c1{{.*}}) threads(%{{.+}}, %{{.+}}, %{{.+}}) in (%{{.+}} = %c128
+// CHECK: %[[RING:.+]] = memref.get_global @k3k_skinny_ring
+// A warp's chunks: (K / 128 + 3 - warp) / 4 of them.
+// CHECK: %[[CH:.+]] = arith.divui %[[K]], %c128
+// CHECK: %[[CH3:.+]] = arith.addi %[[CH]], %c3
+// CHECK: %[[LEFT:.+]] = arith.subi %[[CH3]]
+// CHECK: %[[MINE:.+]] = arith.divui %[[LEFT]], %c4
+// Two stages issued before the loop, 8 copies of 16 bytes per lane each (16
+// rows, 2 per copy), zero bytes past the warp's last chunk; odd rows with
+// bit 2 of the piece flipped.
+// CHECK: arith.xori
+// CHECK: nvgpu.device_async_copy %[[W]][{{.+}}], %[[RING]][%{{.+}}, %c0, %{{.+}}, %{{.+}}], 8, %{{.+}} {bypassL1}
+// CHECK-COUNT-7: nvgpu.device_async_copy %[[W]]
+// CHECK: nvgpu.device_async_create_group
+// CHECK-COUNT-8: nvgpu.device_async_copy %[[W]][{{.+}}], %[[RING]][%{{.+}}, %c1,
+// CHECK: %[[G1:.+]] = nvgpu.device_async_create_group
+// T <= 8: one n8 tile of tokens.
+// CHECK: arith.cmpi ule, %[[T]], %c8
+// CHECK: scf.if
+// CHECK: scf.for %{{.+}} = %c0 to %[[MINE]] step %c1 iter_args({{[^)]+}}) -> (f32, f32, f32, f32)
+// Each iteration: the warp is done with the stage it refills, the copies of
+// chunk i + 2, then chunk i is in once at most two groups are pending.
+// CHECK: nvvm.bar.warp.sync
+// CHECK-COUNT-8: nvgpu.device_async_copy
+// CHECK: %[[G:.+]] = nvgpu.device_async_create_group
+// CHECK: nvgpu.device_async_wait %[[G]] {numGroups = 2 : i32}
+// CHECK: nvvm.bar.warp.sync
+// CHECK: %[[STAGE:.+]] = arith.remui %{{.+}}, %c3
+// Fragments of rows g and g + 8 from the ring, the tokens from x, two mma
+// per 32 elements (4 steps per chunk).
+// CHECK: vector.load %[[RING]][%{{.+}}, %[[STAGE]], %{{.+}}, %{{.+}}] {alignment = 16 : i64} : memref<4x3x16x128xbf16, #gpu.address_space<workgroup>>, vector<8xbf16>
+// CHECK: vector.load %[[RING]][%{{.+}}, %[[STAGE]], %{{.+}}, %{{.+}}] {alignment = 16 : i64}
+// CHECK: vector.load %[[X]][%{{.+}}, %{{.+}}] {alignment = 16 : i64} : memref<?x?xbf16>, vector<8xbf16>
+// CHECK: nvvm.mma.sync A[{{.*}}] B[{{.*}}] C[{{.*}}]
+// CHECK-SAME: shape = #nvvm.shape<m = 16, n = 8, k = 16>
+// CHECK: nvvm.mma.sync
+// CHECK-COUNT-6: nvvm.mma.sync
+// CHECK-NOT: nvvm.mma.sync
+// CHECK: scf.yield
+// CHECK: } else {
+// T > 8: two tiles, 16 mma per chunk.
+// CHECK: scf.for {{.*}} -> (f32, f32, f32, f32, f32, f32, f32, f32)
+// CHECK-COUNT-16: nvvm.mma.sync
+// CHECK-NOT: nvvm.mma.sync
+// CHECK: scf.yield
+// The warps' 8 sums per lane through stage 0 of their rings, then each
+// warp adds two entries over the 4 warps in order: o(sum) for tokens < T.
+// CHECK: nvgpu.device_async_wait %[[G1]] {numGroups = 0 : i32}
+// CHECK-NEXT: gpu.barrier
+// CHECK: vector.store %{{.+}}, %[[RING]][%{{.+}}, %c0, %{{.+}}, %{{.+}}] {alignment = 16 : i64} : memref<4x3x16x128xbf16, #gpu.address_space<workgroup>>, vector<16xbf16>
+// CHECK-NEXT: gpu.barrier
+// CHECK: vector.load %[[RING]][%c0, %c0,
+// CHECK: vector.load %[[RING]][%c1, %c0,
+// CHECK: arith.addf
+// CHECK: vector.load %[[RING]][%c2, %c0,
+// CHECK: arith.addf
+// CHECK: vector.load %[[RING]][%c3, %c0,
+// CHECK: %[[SUM:.+]] = arith.addf
+// CHECK: arith.cmpi ult, %{{.+}}, %[[T]]
+// CHECK: func.call @o(%[[SUM]]) : (f32) -> bf16
+// CHECK: memref.store %{{.+}}, %[[OUT]]
+// CHECK: func.call @o
+// CHECK: gpu.terminator
+// CHECK-NEXT: } {k3.mma_shape = array<i64: 16, 8, 16>}
+// Otherwise the function's own body.
+// CHECK: } else {
+// CHECK: memref.store %{{.+}}, %[[OUT]][%c0, %c0]
+// CHECK: return
+func.func private @o(%a: f32) -> bf16 {
+  %r = arith.truncf %a : f32 to bf16
+  return %r : bf16
+}
+func.func @linear(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %out: memref<?x?xbf16>)
+    attributes {k3.skinny_matmul = {out = @o}} {
+  %c0 = arith.constant 0 : index
+  %z = arith.constant 0.0 : bf16
+  memref.store %z, %out[%c0, %c0] : memref<?x?xbf16>
+  return
+}
+
+// -----
+
+// An f32 output (k3k_matmul_few): the same kernel, o = the sum itself.
+// CHECK-LABEL: func.func @matmul
+// CHECK: gpu.launch
+// CHECK: func.call @sum(%{{.+}}) : (f32) -> f32
+// CHECK: memref.store %{{.+}}, %arg2[%{{.+}}, %{{.+}}] : memref<?x?xf32>
+func.func private @sum(%a: f32) -> f32 {
+  return %a : f32
+}
+func.func @matmul(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %out: memref<?x?xf32>)
+    attributes {k3.skinny_matmul = {out = @sum}} {
+  return
+}
+
+// -----
+
+// f32 activations (an f32 library): the CUDA-core body stays alone.
+// CHECK-NOT: memref.global
+// CHECK-LABEL: func.func @f32_tokens
+// CHECK-NOT: gpu.launch
+// CHECK: return
+func.func private @sum(%a: f32) -> f32 {
+  return %a : f32
+}
+func.func @f32_tokens(%x: memref<?x?xf32>, %w: memref<?x?xbf16>, %out: memref<?x?xf32>)
+    attributes {k3.skinny_matmul = {out = @sum}} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{k3.skinny_matmul: expected a dictionary {out = @function}}}
+func.func @not_a_dict(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %out: memref<?x?xf32>)
+    attributes {k3.skinny_matmul = "few"} {
+  return
+}
+
+// -----
+
+func.func private @sum(%a: f32) -> f32 {
+  return %a : f32
+}
+// expected-error @+1 {{k3.skinny_matmul: expected (x [T, K], bf16 W [N, K], output [T, N]) memrefs}}
+func.func @f32_weights(%x: memref<?x?xbf16>, %w: memref<?x?xf32>, %out: memref<?x?xf32>)
+    attributes {k3.skinny_matmul = {out = @sum}} {
+  return
+}
+
+// -----
+
+func.func private @sum(%a: f32) -> f32 {
+  return %a : f32
+}
+// expected-error @+1 {{k3.skinny_matmul: 'out' must name a function (f32) -> the output's element type}}
+func.func @wrong_out(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %out: memref<?x?xbf16>)
+    attributes {k3.skinny_matmul = {out = @sum}} {
+  return
+}
+
+// -----
+
+func.func private @sum(%a: f32) -> f32 {
+  return %a : f32
+}
+// expected-error @+1 {{k3.skinny_matmul: the function must return nothing}}
+func.func @returns(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %out: memref<?x?xf32>) -> index
+    attributes {k3.skinny_matmul = {out = @sum}} {
+  %c0 = arith.constant 0 : index
+  return %c0 : index
+}
