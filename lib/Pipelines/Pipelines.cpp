@@ -88,7 +88,7 @@ LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
   mma.sm = smOf(chips[0]);
   for (const std::string &chip : chips)
     mma.sm = std::min(mma.sm, smOf(chip));
-  pm.addNestedPass<func::FuncOp>(createK3GPUMMAPass(mma));
+  pm.addPass(createK3GPUMMAPass(mma));
   K3GPUExpertsMMAPassOptions experts;
   experts.sm = mma.sm;
   pm.addNestedPass<func::FuncOp>(createK3GPUExpertsMMAPass(experts));

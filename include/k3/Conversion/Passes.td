@@ -177,7 +177,7 @@ def K3GPUWarpReducePass : Pass<"k3-gpu-warp-reduce"> {
                            "::mlir::scf::SCFDialect"];
 }
 
-def K3GPUMMAPass : Pass<"k3-gpu-mma"> {
+def K3GPUMMAPass : Pass<"k3-gpu-mma", "::mlir::ModuleOp"> {
   let summary = "bf16 matrix products of many rows on the tensor cores";
   let description = [{
     Before `convert-linalg-to-parallel-loops`: a `linalg.generic` that is
@@ -186,11 +186,11 @@ def K3GPUMMAPass : Pass<"k3-gpu-mma"> {
     function that is only `arith.extf`) gets a second kernel, chosen at run
     time by `scf.if`: when T >= `min-rows`, K % 32 == 0 and X and W are
     16-byte aligned, a `gpu.launch` with one block of 128 threads per 64 x 64
-    tile of C, the 64 x 32 tiles of X and W staged through shared memory
-    (workgroup attributions, rows padded to 40 elements against bank
-    conflicts) with 16-byte `vector.load`s (the next k step's loaded into
-    registers, carried by the loop, while the current step's mma run), and
-    each warp computing 32 x 32
+    tile of C, the 64 x 32 tiles of X and W copied into three-stage rings in
+    workgroup memory (16-byte aligned `memref.global`s, rows padded to 40
+    elements against bank conflicts) with `nvgpu.device_async_copy`
+    (cp.async, 16 bytes per thread, zeros past the last row; two k steps in
+    flight while the current one's mma run), and each warp computing 32 x 32
     of C with `nvvm.mma.sync` m16n8k16 (bf16 operands, f32 accumulators);
     otherwise the generic as before (a decode step's few rows go to
     `k3-gpu-warp-reduce`). bf16 mma.sync needs sm_80: with `sm` below 80
@@ -223,6 +223,7 @@ def K3GPUMMAPass : Pass<"k3-gpu-mma"> {
                            "::mlir::arith::ArithDialect",
                            "::mlir::LLVM::LLVMDialect",
                            "::mlir::NVVM::NVVMDialect",
+                           "::mlir::nvgpu::NVGPUDialect",
                            "::mlir::memref::MemRefDialect",
                            "::mlir::vector::VectorDialect",
                            "::mlir::scf::SCFDialect"];

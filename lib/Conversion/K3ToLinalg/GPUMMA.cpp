@@ -7,9 +7,9 @@
 // re-reads W per row that way. This pass gives the product a second kernel,
 // taken at run time when T >= min-rows, K % 32 == 0 and X and W are 16-byte
 // aligned: one block per 64x64 tile of C, four warps of 32x32, the X and W
-// tiles (64 x 32 each) staged in shared memory with 16-byte global loads
-// (the next k step's fetched into registers while the current one's mma
-// run), and the products on the tensor cores with mma.sync m16n8k16 (bf16 in, f32
+// tiles (64 x 32 each) copied into three-stage rings in shared memory with
+// cp.async (two k steps in flight while the current one's mma run), and
+// the products on the tensor cores with mma.sync m16n8k16 (bf16 in, f32
 // accumulate: bf16 x bf16 products are exact in f32, so only the order of
 // the f32 sums differs from the scalar kernel). Otherwise the generic runs as
 // before. A product with fewer than kTargetBlocks tiles (a decode batch: a
@@ -36,6 +36,7 @@
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/SymbolTable.h"
@@ -55,14 +56,17 @@ constexpr int64_t kWarpM = 32, kWarpN = 32;
 // Shared rows of 40 bf16 (80 bytes): the 8 rows a fragment load touches fall
 // in distinct banks, and every row stays 16-byte aligned.
 constexpr int64_t kPad = 8;
+// Stages of the X and W rings (cp.async): two k steps in flight while the
+// third one's mma run; 3 x 2 x 5 KB of workgroup memory.
+constexpr int64_t kStages = 3;
 // Split-K: blocks to aim for, and the fewest k steps of a slice. A block
-// has one 4 KB W tile in flight at a time (the next step's, fetched during
-// the current step's mma: B=64 matmuls 5.79 -> 5.45 ms, BENCHMARKS.md eighth
-// session), so a decode batch's product is bound by the blocks in flight:
-// eight per SM of an H200 (288 before: batch-64 decode step 53.6 -> 52.3
-// ms, seventh session; 2112 was no better).
+// has two 4 KB W tiles in flight (cp.async: batch-64 decode step 34.3 ->
+// 33.3 ms, BENCHMARKS.md ninth session; one tile through registers before),
+// so a decode batch's product is bound by the blocks in flight: eight per
+// SM of an H200 (288 before: batch-64 decode step 53.6 -> 52.3 ms, seventh
+// session; 2112 was no better).
 constexpr int64_t kTargetBlocks = 1056, kMinSliceSteps = 8;
-// fetch() copies both tiles with the same 128 threads, 16 bytes each.
+// copy() copies both tiles with the same 128 threads, 16 bytes each.
 static_assert(kTileM == kTileN && kTileM * kTileK / 8 % kThreads == 0,
               "X and W tiles are staged alike, whole 16-byte pieces per thread");
 static_assert((kTileM / kWarpM) * (kTileN / kWarpN) * 32 == kThreads,
@@ -138,8 +142,9 @@ bool isBF16Product(linalg::GenericOp op) {
 /// Builds the tensor-core kernel for `op` (X, W, C) in the current block.
 class MMAKernel {
 public:
-  MMAKernel(OpBuilder &b, Location loc, Value x, Value w, Value c)
-      : b(b), loc(loc), x(x), w(w), c(c) {}
+  MMAKernel(OpBuilder &b, Location loc, Value x, Value w, Value c,
+            memref::GlobalOp xRing, memref::GlobalOp wRing)
+      : b(b), loc(loc), x(x), w(w), c(c), xRing(xRing), wRing(wRing) {}
 
   void build(Value rows, Value cols, Value depth);
 
@@ -149,68 +154,52 @@ private:
   Value mul(Value l, Value r) { return arith::MulIOp::create(b, loc, l, r); }
   Value add(Value l, int64_t r) { return r ? add(l, idx(r)) : l; }
 
-  /// This thread's 16-byte pieces of rows [r0, r0 + 64) x [k0, k0 + 32) of
-  /// `src` (rows < `limit`, zero beyond).
-  SmallVector<Value> fetch(Value src, Value r0, Value k0, Value limit);
-  /// Stores the pieces of fetch() into a shared tile.
-  void put(Value tile, ValueRange pieces);
+  /// Copies this thread's 16-byte pieces of rows [r0, r0 + 64) x
+  /// [k0, k0 + 32) of `src` into stage `stage` of `tile` with cp.async
+  /// (zeros for rows >= `limit` or `valid` false); returns the copies.
+  SmallVector<Value> copy(Value src, Value tile, Value stage, Value r0,
+                          Value k0, Value limit, Value valid);
   /// Two adjacent bf16 of a shared tile as the i32 a fragment register holds.
-  Value pair(Value tile, Value row, Value col);
+  Value pair(Value tile, Value stage, Value row, Value col);
 
   OpBuilder &b;
   Location loc;
   Value x, w, c;
+  memref::GlobalOp xRing, wRing;
   Value tid;
 };
 
 constexpr int64_t kPieces = kTileM * kTileK / 8 / kThreads; // per thread
 
-SmallVector<Value> MMAKernel::fetch(Value src, Value r0, Value k0,
-                                    Value limit) {
-  auto vec8 = VectorType::get({8}, b.getBF16Type());
-  SmallVector<Value> pieces;
+SmallVector<Value> MMAKernel::copy(Value src, Value tile, Value stage,
+                                   Value r0, Value k0, Value limit,
+                                   Value valid) {
+  SmallVector<Value> copies;
+  Value last = arith::SubIOp::create(b, loc, limit, idx(1));
   for (int64_t part = 0; part < kPieces; ++part) {
     Value piece = add(tid, part * kThreads);
     Value r = arith::DivUIOp::create(b, loc, piece, idx(kTileK / 8));
     Value col =
         mul(arith::RemUIOp::create(b, loc, piece, idx(kTileK / 8)), idx(8));
     Value row = add(r0, r);
-    Value in =
-        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, row, limit);
-    Value kc = add(k0, col);
-    auto ifOp = scf::IfOp::create(
-        b, loc, in,
-        [&](OpBuilder &tb, Location l) {
-          Value v = vector::LoadOp::create(
-              tb, l, vec8, src, ValueRange{row, kc},
-              /*nontemporal=*/false, llvm::MaybeAlign(16));
-          scf::YieldOp::create(tb, l, v);
-        },
-        [&](OpBuilder &eb, Location l) {
-          Value zero = arith::ConstantOp::create(
-              eb, l,
-              DenseElementsAttr::get(vec8, b.getZeroAttr(b.getBF16Type())));
-          scf::YieldOp::create(eb, l, zero);
-        });
-    pieces.push_back(ifOp.getResult(0));
+    Value in = arith::AndIOp::create(
+        b, loc, valid,
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, row, limit));
+    // Past the rows: no bytes read (from a row that exists), zeros stored.
+    Value from = arith::MinUIOp::create(b, loc, row, last);
+    Value n = arith::SelectOp::create(b, loc, in, idx(8), idx(0));
+    copies.push_back(nvgpu::DeviceAsyncCopyOp::create(
+        b, loc, tile, ValueRange{stage, r, col}, src,
+        ValueRange{from, add(k0, col)}, b.getIndexAttr(8), n,
+        b.getUnitAttr()));
   }
-  return pieces;
+  return copies;
 }
 
-void MMAKernel::put(Value tile, ValueRange pieces) {
-  for (int64_t part = 0; part < kPieces; ++part) {
-    Value piece = add(tid, part * kThreads);
-    Value r = arith::DivUIOp::create(b, loc, piece, idx(kTileK / 8));
-    Value col =
-        mul(arith::RemUIOp::create(b, loc, piece, idx(kTileK / 8)), idx(8));
-    vector::StoreOp::create(b, loc, pieces[part], tile, ValueRange{r, col},
-                            /*nontemporal=*/false, llvm::MaybeAlign(16));
-  }
-}
-
-Value MMAKernel::pair(Value tile, Value row, Value col) {
+Value MMAKernel::pair(Value tile, Value stage, Value row, Value col) {
   auto vec2 = VectorType::get({2}, b.getBF16Type());
-  Value v = vector::LoadOp::create(b, loc, vec2, tile, ValueRange{row, col},
+  Value v = vector::LoadOp::create(b, loc, vec2, tile,
+                                   ValueRange{stage, row, col},
                                    /*nontemporal=*/false, llvm::MaybeAlign(4));
   Value i = vector::BitCastOp::create(b, loc,
                                       VectorType::get({1}, b.getI32Type()), v);
@@ -242,21 +231,17 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
                        ShapedType::kDynamic},
                       b.getF32Type()),
       ValueRange{parts, rows, cols});
-  Attribute shared = gpu::AddressSpaceAttr::get(
-      b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
-  auto tileType = MemRefType::get({kTileM, kTileK + kPad}, b.getBF16Type(),
-                                  MemRefLayoutAttrInterface(), shared);
-  auto launch = gpu::LaunchOp::create(
-      b, loc, gridX, gridY, slices, idx(kThreads), c1, c1,
-      /*dynamicSharedMemorySize=*/nullptr, /*asyncTokenType=*/nullptr,
-      /*asyncDependencies=*/{}, TypeRange{tileType, tileType});
+  auto launch = gpu::LaunchOp::create(b, loc, gridX, gridY, slices,
+                                      idx(kThreads), c1, c1);
   launch->setAttr("k3.tile_sizes",
                   b.getDenseI64ArrayAttr({kTileM, kTileN, kTileK}));
   launch->setAttr("k3.mma_shape", b.getDenseI64ArrayAttr({16, 8, 16}));
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&launch.getBody().front());
-  Value xs = launch.getWorkgroupAttributions()[0];
-  Value ws = launch.getWorkgroupAttributions()[1];
+  auto ring = [&](memref::GlobalOp g) {
+    return memref::GetGlobalOp::create(b, loc, g.getType(), g.getSymName());
+  };
+  Value xs = ring(xRing), ws = ring(wRing);
   tid = launch.getThreadIds().x;
   Value m0 = mul(launch.getBlockIds().x, idx(kTileM));
   Value n0 = mul(launch.getBlockIds().y, idx(kTileN));
@@ -278,12 +263,29 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
   Value zero =
       arith::ConstantFloatOp::create(b, loc, b.getF32Type(), APFloat(0.0f));
   SmallVector<Value> inits(tilesM * tilesN * 4, zero);
-  const size_t accs = inits.size();
-  // The first k step's tiles, fetched before the loop: each iteration stores
-  // what the previous one fetched and fetches the next step's tiles before
-  // its mma (the loads are in flight while the tensor cores work).
-  llvm::append_range(inits, fetch(x, m0, kBegin, rows));
-  llvm::append_range(inits, fetch(w, n0, kBegin, cols));
+  // Stage s of the rings holds k step s % kStages of the slice; the first
+  // kStages - 1 steps are copied before the loop, each iteration copies the
+  // step kStages - 1 ahead (zeros past the slice) and waits for its own.
+  auto stepOf = [&](Value kk) {
+    return arith::DivUIOp::create(
+        b, loc, arith::SubIOp::create(b, loc, kk, kBegin), idx(kTileK));
+  };
+  auto issue = [&](Value step) {
+    Value k0 = add(kBegin, mul(step, idx(kTileK)));
+    Value valid =
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, k0, kEnd);
+    k0 = arith::SelectOp::create(b, loc, valid, k0, kBegin);
+    Value stage = arith::RemUIOp::create(b, loc, step, idx(kStages));
+    SmallVector<Value> copies = copy(x, xs, stage, m0, k0, rows, valid);
+    llvm::append_range(copies, copy(w, ws, stage, n0, k0, cols, valid));
+    return nvgpu::DeviceAsyncCreateGroupOp::create(
+               b, loc, nvgpu::DeviceAsyncTokenType::get(b.getContext()),
+               copies)
+        .getResult();
+  };
+  Value group;
+  for (int64_t s = 0; s < kStages - 1; ++s)
+    group = issue(idx(s));
   auto f32 = b.getF32Type();
   auto resultType =
       LLVM::LLVMStructType::getLiteral(b.getContext(), {f32, f32, f32, f32});
@@ -292,18 +294,15 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
       [&](OpBuilder &body, Location, Value k0, ValueRange acc) {
         OpBuilder::InsertionGuard inner(b);
         b.setInsertionPoint(body.getInsertionBlock(), body.getInsertionPoint());
-        put(xs, acc.slice(accs, kPieces));
-        put(ws, acc.slice(accs + kPieces, kPieces));
+        Value step = stepOf(k0);
+        // Every thread is done with the stage the copies below refill.
         gpu::BarrierOp::create(b, loc);
-        // The next step's tiles (the last step fetches its own again, which
-        // the caches serve).
-        Value kNext = add(k0, kTileK);
-        Value more = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
-                                           kNext, kEnd);
-        Value kFetch = arith::SelectOp::create(b, loc, more, kNext, k0);
-        SmallVector<Value> fetched = fetch(x, m0, kFetch, rows);
-        llvm::append_range(fetched, fetch(w, n0, kFetch, cols));
-        SmallVector<Value> next(acc.begin(), acc.begin() + accs);
+        Value ahead = issue(add(step, kStages - 1));
+        nvgpu::DeviceAsyncWaitOp::create(b, loc, ahead,
+                                         b.getI32IntegerAttr(kStages - 1));
+        gpu::BarrierOp::create(b, loc);
+        Value stage = arith::RemUIOp::create(b, loc, step, idx(kStages));
+        SmallVector<Value> next(acc);
         for (int64_t kk = 0; kk < kTileK; kk += 16) {
           Value ca = add(t2, kk), cb = add(t2, kk + 8);
           SmallVector<std::array<Value, 4>> as;
@@ -312,13 +311,13 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
             Value r8 = add(r, 8);
             r = add(r, g);
             r8 = add(r8, g);
-            as.push_back({pair(xs, r, ca), pair(xs, r8, ca), pair(xs, r, cb),
-                          pair(xs, r8, cb)});
+            as.push_back({pair(xs, stage, r, ca), pair(xs, stage, r8, ca),
+                          pair(xs, stage, r, cb), pair(xs, stage, r8, cb)});
           }
           SmallVector<std::array<Value, 2>> bs;
           for (int64_t ni = 0; ni < tilesN; ++ni) {
             Value r = add(add(wn, ni * 8), g);
-            bs.push_back({pair(ws, r, ca), pair(ws, r, cb)});
+            bs.push_back({pair(ws, stage, r, ca), pair(ws, stage, r, cb)});
           }
           for (int64_t mi = 0; mi < tilesM; ++mi)
             for (int64_t ni = 0; ni < tilesN; ++ni) {
@@ -337,10 +336,10 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
                     b, loc, mma.getResult(), ArrayRef<int64_t>{e});
             }
         }
-        gpu::BarrierOp::create(b, loc);
-        llvm::append_range(next, fetched);
         scf::YieldOp::create(b, loc, next);
       });
+  // No copy outlives the kernel (the last groups only store zeros).
+  nvgpu::DeviceAsyncWaitOp::create(b, loc, group, b.getI32IntegerAttr(0));
 
   // C[m][n] += D (or the slice's partial tile = D), inside the bounds.
   for (int64_t mi = 0; mi < tilesM; ++mi)
@@ -452,7 +451,26 @@ struct K3GPUMMAPass : k3::impl::K3GPUMMAPassBase<K3GPUMMAPass> {
     auto ifOp = scf::IfOp::create(b, loc, ok, /*withElseRegion=*/true);
     op->moveBefore(ifOp.elseBlock()->getTerminator());
     b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
-    MMAKernel(b, loc, x, w, c).build(rows, cols, depth);
+    MMAKernel(b, loc, x, w, c, ringOf("k3k_mma_x"), ringOf("k3k_mma_w"))
+        .build(rows, cols, depth);
+  }
+
+  /// A ring of X or W tiles in workgroup memory, 16-byte aligned for the
+  /// copies, shared by the kernels.
+  memref::GlobalOp ringOf(StringRef name) {
+    ModuleOp module = getOperation();
+    if (auto g = module.lookupSymbol<memref::GlobalOp>(name))
+      return g;
+    OpBuilder b = OpBuilder::atBlockBegin(module.getBody());
+    Attribute shared = gpu::AddressSpaceAttr::get(
+        b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
+    auto type =
+        MemRefType::get({kStages, kTileM, kTileK + kPad}, b.getBF16Type(),
+                        MemRefLayoutAttrInterface(), shared);
+    return memref::GlobalOp::create(
+        b, module.getLoc(), b.getStringAttr(name), b.getStringAttr("private"),
+        TypeAttr::get(type), /*initial_value=*/Attribute(),
+        /*constant=*/UnitAttr(), b.getI64IntegerAttr(16));
   }
 };
 } // namespace

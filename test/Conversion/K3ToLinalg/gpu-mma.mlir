@@ -1,7 +1,7 @@
-// RUN: k3-opt %s --pass-pipeline='builtin.module(func.func(k3-gpu-mma))' | FileCheck %s
-// RUN: k3-opt %s --pass-pipeline='builtin.module(func.func(k3-gpu-mma{min-rows=64}))' | FileCheck %s --check-prefix=ROWS
-// RUN: not k3-opt %s --pass-pipeline='builtin.module(func.func(k3-gpu-mma{min-rows=0}))' 2>&1 | FileCheck %s --check-prefix=BAD
-// RUN: k3-opt %s --pass-pipeline='builtin.module(func.func(k3-gpu-mma{sm=75}))' | FileCheck %s --check-prefix=OLD
+// RUN: k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma)' | FileCheck %s
+// RUN: k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{min-rows=64})' | FileCheck %s --check-prefix=ROWS
+// RUN: not k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{min-rows=0})' 2>&1 | FileCheck %s --check-prefix=BAD
+// RUN: k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{sm=75})' | FileCheck %s --check-prefix=OLD
 // OLD-NOT: gpu.launch
 // OLD-NOT: nvvm.mma.sync
 // BAD: k3-gpu-mma: min-rows must be at least 1, got 0
@@ -21,6 +21,8 @@ func.func private @widen(%a: bf16) -> f32 {
 // k3k_matmul_f32 of a bf16 library: chosen at run time, tensor cores for
 // 16 rows or more (K a multiple of 32, X and W 16-byte aligned), else the
 // generic unchanged.
+// CHECK-DAG: memref.global "private" @k3k_mma_w : memref<3x64x40xbf16, #gpu.address_space<workgroup>> {alignment = 16 : i64}
+// CHECK-DAG: memref.global "private" @k3k_mma_x : memref<3x64x40xbf16, #gpu.address_space<workgroup>> {alignment = 16 : i64}
 // CHECK-LABEL: func.func @matmul
 // CHECK-SAME: (%[[X:.+]]: memref<?x?xbf16>, %[[W:.+]]: memref<?x?xbf16>, %[[C:.+]]: memref<?x?xf32>)
 // CHECK-DAG: %[[T:.+]] = memref.dim %[[X]], %c0
@@ -48,40 +50,43 @@ func.func private @widen(%a: bf16) -> f32 {
 // CHECK:   %[[NP:.+]] = arith.select %[[SPLIT]], %[[S]], %c0{{[_0-9]*}}
 // CHECK:   %[[P:.+]] = memref.alloc(%[[NP]], %[[T]], %[[N]]) : memref<?x?x?xf32>
 // CHECK:   gpu.launch blocks({{[^,]*}}, {{[^,]*}}, %[[Z:[^)]+]]) in ({{[^)]*}} = %[[GX]], {{[^)]*}} = %[[GY]], {{[^)]*}} = %[[S]]) threads({{[^)]*}}) in ({{[^)]*}} = %c128, {{[^)]*}})
-// CHECK-SAME: workgroup(%[[XS:[^ ]+]] : memref<64x40xbf16, #gpu.address_space<workgroup>>, %[[WS:[^ ]+]] : memref<64x40xbf16, #gpu.address_space<workgroup>>)
+// Three stages of X and W tiles in workgroup memory (16-byte aligned
+// globals, the rows padded to 40).
+// CHECK:   %[[XS:.+]] = memref.get_global @k3k_mma_x : memref<3x64x40xbf16, #gpu.address_space<workgroup>>
+// CHECK:   %[[WS:.+]] = memref.get_global @k3k_mma_w : memref<3x64x40xbf16, #gpu.address_space<workgroup>>
 // The block's slice of K.
 // CHECK:   %[[KB:.+]] = arith.muli %[[Z]], %[[SK]]
 // CHECK:   %[[KE0:.+]] = arith.addi %[[KB]], %[[SK]]
 // CHECK:   %[[KE:.+]] = arith.minui %[[KE0]], %[[K]]
-// The first k step's tiles, fetched before the loop: 16-byte global loads
-// (zero beyond the last row), two pieces of X and two of W per thread.
-// CHECK:   vector.load %[[X]][{{.*}}] {alignment = 16 : i64} : memref<?x?xbf16>, vector<8xbf16>
-// CHECK:   arith.constant dense<0.000000e+00> : vector<8xbf16>
-// CHECK:   vector.load %[[X]]
-// CHECK:   vector.load %[[W]][{{.*}}] {alignment = 16 : i64} : memref<?x?xbf16>, vector<8xbf16>
-// CHECK:   vector.load %[[W]]
-// 32 accumulators per lane (2 x 4 tiles of 16 x 8, 4 per lane each) and the
-// fetched pieces.
-// CHECK: scf.for %[[K0:.+]] = %[[KB]] to %[[KE]] step %{{.+}} iter_args({{.*}}) -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>)
-// The fetched pieces into shared memory (16-byte stores), then the next k
-// step's fetched while the tensor cores work on this one.
-// CHECK:   vector.store %{{.+}}, %[[XS]][{{.*}}] {alignment = 16 : i64}
-// CHECK:   vector.store %{{.+}}, %[[XS]]
-// CHECK:   vector.store %{{.+}}, %[[WS]]
-// CHECK:   vector.store %{{.+}}, %[[WS]]
+// The first two k steps copied before the loop: two 16-byte pieces of X
+// and two of W per thread (cp.async, no bytes read past the last row or
+// the slice: zeros).
+// CHECK:   arith.minui
+// CHECK:   nvgpu.device_async_copy %[[X]][{{.*}}], %[[XS]][{{.*}}], 8, %{{.+}} {bypassL1} : memref<?x?xbf16> to memref<3x64x40xbf16, #gpu.address_space<workgroup>>
+// CHECK:   nvgpu.device_async_copy %[[X]]
+// CHECK:   nvgpu.device_async_copy %[[W]][{{.*}}], %[[WS]]
+// CHECK:   nvgpu.device_async_copy %[[W]]
+// CHECK:   nvgpu.device_async_create_group
+// CHECK-COUNT-4: nvgpu.device_async_copy
+// CHECK:   %[[LAST:.+]] = nvgpu.device_async_create_group
+// 32 accumulators per lane (2 x 4 tiles of 16 x 8, 4 per lane each).
+// CHECK: scf.for %[[K0:.+]] = %[[KB]] to %[[KE]] step %{{.+}} iter_args({{.*}}) -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32) {
+// Every thread done with the stage that step + 2 refills, its copies, then
+// this step's stage complete (at most two groups pending) and seen by all.
 // CHECK:   gpu.barrier
-// CHECK:   %[[NEXT:.+]] = arith.addi %[[K0]], %c32
-// CHECK:   %[[MORE:.+]] = arith.cmpi ult, %[[NEXT]], %[[KE]]
-// CHECK:   arith.select %[[MORE]], %[[NEXT]], %[[K0]]
-// CHECK:   vector.load %[[X]]
-// CHECK:   vector.load %[[W]]
+// CHECK-COUNT-4: nvgpu.device_async_copy
+// CHECK:   %[[G:.+]] = nvgpu.device_async_create_group
+// CHECK:   nvgpu.device_async_wait %[[G]] {numGroups = 2 : i32}
+// CHECK:   gpu.barrier
+// CHECK:   %[[STAGE:.+]] = arith.remui %{{.+}}, %c3
 // Fragments: two adjacent bf16 of a shared row per register.
-// CHECK:   vector.load %[[XS]][{{.*}}] {alignment = 4 : i64} : memref<64x40xbf16, #gpu.address_space<workgroup>>, vector<2xbf16>
+// CHECK:   vector.load %[[XS]][%[[STAGE]], {{.*}}] {alignment = 4 : i64} : memref<3x64x40xbf16, #gpu.address_space<workgroup>>, vector<2xbf16>
 // CHECK:   vector.bitcast %{{.+}} : vector<2xbf16> to vector<1xi32>
 // CHECK-COUNT-8: nvvm.mma.sync A[{{.*}}] B[{{.*}}] C[{{.*}}] {layoutA = #nvvm.mma_layout<row>, layoutB = #nvvm.mma_layout<col>, multiplicandAPtxType = #nvvm.mma_type<bf16>, multiplicandBPtxType = #nvvm.mma_type<bf16>, shape = #nvvm.shape<m = 16, n = 8, k = 16>}
 // CHECK-COUNT-8: nvvm.mma.sync
-// CHECK:   gpu.barrier
+// CHECK-NOT: nvvm.mma.sync
 // CHECK:   scf.yield
+// CHECK: nvgpu.device_async_wait %[[LAST]] {numGroups = 0 : i32}
 // Inside the bounds: the slice's partial tile = D with a split, else C += D.
 // CHECK: scf.if
 // CHECK:   scf.if %[[SPLIT]] {
