@@ -95,6 +95,7 @@ LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
   K3GPUSkinnyMMAPassOptions skinny;
   skinny.sm = mma.sm;
   pm.addPass(createK3GPUSkinnyMMAPass(skinny));
+  pm.addNestedPass<func::FuncOp>(createK3GPUKDARecurrentPass());
   if (failed(parsePassPipeline(kGPUMap, pm)))
     return failure();
   pm.addNestedPass<func::FuncOp>(createK3GPUWarpReducePass());

@@ -275,6 +275,32 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma"> {
                            "::mlir::scf::SCFDialect"];
 }
 
+def K3GPUKDARecurrentPass : Pass<"k3-gpu-kda-recurrent", "::mlir::func::FuncOp"> {
+  let summary = "The KDA decode recurrence in one pass over the state";
+  let description = [{
+    A function marked `k3.kda_recurrent` (`Kernels/KDA.mlir`:
+    @k3k_kda_recurrent, tokens that each have their own state) with
+    arguments q, k, v, g `[T, H, D]`, β `[T, H]`, the f32 state pool
+    `[S, H, V, K]` (a strided view), i32 slots, o `[T, H, V]` and the layout
+    flag computes S ← (I − β k kᵀ) Diag(α) S + β k vᵀ and o = Sᵀ q
+    (K3_SPEC §4.5) in three parallel loops, each reading every state row.
+    The pass gives it a second body, chosen at run time by `scf.if` (rows of
+    the pool contiguous and 16-byte aligned, K = 64 or 128, q, k and g
+    16-byte aligned): a `gpu.launch` with one warp per (token, head, v), each
+    lane holding K / 32 consecutive elements of the row in registers, so
+    that the state is read once and written once: u = β (v − k·(αS)[:, v])
+    and o = q·S[:, v] as each lane's terms in order and an xor-shuffle tree
+    over the warp (`gpu.shuffle`, the same in every lane). Other layouts
+    and widths keep the three loops.
+  }];
+  let dependentDialects = ["::mlir::gpu::GPUDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::math::MathDialect",
+                           "::mlir::memref::MemRefDialect",
+                           "::mlir::vector::VectorDialect",
+                           "::mlir::scf::SCFDialect"];
+}
+
 def K3GPUSkinnyMMAPass : Pass<"k3-gpu-skinny-mma", "::mlir::ModuleOp"> {
   let summary = "Products of a few tokens (a decode step) on the tensor cores";
   let description = [{

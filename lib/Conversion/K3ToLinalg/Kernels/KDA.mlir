@@ -228,10 +228,13 @@ func.func private @k3k_kda(%q: tensor<?x?x?x!act>, %k: tensor<?x?x?x!act>, %v: t
 // [S, H, V, K] (the value-first layout itself, or a transposed view of a
 // key-first pool): u_v = β (v_v − k·(αS)[:, v]) per (token, head, v); the
 // update of every element; o_v = q·S[:, v] per (token, head, v). Each sum
-// runs over k in order, as one pass per (head, v) would take it.
+// runs over k in order, as one pass per (head, v) would take it. On a GPU,
+// k3-gpu-kda-recurrent (`k3.kda_recurrent`) gives it one kernel that reads
+// and writes each state row once.
 func.func private @k3k_kda_recurrent(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf32>, %vf: memref<?x?x?xf32>,
                                      %gg: memref<?x?x?xf32>, %bb: memref<?x?xf32>, %pool: memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>,
-                                     %slots: memref<?xi32>, %o: memref<?x?x?xf32>, %vfirst: i1) {
+                                     %slots: memref<?xi32>, %o: memref<?x?x?xf32>, %vfirst: i1)
+    attributes {k3.kda_recurrent} {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index
