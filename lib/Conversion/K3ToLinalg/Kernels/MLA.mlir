@@ -470,6 +470,10 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     %nhb = arith.ceildivui %nh, %hblk : index
     %nhp = arith.muli %nhb, %hblk : index
     %hlast = arith.subi %nh, %c1 : index
+    %c1q = arith.constant 1 : index
+    %c2q = arith.constant 2 : index
+    %c3q = arith.constant 3 : index
+    %c4q = arith.constant 4 : index
     %qt = memref.alloc(%t, %w, %nhp) {alignment = 64 : i64} : memref<?x?x?xf32>
     %ob = memref.alloc(%t, %nh, %r) : memref<?x?x?xf32>
     %p = memref.alloc(%t, %nh, %cap) : memref<?x?x?xf32>
@@ -478,7 +482,49 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
       %h = arith.minui %hp, %hlast : index
       %qbase = arith.muli %h, %dq : index
       %kvbase = arith.muli %h, %dkv : index
-      %s = scf.for %d = %c0 to %dn step %c1 iter_args(%a = %zero) -> (f32) {
+      // Four terms per iteration, their loads issued together (the sum
+      // still in d order), then the rest one by one.
+      %dnr = arith.remui %dn, %c4q : index
+      %dn4 = arith.subi %dn, %dnr : index
+      %s4 = scf.for %d = %c0 to %dn4 step %c4q iter_args(%a = %zero) -> (f32) {
+        %qi0 = arith.addi %qbase, %d : index
+        %qv0 = tensor.extract %q[%i, %qi0] : tensor<?x?x!act>
+        %qf0 = func.call @k3k_widen(%qv0) : (!act) -> f32
+        %row0 = arith.addi %kvbase, %d : index
+        %wv0 = tensor.extract %wkvb[%row0, %e] : tensor<?x?xbf16>
+        %wf0 = arith.extf %wv0 : bf16 to f32
+        %pr0 = arith.mulf %qf0, %wf0 : f32
+        %dk1 = arith.addi %d, %c1q : index
+        %qi1 = arith.addi %qbase, %dk1 : index
+        %qv1 = tensor.extract %q[%i, %qi1] : tensor<?x?x!act>
+        %qf1 = func.call @k3k_widen(%qv1) : (!act) -> f32
+        %row1 = arith.addi %kvbase, %dk1 : index
+        %wv1 = tensor.extract %wkvb[%row1, %e] : tensor<?x?xbf16>
+        %wf1 = arith.extf %wv1 : bf16 to f32
+        %pr1 = arith.mulf %qf1, %wf1 : f32
+        %dk2 = arith.addi %d, %c2q : index
+        %qi2 = arith.addi %qbase, %dk2 : index
+        %qv2 = tensor.extract %q[%i, %qi2] : tensor<?x?x!act>
+        %qf2 = func.call @k3k_widen(%qv2) : (!act) -> f32
+        %row2 = arith.addi %kvbase, %dk2 : index
+        %wv2 = tensor.extract %wkvb[%row2, %e] : tensor<?x?xbf16>
+        %wf2 = arith.extf %wv2 : bf16 to f32
+        %pr2 = arith.mulf %qf2, %wf2 : f32
+        %dk3 = arith.addi %d, %c3q : index
+        %qi3 = arith.addi %qbase, %dk3 : index
+        %qv3 = tensor.extract %q[%i, %qi3] : tensor<?x?x!act>
+        %qf3 = func.call @k3k_widen(%qv3) : (!act) -> f32
+        %row3 = arith.addi %kvbase, %dk3 : index
+        %wv3 = tensor.extract %wkvb[%row3, %e] : tensor<?x?xbf16>
+        %wf3 = arith.extf %wv3 : bf16 to f32
+        %pr3 = arith.mulf %qf3, %wf3 : f32
+        %s1 = arith.addf %a, %pr0 : f32
+        %s2 = arith.addf %s1, %pr1 : f32
+        %s3 = arith.addf %s2, %pr2 : f32
+        %s4n = arith.addf %s3, %pr3 : f32
+        scf.yield %s4n : f32
+      }
+      %s = scf.for %d = %dn4 to %dn step %c1 iter_args(%a = %s4) -> (f32) {
         %qi = arith.addi %qbase, %d : index
         %qv = tensor.extract %q[%i, %qi] : tensor<?x?x!act>
         %qf = func.call @k3k_widen(%qv) : (!act) -> f32
@@ -560,7 +606,26 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
       %row3 = memref.load %rows[%i, %jc3] : memref<?x?xindex>
       %h0 = arith.muli %hb, %hblk : index
       %v0, %v1, %v2, %v3 = scf.if %al -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
-        %r0, %r1, %r2, %r3 = scf.for %e = %c0 to %wfull step %c8 iter_args(%a0 = %vzero, %a1 = %vzero, %a2 = %vzero, %a3 = %vzero) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
+        // Two steps of 8 elements per iteration (the loads of both in
+        // flight together, each score still summed in element order), then
+        // a last single step.
+        %w16r = arith.remui %wfull, %c16 : index
+        %w16 = arith.subi %wfull, %w16r : index
+        %t0, %t1, %t2, %t3 = scf.for %e = %c0 to %w16 step %c16 iter_args(%a0 = %vzero, %a1 = %vzero, %a2 = %vzero, %a3 = %vzero) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
+          %e8 = arith.addi %e, %c8 : index
+          %f0 = func.call @k3k_mla_row8(%pool2, %row0, %e) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+          %f1 = func.call @k3k_mla_row8(%pool2, %row1, %e) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+          %f2 = func.call @k3k_mla_row8(%pool2, %row2, %e) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+          %f3 = func.call @k3k_mla_row8(%pool2, %row3, %e) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+          %g0 = func.call @k3k_mla_row8(%pool2, %row0, %e8) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+          %g1 = func.call @k3k_mla_row8(%pool2, %row1, %e8) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+          %g2 = func.call @k3k_mla_row8(%pool2, %row2, %e8) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+          %g3 = func.call @k3k_mla_row8(%pool2, %row3, %e8) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+          %m0, %m1, %m2, %m3 = func.call @k3k_mla_score8(%qt, %i, %e, %h0, %f0, %f1, %f2, %f3, %a0, %a1, %a2, %a3) : (memref<?x?x?xf32>, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+          %n0, %n1, %n2, %n3 = func.call @k3k_mla_score8(%qt, %i, %e8, %h0, %g0, %g1, %g2, %g3, %m0, %m1, %m2, %m3) : (memref<?x?x?xf32>, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+          scf.yield %n0, %n1, %n2, %n3 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
+        }
+        %r0, %r1, %r2, %r3 = scf.for %e = %w16 to %wfull step %c8 iter_args(%a0 = %t0, %a1 = %t1, %a2 = %t2, %a3 = %t3) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
           %f0 = func.call @k3k_mla_row8(%pool2, %row0, %e) : (memref<?x?x!act>, index, index) -> vector<8xf32>
           %f1 = func.call @k3k_mla_row8(%pool2, %row1, %e) : (memref<?x?x!act>, index, index) -> vector<8xf32>
           %f2 = func.call @k3k_mla_row8(%pool2, %row2, %e) : (memref<?x?x!act>, index, index) -> vector<8xf32>
@@ -656,6 +721,13 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     // vector load of the cache (consecutive threads, consecutive columns) and
     // 64 products. A token's slices depend on its own context only, not on
     // the other tokens of the call.
+    %cw1 = arith.constant 1 : index
+    %cw2 = arith.constant 2 : index
+    %cw3 = arith.constant 3 : index
+    %cw4 = arith.constant 4 : index
+    %cw5 = arith.constant 5 : index
+    %cw6 = arith.constant 6 : index
+    %cw7 = arith.constant 7 : index
     %parts = arith.constant 32 : index
     %rows_per_part = arith.constant 256 : index
     %ncb = arith.ceildivui %r, %c8 : index
@@ -698,32 +770,49 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
       %j0 = arith.muli %pt, %slice : index
       %j1u = arith.addi %j0, %slice : index
       %j1 = arith.minui %j1u, %ntok : index
-      // Four rows per iteration (their loads in flight together), the
-      // sums still in row order; then the rest of the slice one by one.
+      // Eight rows per iteration (their loads in flight together; four
+      // where the rows need element loads), the sums still in row order;
+      // then the rest of the slice one by one.
       %jpos = arith.cmpi ugt, %j1, %j0 : index
       %jlen0 = arith.subi %j1, %j0 : index
       %jlen = arith.select %jpos, %jlen0, %c0 : index
-      %jrem = arith.remui %jlen, %c4 : index
+      %jrem = arith.remui %jlen, %c8 : index
       %jlen4 = arith.subi %jlen, %jrem : index
       %jm = arith.addi %j0, %jlen4 : index
       %s0, %s1, %s2, %s3, %s4, %s5, %s6, %s7 = scf.if %alr -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
-        %q0, %q1, %q2, %q3, %q4, %q5, %q6, %q7 = scf.for %j = %j0 to %jm step %c4 iter_args(%a0 = %vzero, %a1 = %vzero, %a2 = %vzero, %a3 = %vzero, %a4 = %vzero, %a5 = %vzero, %a6 = %vzero, %a7 = %vzero) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
+        %q0, %q1, %q2, %q3, %q4, %q5, %q6, %q7 = scf.for %j = %j0 to %jm step %c8 iter_args(%a0 = %vzero, %a1 = %vzero, %a2 = %vzero, %a3 = %vzero, %a4 = %vzero, %a5 = %vzero, %a6 = %vzero, %a7 = %vzero) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
             %row0 = memref.load %rows[%i, %j] : memref<?x?xindex>
-            %ju1 = arith.addi %j, %c1 : index
+            %ju1 = arith.addi %j, %cw1 : index
             %row1 = memref.load %rows[%i, %ju1] : memref<?x?xindex>
-            %ju2 = arith.addi %j, %c2 : index
+            %ju2 = arith.addi %j, %cw2 : index
             %row2 = memref.load %rows[%i, %ju2] : memref<?x?xindex>
-            %ju3 = arith.addi %j, %c3 : index
+            %ju3 = arith.addi %j, %cw3 : index
             %row3 = memref.load %rows[%i, %ju3] : memref<?x?xindex>
+            %ju4 = arith.addi %j, %cw4 : index
+            %row4 = memref.load %rows[%i, %ju4] : memref<?x?xindex>
+            %ju5 = arith.addi %j, %cw5 : index
+            %row5 = memref.load %rows[%i, %ju5] : memref<?x?xindex>
+            %ju6 = arith.addi %j, %cw6 : index
+            %row6 = memref.load %rows[%i, %ju6] : memref<?x?xindex>
+            %ju7 = arith.addi %j, %cw7 : index
+            %row7 = memref.load %rows[%i, %ju7] : memref<?x?xindex>
             %cv0 = func.call @k3k_mla_row8(%pool2, %row0, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
             %cv1 = func.call @k3k_mla_row8(%pool2, %row1, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
             %cv2 = func.call @k3k_mla_row8(%pool2, %row2, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
             %cv3 = func.call @k3k_mla_row8(%pool2, %row3, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+            %cv4 = func.call @k3k_mla_row8(%pool2, %row4, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+            %cv5 = func.call @k3k_mla_row8(%pool2, %row5, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+            %cv6 = func.call @k3k_mla_row8(%pool2, %row6, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+            %cv7 = func.call @k3k_mla_row8(%pool2, %row7, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
             %u0_0, %u0_1, %u0_2, %u0_3, %u0_4, %u0_5, %u0_6, %u0_7 = func.call @k3k_mla_wsum8(%p, %i, %j, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv0, %a0, %a1, %a2, %a3, %a4, %a5, %a6, %a7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
             %u1_0, %u1_1, %u1_2, %u1_3, %u1_4, %u1_5, %u1_6, %u1_7 = func.call @k3k_mla_wsum8(%p, %i, %ju1, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv1, %u0_0, %u0_1, %u0_2, %u0_3, %u0_4, %u0_5, %u0_6, %u0_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
             %u2_0, %u2_1, %u2_2, %u2_3, %u2_4, %u2_5, %u2_6, %u2_7 = func.call @k3k_mla_wsum8(%p, %i, %ju2, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv2, %u1_0, %u1_1, %u1_2, %u1_3, %u1_4, %u1_5, %u1_6, %u1_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
             %u3_0, %u3_1, %u3_2, %u3_3, %u3_4, %u3_5, %u3_6, %u3_7 = func.call @k3k_mla_wsum8(%p, %i, %ju3, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv3, %u2_0, %u2_1, %u2_2, %u2_3, %u2_4, %u2_5, %u2_6, %u2_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
-            scf.yield %u3_0, %u3_1, %u3_2, %u3_3, %u3_4, %u3_5, %u3_6, %u3_7 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
+            %u4_0, %u4_1, %u4_2, %u4_3, %u4_4, %u4_5, %u4_6, %u4_7 = func.call @k3k_mla_wsum8(%p, %i, %ju4, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv4, %u3_0, %u3_1, %u3_2, %u3_3, %u3_4, %u3_5, %u3_6, %u3_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+            %u5_0, %u5_1, %u5_2, %u5_3, %u5_4, %u5_5, %u5_6, %u5_7 = func.call @k3k_mla_wsum8(%p, %i, %ju5, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv5, %u4_0, %u4_1, %u4_2, %u4_3, %u4_4, %u4_5, %u4_6, %u4_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+            %u6_0, %u6_1, %u6_2, %u6_3, %u6_4, %u6_5, %u6_6, %u6_7 = func.call @k3k_mla_wsum8(%p, %i, %ju6, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv6, %u5_0, %u5_1, %u5_2, %u5_3, %u5_4, %u5_5, %u5_6, %u5_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+            %u7_0, %u7_1, %u7_2, %u7_3, %u7_4, %u7_5, %u7_6, %u7_7 = func.call @k3k_mla_wsum8(%p, %i, %ju7, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv7, %u6_0, %u6_1, %u6_2, %u6_3, %u6_4, %u6_5, %u6_6, %u6_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+            scf.yield %u7_0, %u7_1, %u7_2, %u7_3, %u7_4, %u7_5, %u7_6, %u7_7 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
         }
         %r0, %r1, %r2, %r3, %r4, %r5, %r6, %r7 = scf.for %j = %jm to %j1 step %c1 iter_args(%a0 = %q0, %a1 = %q1, %a2 = %q2, %a3 = %q3, %a4 = %q4, %a5 = %q5, %a6 = %q6, %a7 = %q7) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
             %row = memref.load %rows[%i, %j] : memref<?x?xindex>
