@@ -34,6 +34,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "MMASync.h"
 #include "k3/Conversion/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -306,10 +307,8 @@ ExpertsKernel::Loaded ExpertsKernel::loadFour(Value c0) {
 
 SmallVector<Value> ExpertsKernel::accumulate(const Loaded &in,
                                              ValueRange acc) {
-  auto f32 = b.getF32Type();
-  auto result =
-      LLVM::LLVMStructType::getLiteral(b.getContext(), {f32, f32, f32, f32});
-  Value zero = arith::ConstantFloatOp::create(b, loc, f32, APFloat(0.0f));
+  Value zero =
+      arith::ConstantFloatOp::create(b, loc, b.getF32Type(), APFloat(0.0f));
   SmallVector<Value> next(acc);
   for (size_t c = 0; c < in.x.size(); ++c)
     for (size_t m = 0; m < st.matrices.size(); ++m) {
@@ -320,16 +319,7 @@ SmallVector<Value> ExpertsKernel::accumulate(const Loaded &in,
             decodePair(w[0], 2 * step), decodePair(w[1], 2 * step),
             decodePair(w[0], 2 * step + 1), decodePair(w[1], 2 * step + 1)};
         std::array<Value, 2> bx = {in.x[c][2 * step], in.x[c][2 * step + 1]};
-        auto mma = NVVM::MmaOp::create(
-            b, loc, result, ArrayRef<Value>(a), ArrayRef<Value>(bx), d,
-            {16, 8, 16}, std::nullopt, std::nullopt,
-            std::array<NVVM::MMATypes, 2>{NVVM::MMATypes::bf16,
-                                          NVVM::MMATypes::bf16},
-            std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
-                                           NVVM::MMALayout::col});
-        for (int64_t e = 0; e < 4; ++e)
-          d[e] = LLVM::ExtractValueOp::create(b, loc, mma.getResult(),
-                                              ArrayRef<int64_t>{e});
+        llvm::copy(k3::mmaSyncBF16(b, loc, a, bx, d), d.begin());
       }
       // sum += scale · group sum (a power of two: the product is exact).
       for (int64_t r = 0; r < 2; ++r) {

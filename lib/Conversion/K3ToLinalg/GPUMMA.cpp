@@ -27,12 +27,12 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "MMASync.h"
 #include "k3/Conversion/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
-#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
@@ -286,9 +286,6 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
   Value group;
   for (int64_t s = 0; s < kStages - 1; ++s)
     group = issue(idx(s));
-  auto f32 = b.getF32Type();
-  auto resultType =
-      LLVM::LLVMStructType::getLiteral(b.getContext(), {f32, f32, f32, f32});
   auto loop = scf::ForOp::create(
       b, loc, kBegin, kEnd, idx(kTileK), inits,
       [&](OpBuilder &body, Location, Value k0, ValueRange acc) {
@@ -322,18 +319,9 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
           for (int64_t mi = 0; mi < tilesM; ++mi)
             for (int64_t ni = 0; ni < tilesN; ++ni) {
               int64_t base = (mi * tilesN + ni) * 4;
-              ValueRange cIn = ValueRange(next).slice(base, 4);
-              auto mma = NVVM::MmaOp::create(
-                  b, loc, resultType, ArrayRef<Value>(as[mi]),
-                  ArrayRef<Value>(bs[ni]), cIn, {16, 8, 16}, std::nullopt,
-                  std::nullopt,
-                  std::array<NVVM::MMATypes, 2>{NVVM::MMATypes::bf16,
-                                                NVVM::MMATypes::bf16},
-                  std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
-                                                 NVVM::MMALayout::col});
-              for (int64_t e = 0; e < 4; ++e)
-                next[base + e] = LLVM::ExtractValueOp::create(
-                    b, loc, mma.getResult(), ArrayRef<int64_t>{e});
+              llvm::copy(k3::mmaSyncBF16(b, loc, as[mi], bs[ni],
+                                         ValueRange(next).slice(base, 4)),
+                         next.begin() + base);
             }
         }
         scf::YieldOp::create(b, loc, next);

@@ -39,12 +39,12 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "MMASync.h"
 #include "k3/Conversion/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
-#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
@@ -137,7 +137,7 @@ private:
   Value x, w, out;
   func::FuncOp outFn;
   memref::GlobalOp ringGlobal;
-  Value ring, warp, lane, g, t, rowBase, tok0, tok1, mine, chunks;
+  Value ring, warp, lane, g, t, rowBase, tok0, tok1, mine;
   Value copyRow, copyPiece;
 };
 
@@ -164,10 +164,8 @@ Value SkinnyKernel::issue(Value i) {
 
 SmallVector<Value> SkinnyKernel::compute(Value i, int64_t tiles,
                                          ValueRange acc) {
-  auto f32 = b.getF32Type(), bf16 = b.getBF16Type();
+  auto bf16 = b.getBF16Type();
   auto i32x4 = VectorType::get({4}, b.getI32Type());
-  auto result =
-      LLVM::LLVMStructType::getLiteral(b.getContext(), {f32, f32, f32, f32});
   Value stage = rem(i, kStages);
   Value k0 = mul(add(warp, mul(i, kWarps)), kChunk);
   Value parity = mul(rem(g, 2), 4);
@@ -188,17 +186,9 @@ SmallVector<Value> SkinnyKernel::compute(Value i, int64_t tiles,
         std::array<Value, 4> a = {r0[2 * h], r1[2 * h], r0[2 * h + 1],
                                   r1[2 * h + 1]};
         std::array<Value, 2> bx = {xt[2 * h], xt[2 * h + 1]};
-        ValueRange c = ValueRange(next).slice(4 * tile, 4);
-        auto mma = NVVM::MmaOp::create(
-            b, loc, result, ArrayRef<Value>(a), ArrayRef<Value>(bx), c,
-            {16, 8, 16}, std::nullopt, std::nullopt,
-            std::array<NVVM::MMATypes, 2>{NVVM::MMATypes::bf16,
-                                          NVVM::MMATypes::bf16},
-            std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
-                                           NVVM::MMALayout::col});
-        for (int64_t e = 0; e < 4; ++e)
-          next[4 * tile + e] = LLVM::ExtractValueOp::create(
-              b, loc, mma.getResult(), ArrayRef<int64_t>{e});
+        llvm::copy(k3::mmaSyncBF16(b, loc, a, bx,
+                                   ValueRange(next).slice(4 * tile, 4)),
+                   next.begin() + 4 * tile);
       }
     }
   }
@@ -264,8 +254,8 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   Value last = arith::SubIOp::create(b, loc, tokens, c1);
   tok0 = arith::MinUIOp::create(b, loc, g, last);
   tok1 = arith::MinUIOp::create(b, loc, add(g, 8), last);
-  chunks = div(depth, kChunk);
-  // Chunks w, w + 8, ... below `chunks`.
+  // Chunks w, w + 4, ... of the K / 128.
+  Value chunks = div(depth, kChunk);
   mine = div(arith::SubIOp::create(b, loc, add(chunks, kWarps - 1), warp),
              kWarps);
   // Copies: lane l takes 16 bytes (piece l % P, P pieces per row) of rows

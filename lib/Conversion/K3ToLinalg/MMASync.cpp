@@ -1,0 +1,27 @@
+//===- MMASync.cpp - bf16 mma.sync for the tensor-core passes -------------===//
+
+#include "MMASync.h"
+
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+
+using namespace mlir;
+
+std::array<Value, 4> mlir::k3::mmaSyncBF16(OpBuilder &b, Location loc,
+                                           ValueRange a, ValueRange bx,
+                                           ValueRange c) {
+  Type f32 = b.getF32Type();
+  auto result =
+      LLVM::LLVMStructType::getLiteral(b.getContext(), {f32, f32, f32, f32});
+  auto mma = NVVM::MmaOp::create(
+      b, loc, result, a, bx, c, {16, 8, 16}, std::nullopt, std::nullopt,
+      std::array<NVVM::MMATypes, 2>{NVVM::MMATypes::bf16,
+                                    NVVM::MMATypes::bf16},
+      std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
+                                     NVVM::MMALayout::col});
+  std::array<Value, 4> d;
+  for (int64_t e = 0; e < 4; ++e)
+    d[e] = LLVM::ExtractValueOp::create(b, loc, mma.getResult(),
+                                        ArrayRef<int64_t>{e});
+  return d;
+}
