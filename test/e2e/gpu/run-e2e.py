@@ -172,6 +172,12 @@ def checks(a):
           "--weights", w("w-wide"), "--prompt", PROMPT40, "--decode", DECODE4,
           "--chunks-a", "40", "--chunks-b", "8", "--rtol", "0.3", "--min-corr", "0.97",
           "--per-row"]),
+        # k3-wide's 512-wide products take k3-gpu-skinny-mma's kernel and
+        # its KDA heads of 64 k3-gpu-kda-recurrent's: batch == alone there.
+        ("wide bf16 batching, fork, decode batch (bit-identical)",
+         [os.path.join(b, "k3-serving-check"), lib("wide-bf16"), w("w-wide")]),
+        ("wide f32 batching, fork, decode batch (bit-identical)",
+         [os.path.join(b, "k3-serving-check"), lib("wide-f32"), w("w-wide")]),
         ("wide bf16, GPU library vs host library",
          [sys.executable, COMPARE, "self", "--k3-run", k3run, "--lib", lib("wide-bf16"),
           "--lib-b", lib("wide-bf16-host"), "--weights", w("w-wide"), "--prompt", PROMPT40,
