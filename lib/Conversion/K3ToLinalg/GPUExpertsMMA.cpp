@@ -34,7 +34,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "MMASync.h"
+#include "TensorCore.h"
 #include "k3/Conversion/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"

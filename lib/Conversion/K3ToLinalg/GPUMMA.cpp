@@ -27,7 +27,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "MMASync.h"
+#include "TensorCore.h"
 #include "k3/Conversion/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -439,26 +439,13 @@ struct K3GPUMMAPass : k3::impl::K3GPUMMAPassBase<K3GPUMMAPass> {
     auto ifOp = scf::IfOp::create(b, loc, ok, /*withElseRegion=*/true);
     op->moveBefore(ifOp.elseBlock()->getTerminator());
     b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
-    MMAKernel(b, loc, x, w, c, ringOf("k3k_mma_x"), ringOf("k3k_mma_w"))
+    // Rings of X and W tiles in workgroup memory.
+    auto ring = [&](StringRef name) {
+      return k3::workgroupBuffer(getOperation(), name,
+                                 {kStages, kTileM, kTileK + kPad});
+    };
+    MMAKernel(b, loc, x, w, c, ring("k3k_mma_x"), ring("k3k_mma_w"))
         .build(rows, cols, depth);
-  }
-
-  /// A ring of X or W tiles in workgroup memory, 16-byte aligned for the
-  /// copies, shared by the kernels.
-  memref::GlobalOp ringOf(StringRef name) {
-    ModuleOp module = getOperation();
-    if (auto g = module.lookupSymbol<memref::GlobalOp>(name))
-      return g;
-    OpBuilder b = OpBuilder::atBlockBegin(module.getBody());
-    Attribute shared = gpu::AddressSpaceAttr::get(
-        b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
-    auto type =
-        MemRefType::get({kStages, kTileM, kTileK + kPad}, b.getBF16Type(),
-                        MemRefLayoutAttrInterface(), shared);
-    return memref::GlobalOp::create(
-        b, module.getLoc(), b.getStringAttr(name), b.getStringAttr("private"),
-        TypeAttr::get(type), /*initial_value=*/Attribute(),
-        /*constant=*/UnitAttr(), b.getI64IntegerAttr(16));
   }
 };
 } // namespace

@@ -39,7 +39,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "MMASync.h"
+#include "TensorCore.h"
 #include "k3/Conversion/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -337,24 +337,6 @@ struct K3GPUSkinnyMMAPass
         return signalPassFailure();
   }
 
-  /// The warps' cp.async rings (one workgroup buffer per block, 16-byte
-  /// aligned for the copies and the fragment reads), shared by the kernels.
-  memref::GlobalOp ringOf(ModuleOp module) {
-    constexpr llvm::StringLiteral name = "k3k_skinny_ring";
-    if (auto g = module.lookupSymbol<memref::GlobalOp>(name))
-      return g;
-    OpBuilder b = OpBuilder::atBlockBegin(module.getBody());
-    Attribute shared = gpu::AddressSpaceAttr::get(
-        b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
-    auto type = MemRefType::get({kWarps, kStages, kRows, kChunk},
-                                b.getBF16Type(), MemRefLayoutAttrInterface(),
-                                shared);
-    return memref::GlobalOp::create(
-        b, module.getLoc(), b.getStringAttr(name), b.getStringAttr("private"),
-        TypeAttr::get(type), /*initial_value=*/Attribute(),
-        /*constant=*/UnitAttr(), b.getI64IntegerAttr(16));
-  }
-
   LogicalResult rewrite(func::FuncOp f) {
     auto fail = [&](const Twine &why) {
       return f.emitError() << kAttr << ": " << why, failure();
@@ -397,7 +379,9 @@ struct K3GPUSkinnyMMAPass
     builder.setInsertionPointToStart(&body);
     SkinnyKernel(builder, f.getLoc(), body.getArgument(0),
                  body.getArgument(1), body.getArgument(2), outFn,
-                 ringOf(getOperation()))
+                 // The warps' cp.async rings, one workgroup buffer per block.
+                 k3::workgroupBuffer(getOperation(), "k3k_skinny_ring",
+                                     {kWarps, kStages, kRows, kChunk}))
         .build(rest);
     return success();
   }

@@ -1,6 +1,8 @@
-//===- MMASync.cpp - bf16 mma.sync for the tensor-core passes -------------===//
+//===- TensorCore.cpp - helpers of the tensor-core passes -----------------===//
 
-#include "MMASync.h"
+#include "TensorCore.h"
+
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
@@ -24,4 +26,19 @@ std::array<Value, 4> mlir::k3::mmaSyncBF16(OpBuilder &b, Location loc,
     d[e] = LLVM::ExtractValueOp::create(b, loc, mma.getResult(),
                                         ArrayRef<int64_t>{e});
   return d;
+}
+
+memref::GlobalOp mlir::k3::workgroupBuffer(ModuleOp module, StringRef name,
+                                           ArrayRef<int64_t> shape) {
+  if (auto g = module.lookupSymbol<memref::GlobalOp>(name))
+    return g;
+  OpBuilder b = OpBuilder::atBlockBegin(module.getBody());
+  Attribute shared = gpu::AddressSpaceAttr::get(
+      b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
+  auto type = MemRefType::get(shape, b.getBF16Type(),
+                              MemRefLayoutAttrInterface(), shared);
+  return memref::GlobalOp::create(
+      b, module.getLoc(), b.getStringAttr(name), b.getStringAttr("private"),
+      TypeAttr::get(type), /*initial_value=*/Attribute(),
+      /*constant=*/UnitAttr(), b.getI64IntegerAttr(16));
 }
