@@ -496,15 +496,15 @@ func.func private @k3k_attn_res(%v: tensor<?x?x?x!act>, %g: tensor<?xbf16>, %p: 
   } -> (tensor<?x?xf32>, tensor<?x?xf32>)
   %di = arith.index_cast %d : index to i64
   %df = arith.sitofp %di : i64 to f32
-  // Scores and the softmax over candidates, one thread per token (the n
-  // candidates' few operations in order), then h = Σ_i α_i v_i, α_i = ex_i /
-  // sum, one thread per (token, element): two kernels instead of one per
-  // step, the same operations in the same order.
+  // Scores, the softmax over candidates and h = Σ_i α_i v_i, α_i = ex_i /
+  // sum, one thread per (token, element): each thread takes the n
+  // candidates' few operations in order itself (one kernel per step instead
+  // of two; every thread computes the same α_i, bit for bit).
   %ssm = bufferization.to_buffer %ss read_only : tensor<?x?xf32> to memref<?x?xf32>
   %dotm = bufferization.to_buffer %dot read_only : tensor<?x?xf32> to memref<?x?xf32>
   %ninf = arith.constant 0xFF800000 : f32
-  %alpha = memref.alloc(%n, %t) : memref<?x?xf32>
-  scf.parallel (%tt) = (%c0) to (%t) step (%c1) {
+  %out = memref.alloc(%t, %d) : memref<?x?x!act>
+  scf.parallel (%tt, %j) = (%c0, %c0) to (%t, %d) step (%c1, %c1) {
     %mx = scf.for %i = %c0 to %n step %c1 iter_args(%m = %ninf) -> (f32) {
       %s = func.call @k3k_attn_res_score(%ssm, %dotm, %i, %tt, %df, %eps) : (memref<?x?xf32>, memref<?x?xf32>, index, index, f32, f32) -> f32
       %m2 = arith.maximumf %s, %m : f32
@@ -517,18 +517,11 @@ func.func private @k3k_attn_res(%v: tensor<?x?x?x!act>, %g: tensor<?xbf16>, %p: 
       %r = arith.addf %sa, %x : f32
       scf.yield %r : f32
     }
-    scf.for %i = %c0 to %n step %c1 {
+    %h = scf.for %i = %c0 to %n step %c1 iter_args(%ha = %zero) -> (f32) {
       %s = func.call @k3k_attn_res_score(%ssm, %dotm, %i, %tt, %df, %eps) : (memref<?x?xf32>, memref<?x?xf32>, index, index, f32, f32) -> f32
       %dd = arith.subf %s, %mx : f32
       %x = math.exp %dd : f32
       %al = arith.divf %x, %sum : f32
-      memref.store %al, %alpha[%i, %tt] : memref<?x?xf32>
-    }
-  }
-  %out = memref.alloc(%t, %d) : memref<?x?x!act>
-  scf.parallel (%tt, %j) = (%c0, %c0) to (%t, %d) step (%c1, %c1) {
-    %h = scf.for %i = %c0 to %n step %c1 iter_args(%ha = %zero) -> (f32) {
-      %al = memref.load %alpha[%i, %tt] : memref<?x?xf32>
       %a = tensor.extract %v[%i, %tt, %j] : tensor<?x?x?x!act>
       %af = func.call @k3k_widen(%a) : (!act) -> f32
       %pr = arith.mulf %al, %af : f32
