@@ -354,6 +354,314 @@ func.func private @k3k_mla_wsum8(%p: memref<?x?x?xf32>, %i: index, %j: index,
   return %n0, %n1, %n2, %n3, %n4, %n5, %n6, %n7 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
 }
 
+// The scores of every (token, head, cached row) of a decode step, scaled:
+// p[i, h, j] = scale · (q̂_h · c_j) for j < n_i (q̂ transposed in qt [T, R + dr,
+// heads padded to 8]; the cache rows of token i at pool2[rows[i, j]]).
+// `k3.mla_scores`: k3-gpu-mla-mma gives it a tensor-core body on sm_80+.
+func.func private @k3k_mla_scores(%qt: memref<?x?x?xf32>, %pool2: memref<?x?x!act>, %rows: memref<?x?xindex>,
+                                  %ntk: memref<?xindex>, %p: memref<?x?x?xf32>, %scale: f32)
+    attributes {k3.mla_scores} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %yes = arith.constant true
+  %hblk = arith.constant 8 : index
+  %rblk = arith.constant 4 : index
+  %t = memref.dim %p, %c0 : memref<?x?x?xf32>
+  %nh = memref.dim %p, %c1 : memref<?x?x?xf32>
+  %cap = memref.dim %p, %c2 : memref<?x?x?xf32>
+  %w = memref.dim %pool2, %c1 : memref<?x?x!act>
+  %nhb = arith.ceildivui %nh, %hblk : index
+  %hlast = arith.subi %nh, %c1 : index
+  // Cache rows as 16-byte vectors where the row length and the pool's base
+  // allow it (K3: rows of 576 elements).
+  %c8 = arith.constant 8 : index
+  %c16 = arith.constant 16 : index
+  %wrem = arith.remui %w, %c8 : index
+  %wok = arith.cmpi eq, %wrem, %c0 : index
+  %pbase = memref.extract_aligned_pointer_as_index %pool2 : memref<?x?x!act> -> index
+  %prem = arith.remui %pbase, %c16 : index
+  %pok = arith.cmpi eq, %prem, %c0 : index
+  %al = arith.andi %wok, %pok : i1
+  // Scores of %hblk heads and %rblk cached tokens per thread, 8 elements
+  // of a row at a time: each cache element is read once for the 8 heads,
+  // each q̂ element once for the 4 rows (tokens past n_i are computed on
+  // token n_i - 1 and not stored). Each score sums its terms in order.
+  %nrb = arith.ceildivui %cap, %rblk : index
+  %wfull = arith.subi %w, %wrem : index
+  %vzero = arith.constant dense<0.0> : vector<8xf32>
+  // (row block, head block) as one dimension, head blocks innermost: the
+  // threads of a warp share a few row blocks, so a cache row comes from
+  // memory once for all the head blocks.
+  %nrhb = arith.muli %nrb, %nhb : index
+  scf.parallel (%i, %jh) = (%c0, %c0) to (%t, %nrhb) step (%c1, %c1) {
+    %jb = arith.divui %jh, %nhb : index
+    %hb = arith.remui %jh, %nhb : index
+    %ntok = func.call @k3k_mla_rows(%ntk, %i, %yes, %cap) : (memref<?xindex>, index, i1, index) -> index
+    %jlast = arith.subi %ntok, %c1 : index
+    %j0 = arith.muli %jb, %rblk : index
+    %jc0 = arith.minui %j0, %jlast : index
+    %row0 = memref.load %rows[%i, %jc0] : memref<?x?xindex>
+    %j1 = arith.addi %j0, %c1 : index
+    %jc1 = arith.minui %j1, %jlast : index
+    %row1 = memref.load %rows[%i, %jc1] : memref<?x?xindex>
+    %j2 = arith.addi %j0, %c2 : index
+    %jc2 = arith.minui %j2, %jlast : index
+    %row2 = memref.load %rows[%i, %jc2] : memref<?x?xindex>
+    %c3 = arith.constant 3 : index
+    %j3 = arith.addi %j0, %c3 : index
+    %jc3 = arith.minui %j3, %jlast : index
+    %row3 = memref.load %rows[%i, %jc3] : memref<?x?xindex>
+    %h0 = arith.muli %hb, %hblk : index
+    %v0, %v1, %v2, %v3 = scf.if %al -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
+      // Two steps of 8 elements per iteration (the loads of both in
+      // flight together, each score still summed in element order), then
+      // a last single step.
+      %w16r = arith.remui %wfull, %c16 : index
+      %w16 = arith.subi %wfull, %w16r : index
+      %t0, %t1, %t2, %t3 = scf.for %e = %c0 to %w16 step %c16 iter_args(%a0 = %vzero, %a1 = %vzero, %a2 = %vzero, %a3 = %vzero) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
+        %e8 = arith.addi %e, %c8 : index
+        %f0 = func.call @k3k_mla_row8(%pool2, %row0, %e) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+        %f1 = func.call @k3k_mla_row8(%pool2, %row1, %e) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+        %f2 = func.call @k3k_mla_row8(%pool2, %row2, %e) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+        %f3 = func.call @k3k_mla_row8(%pool2, %row3, %e) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+        %g0 = func.call @k3k_mla_row8(%pool2, %row0, %e8) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+        %g1 = func.call @k3k_mla_row8(%pool2, %row1, %e8) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+        %g2 = func.call @k3k_mla_row8(%pool2, %row2, %e8) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+        %g3 = func.call @k3k_mla_row8(%pool2, %row3, %e8) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+        %m0, %m1, %m2, %m3 = func.call @k3k_mla_score8(%qt, %i, %e, %h0, %f0, %f1, %f2, %f3, %a0, %a1, %a2, %a3) : (memref<?x?x?xf32>, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+        %n0, %n1, %n2, %n3 = func.call @k3k_mla_score8(%qt, %i, %e8, %h0, %g0, %g1, %g2, %g3, %m0, %m1, %m2, %m3) : (memref<?x?x?xf32>, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+        scf.yield %n0, %n1, %n2, %n3 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
+      }
+      %r0, %r1, %r2, %r3 = scf.for %e = %w16 to %wfull step %c8 iter_args(%a0 = %t0, %a1 = %t1, %a2 = %t2, %a3 = %t3) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
+        %f0 = func.call @k3k_mla_row8(%pool2, %row0, %e) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+        %f1 = func.call @k3k_mla_row8(%pool2, %row1, %e) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+        %f2 = func.call @k3k_mla_row8(%pool2, %row2, %e) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+        %f3 = func.call @k3k_mla_row8(%pool2, %row3, %e) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+        %n0, %n1, %n2, %n3 = func.call @k3k_mla_score8(%qt, %i, %e, %h0, %f0, %f1, %f2, %f3, %a0, %a1, %a2, %a3) : (memref<?x?x?xf32>, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+        scf.yield %n0, %n1, %n2, %n3 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
+      }
+      scf.yield %r0, %r1, %r2, %r3 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
+    } else {
+      %r0, %r1, %r2, %r3 = scf.for %e = %c0 to %wfull step %c8 iter_args(%a0 = %vzero, %a1 = %vzero, %a2 = %vzero, %a3 = %vzero) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
+        %f0 = func.call @k3k_mla_row8_any(%pool2, %row0, %e, %w) : (memref<?x?x!act>, index, index, index) -> vector<8xf32>
+        %f1 = func.call @k3k_mla_row8_any(%pool2, %row1, %e, %w) : (memref<?x?x!act>, index, index, index) -> vector<8xf32>
+        %f2 = func.call @k3k_mla_row8_any(%pool2, %row2, %e, %w) : (memref<?x?x!act>, index, index, index) -> vector<8xf32>
+        %f3 = func.call @k3k_mla_row8_any(%pool2, %row3, %e, %w) : (memref<?x?x!act>, index, index, index) -> vector<8xf32>
+        %n0, %n1, %n2, %n3 = func.call @k3k_mla_score8(%qt, %i, %e, %h0, %f0, %f1, %f2, %f3, %a0, %a1, %a2, %a3) : (memref<?x?x?xf32>, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+        scf.yield %n0, %n1, %n2, %n3 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
+      }
+      scf.yield %r0, %r1, %r2, %r3 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
+    }
+    // Rows whose length is not a multiple of 8: the last terms one by one.
+    %s0, %s1, %s2, %s3 = scf.for %e = %wfull to %w step %c1 iter_args(%a0 = %v0, %a1 = %v1, %a2 = %v2, %a3 = %v3) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
+      %qv = vector.load %qt[%i, %e, %h0] {alignment = 16 : i64} : memref<?x?x?xf32>, vector<8xf32>
+      %x0 = memref.load %pool2[%row0, %e] : memref<?x?x!act>
+      %y0 = func.call @k3k_widen(%x0) : (!act) -> f32
+      %b0 = vector.broadcast %y0 : f32 to vector<8xf32>
+      %m0 = arith.mulf %qv, %b0 fastmath<contract> : vector<8xf32>
+      %n0 = arith.addf %a0, %m0 fastmath<contract> : vector<8xf32>
+      %x1 = memref.load %pool2[%row1, %e] : memref<?x?x!act>
+      %y1 = func.call @k3k_widen(%x1) : (!act) -> f32
+      %b1 = vector.broadcast %y1 : f32 to vector<8xf32>
+      %m1 = arith.mulf %qv, %b1 fastmath<contract> : vector<8xf32>
+      %n1 = arith.addf %a1, %m1 fastmath<contract> : vector<8xf32>
+      %x2 = memref.load %pool2[%row2, %e] : memref<?x?x!act>
+      %y2 = func.call @k3k_widen(%x2) : (!act) -> f32
+      %b2 = vector.broadcast %y2 : f32 to vector<8xf32>
+      %m2 = arith.mulf %qv, %b2 fastmath<contract> : vector<8xf32>
+      %n2 = arith.addf %a2, %m2 fastmath<contract> : vector<8xf32>
+      %x3 = memref.load %pool2[%row3, %e] : memref<?x?x!act>
+      %y3 = func.call @k3k_widen(%x3) : (!act) -> f32
+      %b3 = vector.broadcast %y3 : f32 to vector<8xf32>
+      %m3 = arith.mulf %qv, %b3 fastmath<contract> : vector<8xf32>
+      %n3 = arith.addf %a3, %m3 fastmath<contract> : vector<8xf32>
+      scf.yield %n0, %n1, %n2, %n3 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
+    }
+    func.call @k3k_mla_store_scores(%p, %s0, %i, %h0, %j0, %nh, %ntok, %scale) : (memref<?x?x?xf32>, vector<8xf32>, index, index, index, index, index, f32) -> ()
+    func.call @k3k_mla_store_scores(%p, %s1, %i, %h0, %j1, %nh, %ntok, %scale) : (memref<?x?x?xf32>, vector<8xf32>, index, index, index, index, index, f32) -> ()
+    func.call @k3k_mla_store_scores(%p, %s2, %i, %h0, %j2, %nh, %ntok, %scale) : (memref<?x?x?xf32>, vector<8xf32>, index, index, index, index, index, f32) -> ()
+    func.call @k3k_mla_store_scores(%p, %s3, %i, %h0, %j3, %nh, %ntok, %scale) : (memref<?x?x?xf32>, vector<8xf32>, index, index, index, index, index, f32) -> ()
+  }
+  return
+}
+
+// The weighted sums of a decode step over slices of each token's cached rows:
+// partial[i, h, pt, e] = Σ_{j in slice pt} p[i, h, j] · c_j[e] (e < R).
+// `k3.mla_wsum`: k3-gpu-mla-mma gives it a tensor-core body on sm_80+.
+func.func private @k3k_mla_wsum(%p: memref<?x?x?xf32>, %pool2: memref<?x?x!act>, %rows: memref<?x?xindex>,
+                                %ntk: memref<?xindex>, %partial: memref<?x?x?x?xf32>)
+    attributes {k3.mla_wsum} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %yes = arith.constant true
+  %hblk = arith.constant 8 : index
+  %rblk = arith.constant 4 : index
+  %t = memref.dim %p, %c0 : memref<?x?x?xf32>
+  %nh = memref.dim %p, %c1 : memref<?x?x?xf32>
+  %cap = memref.dim %p, %c2 : memref<?x?x?xf32>
+  %w = memref.dim %pool2, %c1 : memref<?x?x!act>
+  %nhb = arith.ceildivui %nh, %hblk : index
+  %hlast = arith.subi %nh, %c1 : index
+  %parts = memref.dim %partial, %c2 : memref<?x?x?x?xf32>
+  %c3w = arith.constant 3 : index
+  %r = memref.dim %partial, %c3w : memref<?x?x?x?xf32>
+  %vzero = arith.constant dense<0.0> : vector<8xf32>
+  // Cache rows as 16-byte vectors where the row length and the pool's base
+  // allow it (K3: rows of 576 elements).
+  %c8 = arith.constant 8 : index
+  %c16 = arith.constant 16 : index
+  %wrem = arith.remui %w, %c8 : index
+  %wok = arith.cmpi eq, %wrem, %c0 : index
+  %pbase = memref.extract_aligned_pointer_as_index %pool2 : memref<?x?x!act> -> index
+  %prem = arith.remui %pbase, %c16 : index
+  %pok = arith.cmpi eq, %prem, %c0 : index
+  %al = arith.andi %wok, %pok : i1
+  // ō over each token's cached rows in slices of about %rows_per_part
+  // (at most %parts; flash-decoding style: each slice a partial sum, the
+  // slices added in order, unused ones zero), for parallelism over a long
+  // context. A thread takes 8 heads and 8 consecutive columns: per row one
+  // vector load of the cache (consecutive threads, consecutive columns) and
+  // 64 products. A token's slices depend on its own context only, not on
+  // the other tokens of the call.
+  %cw1 = arith.constant 1 : index
+  %cw2 = arith.constant 2 : index
+  %cw3 = arith.constant 3 : index
+  %cw4 = arith.constant 4 : index
+  %cw5 = arith.constant 5 : index
+  %cw6 = arith.constant 6 : index
+  %cw7 = arith.constant 7 : index
+  %rows_per_part = arith.constant 256 : index
+  %ncb = arith.ceildivui %r, %c8 : index
+  %rrem = arith.remui %r, %c8 : index
+  %rok = arith.cmpi eq, %rrem, %c0 : index
+  %alr = arith.andi %al, %rok : i1
+  // (head block, slice) as one dimension: the token, it and the column
+  // block are the three grid dimensions.
+  %nhbp = arith.muli %nhb, %parts : index
+  scf.parallel (%i, %hbpt, %cb) = (%c0, %c0, %c0) to (%t, %nhbp, %ncb) step (%c1, %c1, %c1) {
+    %hb = arith.divui %hbpt, %parts : index
+    %pt = arith.remui %hbpt, %parts : index
+    %ntok = func.call @k3k_mla_rows(%ntk, %i, %yes, %cap) : (memref<?xindex>, index, i1, index) -> index
+    %nparts0 = arith.ceildivui %ntok, %rows_per_part : index
+    %nparts = arith.minui %nparts0, %parts : index
+    %slice = arith.ceildivui %ntok, %nparts : index
+    %col = arith.muli %cb, %c8 : index
+    %h0 = arith.muli %hb, %hblk : index
+    %hu0 = arith.minui %h0, %hlast : index
+    %hk1 = arith.addi %h0, %c1 : index
+    %hu1 = arith.minui %hk1, %hlast : index
+    %hk2 = arith.addi %h0, %c2 : index
+    %hu2 = arith.minui %hk2, %hlast : index
+    %c3 = arith.constant 3 : index
+    %hk3 = arith.addi %h0, %c3 : index
+    %hu3 = arith.minui %hk3, %hlast : index
+    %c4 = arith.constant 4 : index
+    %hk4 = arith.addi %h0, %c4 : index
+    %hu4 = arith.minui %hk4, %hlast : index
+    %c5 = arith.constant 5 : index
+    %hk5 = arith.addi %h0, %c5 : index
+    %hu5 = arith.minui %hk5, %hlast : index
+    %c6 = arith.constant 6 : index
+    %hk6 = arith.addi %h0, %c6 : index
+    %hu6 = arith.minui %hk6, %hlast : index
+    %c7 = arith.constant 7 : index
+    %hk7 = arith.addi %h0, %c7 : index
+    %hu7 = arith.minui %hk7, %hlast : index
+    %j0 = arith.muli %pt, %slice : index
+    %j1u = arith.addi %j0, %slice : index
+    %j1 = arith.minui %j1u, %ntok : index
+    // Eight rows per iteration (their loads in flight together; four
+    // where the rows need element loads), the sums still in row order;
+    // then the rest of the slice one by one.
+    %jpos = arith.cmpi ugt, %j1, %j0 : index
+    %jlen0 = arith.subi %j1, %j0 : index
+    %jlen = arith.select %jpos, %jlen0, %c0 : index
+    %jrem = arith.remui %jlen, %c8 : index
+    %jlen4 = arith.subi %jlen, %jrem : index
+    %jm = arith.addi %j0, %jlen4 : index
+    %s0, %s1, %s2, %s3, %s4, %s5, %s6, %s7 = scf.if %alr -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
+      %q0, %q1, %q2, %q3, %q4, %q5, %q6, %q7 = scf.for %j = %j0 to %jm step %c8 iter_args(%a0 = %vzero, %a1 = %vzero, %a2 = %vzero, %a3 = %vzero, %a4 = %vzero, %a5 = %vzero, %a6 = %vzero, %a7 = %vzero) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
+          %row0 = memref.load %rows[%i, %j] : memref<?x?xindex>
+          %ju1 = arith.addi %j, %cw1 : index
+          %row1 = memref.load %rows[%i, %ju1] : memref<?x?xindex>
+          %ju2 = arith.addi %j, %cw2 : index
+          %row2 = memref.load %rows[%i, %ju2] : memref<?x?xindex>
+          %ju3 = arith.addi %j, %cw3 : index
+          %row3 = memref.load %rows[%i, %ju3] : memref<?x?xindex>
+          %ju4 = arith.addi %j, %cw4 : index
+          %row4 = memref.load %rows[%i, %ju4] : memref<?x?xindex>
+          %ju5 = arith.addi %j, %cw5 : index
+          %row5 = memref.load %rows[%i, %ju5] : memref<?x?xindex>
+          %ju6 = arith.addi %j, %cw6 : index
+          %row6 = memref.load %rows[%i, %ju6] : memref<?x?xindex>
+          %ju7 = arith.addi %j, %cw7 : index
+          %row7 = memref.load %rows[%i, %ju7] : memref<?x?xindex>
+          %cv0 = func.call @k3k_mla_row8(%pool2, %row0, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+          %cv1 = func.call @k3k_mla_row8(%pool2, %row1, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+          %cv2 = func.call @k3k_mla_row8(%pool2, %row2, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+          %cv3 = func.call @k3k_mla_row8(%pool2, %row3, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+          %cv4 = func.call @k3k_mla_row8(%pool2, %row4, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+          %cv5 = func.call @k3k_mla_row8(%pool2, %row5, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+          %cv6 = func.call @k3k_mla_row8(%pool2, %row6, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+          %cv7 = func.call @k3k_mla_row8(%pool2, %row7, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+          %u0_0, %u0_1, %u0_2, %u0_3, %u0_4, %u0_5, %u0_6, %u0_7 = func.call @k3k_mla_wsum8(%p, %i, %j, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv0, %a0, %a1, %a2, %a3, %a4, %a5, %a6, %a7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+          %u1_0, %u1_1, %u1_2, %u1_3, %u1_4, %u1_5, %u1_6, %u1_7 = func.call @k3k_mla_wsum8(%p, %i, %ju1, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv1, %u0_0, %u0_1, %u0_2, %u0_3, %u0_4, %u0_5, %u0_6, %u0_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+          %u2_0, %u2_1, %u2_2, %u2_3, %u2_4, %u2_5, %u2_6, %u2_7 = func.call @k3k_mla_wsum8(%p, %i, %ju2, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv2, %u1_0, %u1_1, %u1_2, %u1_3, %u1_4, %u1_5, %u1_6, %u1_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+          %u3_0, %u3_1, %u3_2, %u3_3, %u3_4, %u3_5, %u3_6, %u3_7 = func.call @k3k_mla_wsum8(%p, %i, %ju3, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv3, %u2_0, %u2_1, %u2_2, %u2_3, %u2_4, %u2_5, %u2_6, %u2_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+          %u4_0, %u4_1, %u4_2, %u4_3, %u4_4, %u4_5, %u4_6, %u4_7 = func.call @k3k_mla_wsum8(%p, %i, %ju4, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv4, %u3_0, %u3_1, %u3_2, %u3_3, %u3_4, %u3_5, %u3_6, %u3_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+          %u5_0, %u5_1, %u5_2, %u5_3, %u5_4, %u5_5, %u5_6, %u5_7 = func.call @k3k_mla_wsum8(%p, %i, %ju5, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv5, %u4_0, %u4_1, %u4_2, %u4_3, %u4_4, %u4_5, %u4_6, %u4_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+          %u6_0, %u6_1, %u6_2, %u6_3, %u6_4, %u6_5, %u6_6, %u6_7 = func.call @k3k_mla_wsum8(%p, %i, %ju6, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv6, %u5_0, %u5_1, %u5_2, %u5_3, %u5_4, %u5_5, %u5_6, %u5_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+          %u7_0, %u7_1, %u7_2, %u7_3, %u7_4, %u7_5, %u7_6, %u7_7 = func.call @k3k_mla_wsum8(%p, %i, %ju7, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv7, %u6_0, %u6_1, %u6_2, %u6_3, %u6_4, %u6_5, %u6_6, %u6_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+          scf.yield %u7_0, %u7_1, %u7_2, %u7_3, %u7_4, %u7_5, %u7_6, %u7_7 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
+      }
+      %r0, %r1, %r2, %r3, %r4, %r5, %r6, %r7 = scf.for %j = %jm to %j1 step %c1 iter_args(%a0 = %q0, %a1 = %q1, %a2 = %q2, %a3 = %q3, %a4 = %q4, %a5 = %q5, %a6 = %q6, %a7 = %q7) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
+          %row = memref.load %rows[%i, %j] : memref<?x?xindex>
+          %cv = func.call @k3k_mla_row8(%pool2, %row, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
+          %n0, %n1, %n2, %n3, %n4, %n5, %n6, %n7 = func.call @k3k_mla_wsum8(%p, %i, %j, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv, %a0, %a1, %a2, %a3, %a4, %a5, %a6, %a7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+          scf.yield %n0, %n1, %n2, %n3, %n4, %n5, %n6, %n7 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
+      }
+      scf.yield %r0, %r1, %r2, %r3, %r4, %r5, %r6, %r7 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
+    } else {
+      %q0, %q1, %q2, %q3, %q4, %q5, %q6, %q7 = scf.for %j = %j0 to %jm step %c4 iter_args(%a0 = %vzero, %a1 = %vzero, %a2 = %vzero, %a3 = %vzero, %a4 = %vzero, %a5 = %vzero, %a6 = %vzero, %a7 = %vzero) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
+          %row0 = memref.load %rows[%i, %j] : memref<?x?xindex>
+          %ju1 = arith.addi %j, %c1 : index
+          %row1 = memref.load %rows[%i, %ju1] : memref<?x?xindex>
+          %ju2 = arith.addi %j, %c2 : index
+          %row2 = memref.load %rows[%i, %ju2] : memref<?x?xindex>
+          %ju3 = arith.addi %j, %c3 : index
+          %row3 = memref.load %rows[%i, %ju3] : memref<?x?xindex>
+          %cv0 = func.call @k3k_mla_row8_any(%pool2, %row0, %col, %r) : (memref<?x?x!act>, index, index, index) -> vector<8xf32>
+          %cv1 = func.call @k3k_mla_row8_any(%pool2, %row1, %col, %r) : (memref<?x?x!act>, index, index, index) -> vector<8xf32>
+          %cv2 = func.call @k3k_mla_row8_any(%pool2, %row2, %col, %r) : (memref<?x?x!act>, index, index, index) -> vector<8xf32>
+          %cv3 = func.call @k3k_mla_row8_any(%pool2, %row3, %col, %r) : (memref<?x?x!act>, index, index, index) -> vector<8xf32>
+          %u0_0, %u0_1, %u0_2, %u0_3, %u0_4, %u0_5, %u0_6, %u0_7 = func.call @k3k_mla_wsum8(%p, %i, %j, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv0, %a0, %a1, %a2, %a3, %a4, %a5, %a6, %a7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+          %u1_0, %u1_1, %u1_2, %u1_3, %u1_4, %u1_5, %u1_6, %u1_7 = func.call @k3k_mla_wsum8(%p, %i, %ju1, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv1, %u0_0, %u0_1, %u0_2, %u0_3, %u0_4, %u0_5, %u0_6, %u0_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+          %u2_0, %u2_1, %u2_2, %u2_3, %u2_4, %u2_5, %u2_6, %u2_7 = func.call @k3k_mla_wsum8(%p, %i, %ju2, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv2, %u1_0, %u1_1, %u1_2, %u1_3, %u1_4, %u1_5, %u1_6, %u1_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+          %u3_0, %u3_1, %u3_2, %u3_3, %u3_4, %u3_5, %u3_6, %u3_7 = func.call @k3k_mla_wsum8(%p, %i, %ju3, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv3, %u2_0, %u2_1, %u2_2, %u2_3, %u2_4, %u2_5, %u2_6, %u2_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+          scf.yield %u3_0, %u3_1, %u3_2, %u3_3, %u3_4, %u3_5, %u3_6, %u3_7 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
+      }
+      %r0, %r1, %r2, %r3, %r4, %r5, %r6, %r7 = scf.for %j = %jm to %j1 step %c1 iter_args(%a0 = %q0, %a1 = %q1, %a2 = %q2, %a3 = %q3, %a4 = %q4, %a5 = %q5, %a6 = %q6, %a7 = %q7) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
+          %row = memref.load %rows[%i, %j] : memref<?x?xindex>
+          %cv = func.call @k3k_mla_row8_any(%pool2, %row, %col, %r) : (memref<?x?x!act>, index, index, index) -> vector<8xf32>
+          %n0, %n1, %n2, %n3, %n4, %n5, %n6, %n7 = func.call @k3k_mla_wsum8(%p, %i, %j, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv, %a0, %a1, %a2, %a3, %a4, %a5, %a6, %a7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+          scf.yield %n0, %n1, %n2, %n3, %n4, %n5, %n6, %n7 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
+      }
+      scf.yield %r0, %r1, %r2, %r3, %r4, %r5, %r6, %r7 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
+    }
+    func.call @k3k_mla_store_part(%partial, %s0, %i, %h0, %pt, %col, %nh, %r) : (memref<?x?x?x?xf32>, vector<8xf32>, index, index, index, index, index, index) -> ()
+    func.call @k3k_mla_store_part(%partial, %s1, %i, %hk1, %pt, %col, %nh, %r) : (memref<?x?x?x?xf32>, vector<8xf32>, index, index, index, index, index, index) -> ()
+    func.call @k3k_mla_store_part(%partial, %s2, %i, %hk2, %pt, %col, %nh, %r) : (memref<?x?x?x?xf32>, vector<8xf32>, index, index, index, index, index, index) -> ()
+    func.call @k3k_mla_store_part(%partial, %s3, %i, %hk3, %pt, %col, %nh, %r) : (memref<?x?x?x?xf32>, vector<8xf32>, index, index, index, index, index, index) -> ()
+    func.call @k3k_mla_store_part(%partial, %s4, %i, %hk4, %pt, %col, %nh, %r) : (memref<?x?x?x?xf32>, vector<8xf32>, index, index, index, index, index, index) -> ()
+    func.call @k3k_mla_store_part(%partial, %s5, %i, %hk5, %pt, %col, %nh, %r) : (memref<?x?x?x?xf32>, vector<8xf32>, index, index, index, index, index, index) -> ()
+    func.call @k3k_mla_store_part(%partial, %s6, %i, %hk6, %pt, %col, %nh, %r) : (memref<?x?x?x?xf32>, vector<8xf32>, index, index, index, index, index, index) -> ()
+    func.call @k3k_mla_store_part(%partial, %s7, %i, %hk7, %pt, %col, %nh, %r) : (memref<?x?x?x?xf32>, vector<8xf32>, index, index, index, index, index, index) -> ()
+  }
+  return
+}
+
 // k3.gated_mla. x: [T, D]; the caches are (pool [pages, P, R+dr], page
 // tables [S, n], lengths [S]) of S = 1 sequence (the T tokens are one
 // segment, written at positions len .. len+T-1) or of S = T sequences (a
@@ -565,116 +873,8 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
       }
     }
     %pool2 = memref.collapse_shape %pool [[0, 1], [2]] : memref<?x?x?x!act> into memref<?x?x!act>
-    // Cache rows as 16-byte vectors where the row length and the pool's base
-    // allow it (K3: rows of 576 elements).
     %c8 = arith.constant 8 : index
-    %c16 = arith.constant 16 : index
-    %wrem = arith.remui %w, %c8 : index
-    %wok = arith.cmpi eq, %wrem, %c0 : index
-    %pbase = memref.extract_aligned_pointer_as_index %pool : memref<?x?x?x!act> -> index
-    %prem = arith.remui %pbase, %c16 : index
-    %pok = arith.cmpi eq, %prem, %c0 : index
-    %al = arith.andi %wok, %pok : i1
-    // Scores of %hblk heads and %rblk cached tokens per thread, 8 elements
-    // of a row at a time: each cache element is read once for the 8 heads,
-    // each q̂ element once for the 4 rows (tokens past n_i are computed on
-    // token n_i - 1 and not stored). Each score sums its terms in order.
-    %nrb = arith.ceildivui %cap, %rblk : index
-    %wfull = arith.subi %w, %wrem : index
-    %vzero = arith.constant dense<0.0> : vector<8xf32>
-    // (row block, head block) as one dimension, head blocks innermost: the
-    // threads of a warp share a few row blocks, so a cache row comes from
-    // memory once for all the head blocks.
-    %nrhb = arith.muli %nrb, %nhb : index
-    scf.parallel (%i, %jh) = (%c0, %c0) to (%t, %nrhb) step (%c1, %c1) {
-      %jb = arith.divui %jh, %nhb : index
-      %hb = arith.remui %jh, %nhb : index
-      %ntok = func.call @k3k_mla_rows(%ntk, %i, %yes, %cap) : (memref<?xindex>, index, i1, index) -> index
-      %jlast = arith.subi %ntok, %c1 : index
-      %j0 = arith.muli %jb, %rblk : index
-      %jc0 = arith.minui %j0, %jlast : index
-      %row0 = memref.load %rows[%i, %jc0] : memref<?x?xindex>
-      %j1 = arith.addi %j0, %c1 : index
-      %jc1 = arith.minui %j1, %jlast : index
-      %row1 = memref.load %rows[%i, %jc1] : memref<?x?xindex>
-      %j2 = arith.addi %j0, %c2 : index
-      %jc2 = arith.minui %j2, %jlast : index
-      %row2 = memref.load %rows[%i, %jc2] : memref<?x?xindex>
-      %c3 = arith.constant 3 : index
-      %j3 = arith.addi %j0, %c3 : index
-      %jc3 = arith.minui %j3, %jlast : index
-      %row3 = memref.load %rows[%i, %jc3] : memref<?x?xindex>
-      %h0 = arith.muli %hb, %hblk : index
-      %v0, %v1, %v2, %v3 = scf.if %al -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
-        // Two steps of 8 elements per iteration (the loads of both in
-        // flight together, each score still summed in element order), then
-        // a last single step.
-        %w16r = arith.remui %wfull, %c16 : index
-        %w16 = arith.subi %wfull, %w16r : index
-        %t0, %t1, %t2, %t3 = scf.for %e = %c0 to %w16 step %c16 iter_args(%a0 = %vzero, %a1 = %vzero, %a2 = %vzero, %a3 = %vzero) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
-          %e8 = arith.addi %e, %c8 : index
-          %f0 = func.call @k3k_mla_row8(%pool2, %row0, %e) : (memref<?x?x!act>, index, index) -> vector<8xf32>
-          %f1 = func.call @k3k_mla_row8(%pool2, %row1, %e) : (memref<?x?x!act>, index, index) -> vector<8xf32>
-          %f2 = func.call @k3k_mla_row8(%pool2, %row2, %e) : (memref<?x?x!act>, index, index) -> vector<8xf32>
-          %f3 = func.call @k3k_mla_row8(%pool2, %row3, %e) : (memref<?x?x!act>, index, index) -> vector<8xf32>
-          %g0 = func.call @k3k_mla_row8(%pool2, %row0, %e8) : (memref<?x?x!act>, index, index) -> vector<8xf32>
-          %g1 = func.call @k3k_mla_row8(%pool2, %row1, %e8) : (memref<?x?x!act>, index, index) -> vector<8xf32>
-          %g2 = func.call @k3k_mla_row8(%pool2, %row2, %e8) : (memref<?x?x!act>, index, index) -> vector<8xf32>
-          %g3 = func.call @k3k_mla_row8(%pool2, %row3, %e8) : (memref<?x?x!act>, index, index) -> vector<8xf32>
-          %m0, %m1, %m2, %m3 = func.call @k3k_mla_score8(%qt, %i, %e, %h0, %f0, %f1, %f2, %f3, %a0, %a1, %a2, %a3) : (memref<?x?x?xf32>, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
-          %n0, %n1, %n2, %n3 = func.call @k3k_mla_score8(%qt, %i, %e8, %h0, %g0, %g1, %g2, %g3, %m0, %m1, %m2, %m3) : (memref<?x?x?xf32>, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
-          scf.yield %n0, %n1, %n2, %n3 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
-        }
-        %r0, %r1, %r2, %r3 = scf.for %e = %w16 to %wfull step %c8 iter_args(%a0 = %t0, %a1 = %t1, %a2 = %t2, %a3 = %t3) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
-          %f0 = func.call @k3k_mla_row8(%pool2, %row0, %e) : (memref<?x?x!act>, index, index) -> vector<8xf32>
-          %f1 = func.call @k3k_mla_row8(%pool2, %row1, %e) : (memref<?x?x!act>, index, index) -> vector<8xf32>
-          %f2 = func.call @k3k_mla_row8(%pool2, %row2, %e) : (memref<?x?x!act>, index, index) -> vector<8xf32>
-          %f3 = func.call @k3k_mla_row8(%pool2, %row3, %e) : (memref<?x?x!act>, index, index) -> vector<8xf32>
-          %n0, %n1, %n2, %n3 = func.call @k3k_mla_score8(%qt, %i, %e, %h0, %f0, %f1, %f2, %f3, %a0, %a1, %a2, %a3) : (memref<?x?x?xf32>, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
-          scf.yield %n0, %n1, %n2, %n3 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
-        }
-        scf.yield %r0, %r1, %r2, %r3 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
-      } else {
-        %r0, %r1, %r2, %r3 = scf.for %e = %c0 to %wfull step %c8 iter_args(%a0 = %vzero, %a1 = %vzero, %a2 = %vzero, %a3 = %vzero) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
-          %f0 = func.call @k3k_mla_row8_any(%pool2, %row0, %e, %w) : (memref<?x?x!act>, index, index, index) -> vector<8xf32>
-          %f1 = func.call @k3k_mla_row8_any(%pool2, %row1, %e, %w) : (memref<?x?x!act>, index, index, index) -> vector<8xf32>
-          %f2 = func.call @k3k_mla_row8_any(%pool2, %row2, %e, %w) : (memref<?x?x!act>, index, index, index) -> vector<8xf32>
-          %f3 = func.call @k3k_mla_row8_any(%pool2, %row3, %e, %w) : (memref<?x?x!act>, index, index, index) -> vector<8xf32>
-          %n0, %n1, %n2, %n3 = func.call @k3k_mla_score8(%qt, %i, %e, %h0, %f0, %f1, %f2, %f3, %a0, %a1, %a2, %a3) : (memref<?x?x?xf32>, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
-          scf.yield %n0, %n1, %n2, %n3 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
-        }
-        scf.yield %r0, %r1, %r2, %r3 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
-      }
-      // Rows whose length is not a multiple of 8: the last terms one by one.
-      %s0, %s1, %s2, %s3 = scf.for %e = %wfull to %w step %c1 iter_args(%a0 = %v0, %a1 = %v1, %a2 = %v2, %a3 = %v3) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
-        %qv = vector.load %qt[%i, %e, %h0] {alignment = 16 : i64} : memref<?x?x?xf32>, vector<8xf32>
-        %x0 = memref.load %pool2[%row0, %e] : memref<?x?x!act>
-        %y0 = func.call @k3k_widen(%x0) : (!act) -> f32
-        %b0 = vector.broadcast %y0 : f32 to vector<8xf32>
-        %m0 = arith.mulf %qv, %b0 fastmath<contract> : vector<8xf32>
-        %n0 = arith.addf %a0, %m0 fastmath<contract> : vector<8xf32>
-        %x1 = memref.load %pool2[%row1, %e] : memref<?x?x!act>
-        %y1 = func.call @k3k_widen(%x1) : (!act) -> f32
-        %b1 = vector.broadcast %y1 : f32 to vector<8xf32>
-        %m1 = arith.mulf %qv, %b1 fastmath<contract> : vector<8xf32>
-        %n1 = arith.addf %a1, %m1 fastmath<contract> : vector<8xf32>
-        %x2 = memref.load %pool2[%row2, %e] : memref<?x?x!act>
-        %y2 = func.call @k3k_widen(%x2) : (!act) -> f32
-        %b2 = vector.broadcast %y2 : f32 to vector<8xf32>
-        %m2 = arith.mulf %qv, %b2 fastmath<contract> : vector<8xf32>
-        %n2 = arith.addf %a2, %m2 fastmath<contract> : vector<8xf32>
-        %x3 = memref.load %pool2[%row3, %e] : memref<?x?x!act>
-        %y3 = func.call @k3k_widen(%x3) : (!act) -> f32
-        %b3 = vector.broadcast %y3 : f32 to vector<8xf32>
-        %m3 = arith.mulf %qv, %b3 fastmath<contract> : vector<8xf32>
-        %n3 = arith.addf %a3, %m3 fastmath<contract> : vector<8xf32>
-        scf.yield %n0, %n1, %n2, %n3 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
-      }
-      func.call @k3k_mla_store_scores(%p, %s0, %i, %h0, %j0, %nh, %ntok, %scale) : (memref<?x?x?xf32>, vector<8xf32>, index, index, index, index, index, f32) -> ()
-      func.call @k3k_mla_store_scores(%p, %s1, %i, %h0, %j1, %nh, %ntok, %scale) : (memref<?x?x?xf32>, vector<8xf32>, index, index, index, index, index, f32) -> ()
-      func.call @k3k_mla_store_scores(%p, %s2, %i, %h0, %j2, %nh, %ntok, %scale) : (memref<?x?x?xf32>, vector<8xf32>, index, index, index, index, index, f32) -> ()
-      func.call @k3k_mla_store_scores(%p, %s3, %i, %h0, %j3, %nh, %ntok, %scale) : (memref<?x?x?xf32>, vector<8xf32>, index, index, index, index, index, f32) -> ()
-    }
+    func.call @k3k_mla_scores(%qt, %pool2, %rows, %ntk, %p, %scale) : (memref<?x?x?xf32>, memref<?x?x!act>, memref<?x?xindex>, memref<?xindex>, memref<?x?x?xf32>, f32) -> ()
     // Softmax per (token, head): the maximum, exp(s - max) in place, the sum.
     %rowmax = memref.alloc(%t, %nh) : memref<?x?xf32>
     scf.parallel (%i, %h) = (%c0, %c0) to (%t, %nh) step (%c1, %c1) {
@@ -714,149 +914,10 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
       }
       memref.store %sum, %rowsum[%i, %h] : memref<?x?xf32>
     }
-    // ō over each token's cached rows in slices of about %rows_per_part
-    // (at most %parts; flash-decoding style: each slice a partial sum, the
-    // slices added in order, unused ones zero), for parallelism over a long
-    // context. A thread takes 8 heads and 8 consecutive columns: per row one
-    // vector load of the cache (consecutive threads, consecutive columns) and
-    // 64 products. A token's slices depend on its own context only, not on
-    // the other tokens of the call.
-    %cw1 = arith.constant 1 : index
-    %cw2 = arith.constant 2 : index
-    %cw3 = arith.constant 3 : index
-    %cw4 = arith.constant 4 : index
-    %cw5 = arith.constant 5 : index
-    %cw6 = arith.constant 6 : index
-    %cw7 = arith.constant 7 : index
     %parts = arith.constant 32 : index
-    %rows_per_part = arith.constant 256 : index
-    %ncb = arith.ceildivui %r, %c8 : index
-    %rrem = arith.remui %r, %c8 : index
-    %rok = arith.cmpi eq, %rrem, %c0 : index
-    %alr = arith.andi %al, %rok : i1
+    // ō in slices of the context (@k3k_mla_wsum).
     %partial = memref.alloc(%t, %nh, %parts, %r) : memref<?x?x?x?xf32>
-    // (head block, slice) as one dimension: the token, it and the column
-    // block are the three grid dimensions.
-    %nhbp = arith.muli %nhb, %parts : index
-    scf.parallel (%i, %hbpt, %cb) = (%c0, %c0, %c0) to (%t, %nhbp, %ncb) step (%c1, %c1, %c1) {
-      %hb = arith.divui %hbpt, %parts : index
-      %pt = arith.remui %hbpt, %parts : index
-      %ntok = func.call @k3k_mla_rows(%ntk, %i, %yes, %cap) : (memref<?xindex>, index, i1, index) -> index
-      %nparts0 = arith.ceildivui %ntok, %rows_per_part : index
-      %nparts = arith.minui %nparts0, %parts : index
-      %slice = arith.ceildivui %ntok, %nparts : index
-      %col = arith.muli %cb, %c8 : index
-      %h0 = arith.muli %hb, %hblk : index
-      %hu0 = arith.minui %h0, %hlast : index
-      %hk1 = arith.addi %h0, %c1 : index
-      %hu1 = arith.minui %hk1, %hlast : index
-      %hk2 = arith.addi %h0, %c2 : index
-      %hu2 = arith.minui %hk2, %hlast : index
-      %c3 = arith.constant 3 : index
-      %hk3 = arith.addi %h0, %c3 : index
-      %hu3 = arith.minui %hk3, %hlast : index
-      %c4 = arith.constant 4 : index
-      %hk4 = arith.addi %h0, %c4 : index
-      %hu4 = arith.minui %hk4, %hlast : index
-      %c5 = arith.constant 5 : index
-      %hk5 = arith.addi %h0, %c5 : index
-      %hu5 = arith.minui %hk5, %hlast : index
-      %c6 = arith.constant 6 : index
-      %hk6 = arith.addi %h0, %c6 : index
-      %hu6 = arith.minui %hk6, %hlast : index
-      %c7 = arith.constant 7 : index
-      %hk7 = arith.addi %h0, %c7 : index
-      %hu7 = arith.minui %hk7, %hlast : index
-      %j0 = arith.muli %pt, %slice : index
-      %j1u = arith.addi %j0, %slice : index
-      %j1 = arith.minui %j1u, %ntok : index
-      // Eight rows per iteration (their loads in flight together; four
-      // where the rows need element loads), the sums still in row order;
-      // then the rest of the slice one by one.
-      %jpos = arith.cmpi ugt, %j1, %j0 : index
-      %jlen0 = arith.subi %j1, %j0 : index
-      %jlen = arith.select %jpos, %jlen0, %c0 : index
-      %jrem = arith.remui %jlen, %c8 : index
-      %jlen4 = arith.subi %jlen, %jrem : index
-      %jm = arith.addi %j0, %jlen4 : index
-      %s0, %s1, %s2, %s3, %s4, %s5, %s6, %s7 = scf.if %alr -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
-        %q0, %q1, %q2, %q3, %q4, %q5, %q6, %q7 = scf.for %j = %j0 to %jm step %c8 iter_args(%a0 = %vzero, %a1 = %vzero, %a2 = %vzero, %a3 = %vzero, %a4 = %vzero, %a5 = %vzero, %a6 = %vzero, %a7 = %vzero) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
-            %row0 = memref.load %rows[%i, %j] : memref<?x?xindex>
-            %ju1 = arith.addi %j, %cw1 : index
-            %row1 = memref.load %rows[%i, %ju1] : memref<?x?xindex>
-            %ju2 = arith.addi %j, %cw2 : index
-            %row2 = memref.load %rows[%i, %ju2] : memref<?x?xindex>
-            %ju3 = arith.addi %j, %cw3 : index
-            %row3 = memref.load %rows[%i, %ju3] : memref<?x?xindex>
-            %ju4 = arith.addi %j, %cw4 : index
-            %row4 = memref.load %rows[%i, %ju4] : memref<?x?xindex>
-            %ju5 = arith.addi %j, %cw5 : index
-            %row5 = memref.load %rows[%i, %ju5] : memref<?x?xindex>
-            %ju6 = arith.addi %j, %cw6 : index
-            %row6 = memref.load %rows[%i, %ju6] : memref<?x?xindex>
-            %ju7 = arith.addi %j, %cw7 : index
-            %row7 = memref.load %rows[%i, %ju7] : memref<?x?xindex>
-            %cv0 = func.call @k3k_mla_row8(%pool2, %row0, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
-            %cv1 = func.call @k3k_mla_row8(%pool2, %row1, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
-            %cv2 = func.call @k3k_mla_row8(%pool2, %row2, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
-            %cv3 = func.call @k3k_mla_row8(%pool2, %row3, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
-            %cv4 = func.call @k3k_mla_row8(%pool2, %row4, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
-            %cv5 = func.call @k3k_mla_row8(%pool2, %row5, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
-            %cv6 = func.call @k3k_mla_row8(%pool2, %row6, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
-            %cv7 = func.call @k3k_mla_row8(%pool2, %row7, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
-            %u0_0, %u0_1, %u0_2, %u0_3, %u0_4, %u0_5, %u0_6, %u0_7 = func.call @k3k_mla_wsum8(%p, %i, %j, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv0, %a0, %a1, %a2, %a3, %a4, %a5, %a6, %a7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
-            %u1_0, %u1_1, %u1_2, %u1_3, %u1_4, %u1_5, %u1_6, %u1_7 = func.call @k3k_mla_wsum8(%p, %i, %ju1, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv1, %u0_0, %u0_1, %u0_2, %u0_3, %u0_4, %u0_5, %u0_6, %u0_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
-            %u2_0, %u2_1, %u2_2, %u2_3, %u2_4, %u2_5, %u2_6, %u2_7 = func.call @k3k_mla_wsum8(%p, %i, %ju2, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv2, %u1_0, %u1_1, %u1_2, %u1_3, %u1_4, %u1_5, %u1_6, %u1_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
-            %u3_0, %u3_1, %u3_2, %u3_3, %u3_4, %u3_5, %u3_6, %u3_7 = func.call @k3k_mla_wsum8(%p, %i, %ju3, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv3, %u2_0, %u2_1, %u2_2, %u2_3, %u2_4, %u2_5, %u2_6, %u2_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
-            %u4_0, %u4_1, %u4_2, %u4_3, %u4_4, %u4_5, %u4_6, %u4_7 = func.call @k3k_mla_wsum8(%p, %i, %ju4, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv4, %u3_0, %u3_1, %u3_2, %u3_3, %u3_4, %u3_5, %u3_6, %u3_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
-            %u5_0, %u5_1, %u5_2, %u5_3, %u5_4, %u5_5, %u5_6, %u5_7 = func.call @k3k_mla_wsum8(%p, %i, %ju5, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv5, %u4_0, %u4_1, %u4_2, %u4_3, %u4_4, %u4_5, %u4_6, %u4_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
-            %u6_0, %u6_1, %u6_2, %u6_3, %u6_4, %u6_5, %u6_6, %u6_7 = func.call @k3k_mla_wsum8(%p, %i, %ju6, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv6, %u5_0, %u5_1, %u5_2, %u5_3, %u5_4, %u5_5, %u5_6, %u5_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
-            %u7_0, %u7_1, %u7_2, %u7_3, %u7_4, %u7_5, %u7_6, %u7_7 = func.call @k3k_mla_wsum8(%p, %i, %ju7, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv7, %u6_0, %u6_1, %u6_2, %u6_3, %u6_4, %u6_5, %u6_6, %u6_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
-            scf.yield %u7_0, %u7_1, %u7_2, %u7_3, %u7_4, %u7_5, %u7_6, %u7_7 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
-        }
-        %r0, %r1, %r2, %r3, %r4, %r5, %r6, %r7 = scf.for %j = %jm to %j1 step %c1 iter_args(%a0 = %q0, %a1 = %q1, %a2 = %q2, %a3 = %q3, %a4 = %q4, %a5 = %q5, %a6 = %q6, %a7 = %q7) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
-            %row = memref.load %rows[%i, %j] : memref<?x?xindex>
-            %cv = func.call @k3k_mla_row8(%pool2, %row, %col) : (memref<?x?x!act>, index, index) -> vector<8xf32>
-            %n0, %n1, %n2, %n3, %n4, %n5, %n6, %n7 = func.call @k3k_mla_wsum8(%p, %i, %j, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv, %a0, %a1, %a2, %a3, %a4, %a5, %a6, %a7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
-            scf.yield %n0, %n1, %n2, %n3, %n4, %n5, %n6, %n7 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
-        }
-        scf.yield %r0, %r1, %r2, %r3, %r4, %r5, %r6, %r7 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
-      } else {
-        %q0, %q1, %q2, %q3, %q4, %q5, %q6, %q7 = scf.for %j = %j0 to %jm step %c4 iter_args(%a0 = %vzero, %a1 = %vzero, %a2 = %vzero, %a3 = %vzero, %a4 = %vzero, %a5 = %vzero, %a6 = %vzero, %a7 = %vzero) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
-            %row0 = memref.load %rows[%i, %j] : memref<?x?xindex>
-            %ju1 = arith.addi %j, %c1 : index
-            %row1 = memref.load %rows[%i, %ju1] : memref<?x?xindex>
-            %ju2 = arith.addi %j, %c2 : index
-            %row2 = memref.load %rows[%i, %ju2] : memref<?x?xindex>
-            %ju3 = arith.addi %j, %c3 : index
-            %row3 = memref.load %rows[%i, %ju3] : memref<?x?xindex>
-            %cv0 = func.call @k3k_mla_row8_any(%pool2, %row0, %col, %r) : (memref<?x?x!act>, index, index, index) -> vector<8xf32>
-            %cv1 = func.call @k3k_mla_row8_any(%pool2, %row1, %col, %r) : (memref<?x?x!act>, index, index, index) -> vector<8xf32>
-            %cv2 = func.call @k3k_mla_row8_any(%pool2, %row2, %col, %r) : (memref<?x?x!act>, index, index, index) -> vector<8xf32>
-            %cv3 = func.call @k3k_mla_row8_any(%pool2, %row3, %col, %r) : (memref<?x?x!act>, index, index, index) -> vector<8xf32>
-            %u0_0, %u0_1, %u0_2, %u0_3, %u0_4, %u0_5, %u0_6, %u0_7 = func.call @k3k_mla_wsum8(%p, %i, %j, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv0, %a0, %a1, %a2, %a3, %a4, %a5, %a6, %a7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
-            %u1_0, %u1_1, %u1_2, %u1_3, %u1_4, %u1_5, %u1_6, %u1_7 = func.call @k3k_mla_wsum8(%p, %i, %ju1, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv1, %u0_0, %u0_1, %u0_2, %u0_3, %u0_4, %u0_5, %u0_6, %u0_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
-            %u2_0, %u2_1, %u2_2, %u2_3, %u2_4, %u2_5, %u2_6, %u2_7 = func.call @k3k_mla_wsum8(%p, %i, %ju2, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv2, %u1_0, %u1_1, %u1_2, %u1_3, %u1_4, %u1_5, %u1_6, %u1_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
-            %u3_0, %u3_1, %u3_2, %u3_3, %u3_4, %u3_5, %u3_6, %u3_7 = func.call @k3k_mla_wsum8(%p, %i, %ju3, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv3, %u2_0, %u2_1, %u2_2, %u2_3, %u2_4, %u2_5, %u2_6, %u2_7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
-            scf.yield %u3_0, %u3_1, %u3_2, %u3_3, %u3_4, %u3_5, %u3_6, %u3_7 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
-        }
-        %r0, %r1, %r2, %r3, %r4, %r5, %r6, %r7 = scf.for %j = %jm to %j1 step %c1 iter_args(%a0 = %q0, %a1 = %q1, %a2 = %q2, %a3 = %q3, %a4 = %q4, %a5 = %q5, %a6 = %q6, %a7 = %q7) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) {
-            %row = memref.load %rows[%i, %j] : memref<?x?xindex>
-            %cv = func.call @k3k_mla_row8_any(%pool2, %row, %col, %r) : (memref<?x?x!act>, index, index, index) -> vector<8xf32>
-            %n0, %n1, %n2, %n3, %n4, %n5, %n6, %n7 = func.call @k3k_mla_wsum8(%p, %i, %j, %hu0, %hu1, %hu2, %hu3, %hu4, %hu5, %hu6, %hu7, %cv, %a0, %a1, %a2, %a3, %a4, %a5, %a6, %a7) : (memref<?x?x?xf32>, index, index, index, index, index, index, index, index, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
-            scf.yield %n0, %n1, %n2, %n3, %n4, %n5, %n6, %n7 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
-        }
-        scf.yield %r0, %r1, %r2, %r3, %r4, %r5, %r6, %r7 : vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>
-      }
-      func.call @k3k_mla_store_part(%partial, %s0, %i, %h0, %pt, %col, %nh, %r) : (memref<?x?x?x?xf32>, vector<8xf32>, index, index, index, index, index, index) -> ()
-      func.call @k3k_mla_store_part(%partial, %s1, %i, %hk1, %pt, %col, %nh, %r) : (memref<?x?x?x?xf32>, vector<8xf32>, index, index, index, index, index, index) -> ()
-      func.call @k3k_mla_store_part(%partial, %s2, %i, %hk2, %pt, %col, %nh, %r) : (memref<?x?x?x?xf32>, vector<8xf32>, index, index, index, index, index, index) -> ()
-      func.call @k3k_mla_store_part(%partial, %s3, %i, %hk3, %pt, %col, %nh, %r) : (memref<?x?x?x?xf32>, vector<8xf32>, index, index, index, index, index, index) -> ()
-      func.call @k3k_mla_store_part(%partial, %s4, %i, %hk4, %pt, %col, %nh, %r) : (memref<?x?x?x?xf32>, vector<8xf32>, index, index, index, index, index, index) -> ()
-      func.call @k3k_mla_store_part(%partial, %s5, %i, %hk5, %pt, %col, %nh, %r) : (memref<?x?x?x?xf32>, vector<8xf32>, index, index, index, index, index, index) -> ()
-      func.call @k3k_mla_store_part(%partial, %s6, %i, %hk6, %pt, %col, %nh, %r) : (memref<?x?x?x?xf32>, vector<8xf32>, index, index, index, index, index, index) -> ()
-      func.call @k3k_mla_store_part(%partial, %s7, %i, %hk7, %pt, %col, %nh, %r) : (memref<?x?x?x?xf32>, vector<8xf32>, index, index, index, index, index, index) -> ()
-    }
+    func.call @k3k_mla_wsum(%p, %pool2, %rows, %ntk, %partial) : (memref<?x?x?xf32>, memref<?x?x!act>, memref<?x?xindex>, memref<?xindex>, memref<?x?x?x?xf32>) -> ()
     // The slices in order, each element's sum by one thread (the threads of
     // a warp along the row), normalised by the softmax sum.
     scf.parallel (%i, %h, %e) = (%c0, %c0, %c0) to (%t, %nh, %r) step (%c1, %c1, %c1) {
