@@ -96,6 +96,9 @@ LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
   skinny.sm = mma.sm;
   pm.addPass(createK3GPUSkinnyMMAPass(skinny));
   pm.addNestedPass<func::FuncOp>(createK3GPUKDARecurrentPass());
+  K3GPUMLAMMAPassOptions mla;
+  mla.sm = mma.sm;
+  pm.addNestedPass<func::FuncOp>(createK3GPUMLAMMAPass(mla));
   if (failed(parsePassPipeline(kGPUMap, pm)))
     return failure();
   pm.addNestedPass<func::FuncOp>(createK3GPUWarpReducePass());

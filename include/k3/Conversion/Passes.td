@@ -338,6 +338,38 @@ def K3GPUSkinnyMMAPass : Pass<"k3-gpu-skinny-mma", "::mlir::ModuleOp"> {
                            "::mlir::scf::SCFDialect"];
 }
 
+def K3GPUMLAMMAPass : Pass<"k3-gpu-mla-mma", "::mlir::func::FuncOp"> {
+  let summary = "MLA decode scores and weighted sums on the tensor cores";
+  let description = [{
+    `Kernels/MLA.mlir` computes the absorbed decode attention's two heavy
+    stages in functions of their own: `k3.mla_scores` (qt `[T, W, HP]` f32,
+    the cache pool `[rows, W]`, rows `[T, CAP]`, ntk `[T]`, p `[T, NH, CAP]`
+    f32, scale) and `k3.mla_wsum` (p, pool, rows, ntk, partial
+    `[T, NH, S, R]` f32). With a bf16 cache the pass gives each a second
+    body, chosen at run time by `scf.if` (16-byte aligned pool; scores: W %
+    32 == 0; sums: R % 64 == 0, R <= 2048): `nvvm.mma.sync` m16n8k16 with
+    f32 accumulators and the f32 operand (q̂, p) split into three bf16
+    parts (hi, mid, lo; `nvvm.convert.f32x2.to.bf16x2`), so that each
+    product is exact and only the order of the sum changes. Scores: a
+    parallel loop writes the q̂ parts ([T, 3, heads padded to 32, W] bf16),
+    then a `gpu.launch` of 4 warps per 256 rows and 32 heads, each warp 32
+    heads x 64 rows (two m16 tiles, eight n8 tiles). Sums: a `gpu.launch`
+    per (slice, 32 heads, token), a warp per 64 columns, the same slices as
+    the CUDA-core body. f32 caches or `sm` below 80: no change.
+  }];
+  let options = [
+    Option<"sm", "sm", "int64_t", "90",
+           "Oldest compute capability the library targets (x10)">
+  ];
+  let dependentDialects = ["::mlir::gpu::GPUDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::LLVM::LLVMDialect",
+                           "::mlir::NVVM::NVVMDialect",
+                           "::mlir::memref::MemRefDialect",
+                           "::mlir::vector::VectorDialect",
+                           "::mlir::scf::SCFDialect"];
+}
+
 def K3GPUTileAndMapPass : Pass<"k3-gpu-tile-and-map"> {
   let summary = "Tile parallel loops and map them to GPU blocks and threads";
   let description = [{

@@ -9,6 +9,7 @@
 #ifndef K3_CONVERSION_K3TOLINALG_TENSORCORE_H
 #define K3_CONVERSION_K3TOLINALG_TENSORCORE_H
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -30,6 +31,42 @@ std::array<Value, 4> mmaSyncBF16(OpBuilder &b, Location loc, ValueRange a,
 /// (kernel outlining copies it into each kernel's module).
 memref::GlobalOp workgroupBuffer(ModuleOp module, StringRef name,
                                  ArrayRef<int64_t> shape);
+
+/// Index arithmetic at a builder's insertion point, for the address
+/// computations of the kernels these passes build.
+struct IndexMath {
+  OpBuilder &b;
+  Location loc;
+
+  Value idx(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
+  Value add(Value l, Value r) { return arith::AddIOp::create(b, loc, l, r); }
+  Value add(Value l, int64_t r) { return r ? add(l, idx(r)) : l; }
+  Value sub(Value l, Value r) { return arith::SubIOp::create(b, loc, l, r); }
+  Value mul(Value l, Value r) { return arith::MulIOp::create(b, loc, l, r); }
+  Value mul(Value l, int64_t r) { return mul(l, idx(r)); }
+  Value div(Value l, int64_t r) {
+    return arith::DivUIOp::create(b, loc, l, idx(r));
+  }
+  Value ceilDiv(Value l, Value r) {
+    return arith::CeilDivUIOp::create(b, loc, l, r);
+  }
+  Value rem(Value l, int64_t r) {
+    return arith::RemUIOp::create(b, loc, l, idx(r));
+  }
+  Value min(Value l, Value r) { return arith::MinUIOp::create(b, loc, l, r); }
+  Value cmp(arith::CmpIPredicate p, Value l, Value r) {
+    return arith::CmpIOp::create(b, loc, p, l, r);
+  }
+  Value lt(Value l, Value r) { return cmp(arith::CmpIPredicate::ult, l, r); }
+  Value both(Value l, Value r) { return arith::AndIOp::create(b, loc, l, r); }
+  Value rem0(Value v, int64_t m) {
+    return cmp(arith::CmpIPredicate::eq, rem(v, m), idx(0));
+  }
+  /// Whether memref `m`'s base address is 16-byte aligned.
+  Value aligned(Value m) {
+    return rem0(memref::ExtractAlignedPointerAsIndexOp::create(b, loc, m), 16);
+  }
+};
 
 } // namespace mlir::k3
 

@@ -1,0 +1,435 @@
+//===- GPUMLAMMA.cpp - MLA decode attention on tensor cores ---------------===//
+//
+// The absorbed MLA decode (K3_SPEC §5.3) scores each cached row c_j against
+// the q̂ of every head, s[h, j] = q̂_h · c_j, and sums ō_h = Σ_j p[h, j] c_j:
+// with 96 heads on a row of 576 elements that is about 100 multiply-adds
+// per byte of cache, compute-bound on CUDA cores (BENCHMARKS.md, ninth
+// session: 60 us each for the 9.4 MB of one 8k context). Here both are
+// mma.sync m16n8k16 products with the cache in bf16, as it is stored.
+//
+// q̂ and p are f32. Each is split into three bf16 parts, x = hi + mid + lo
+// with hi = bf16(x), mid = bf16(x - hi), lo = bf16(x - hi - mid) (round to
+// nearest; exact short of underflow: 3 x 8 significant bits cover f32's
+// 24), and each part is one mma against the same cache fragment into the
+// same accumulator, so every product is exact in f32 and only the order of
+// the sum is the tensor cores'.
+//
+// Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16", .bf16):
+// lane = 4 g + t; a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1],
+// a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9]; b0 = B[2t, 2t+1][g],
+// b1 = B[2t+8, 2t+9][g]; d0, d1 = D[g][2t, 2t+1], d2, d3 = D[g+8][2t, 2t+1].
+//
+// Scores (`k3.mla_scores`): A = the q̂ parts of 16 heads, B = 8 cache rows
+// (n = row, k = element). A warp takes 32 heads (two m tiles) and 64 rows
+// (eight n tiles); the k order of each 32-element step is permuted alike in
+// A and B (mma 0 takes elements 8t, 8t+1 as k = 2t, 2t+1 and 8t+2, 8t+3 as
+// 2t+8, 2t+9; mma 1 the next four), so that a lane reads 8 consecutive
+// elements (16 bytes) of its cache row and of its heads' parts. The parts
+// come from a [T, 3, heads, R + dr] bf16 copy of q̂ made first.
+//
+// Weighted sums (`k3.mla_wsum`): A = the p parts of 16 heads (k = row),
+// B = 16 cache rows (k = row, n = column). A warp takes 32 heads and 64
+// columns; lane g reads columns 8g .. 8g+7 of rows 2t, 2t+1, 2t+8, 2t+9
+// (16 bytes each) and n tile q takes column 8g + q of each, so that the
+// pairs along k are two rows' elements put side by side in registers. The
+// slices of the context are the CUDA-core stage's (about 256 rows, at most
+// the output's slice count, from the token's own length).
+//
+// Numerics (docs/NUMERICS.md, "MLA decode"): a score or a slice's sum adds
+// exact products 16 rows or elements at a time in the hardware's order, the
+// steps in order; nothing depends on the other tokens of a decode batch.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TensorCore.h"
+#include "k3/Conversion/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
+namespace mlir::k3 {
+#define GEN_PASS_DEF_K3GPUMLAMMAPASS
+#include "k3/Conversion/Passes.h.inc"
+} // namespace mlir::k3
+
+using namespace mlir;
+
+namespace {
+constexpr int64_t kParts = 3;         // bf16 parts of an f32
+constexpr int64_t kWarpHeads = 32;    // two m16 tiles
+constexpr int64_t kTiles = 8;         // n8 tiles per warp
+constexpr int64_t kScoreRows = 64;    // scores: cache rows per warp
+constexpr int64_t kScoreWarps = 4;    // scores: warps per block
+constexpr int64_t kSumColumns = 64;   // weighted sums: columns per warp
+constexpr int64_t kMaxSumWarps = 32;  // weighted sums: a block's limit
+constexpr int64_t kSliceRows = 256;   // rows per slice, as Kernels/MLA.mlir
+constexpr llvm::StringLiteral kScores = "k3.mla_scores";
+constexpr llvm::StringLiteral kSums = "k3.mla_wsum";
+
+/// What both kernels build: lanes, loads as i32 words, the f32 split.
+struct MLAKernel : k3::IndexMath {
+  Value lane, warp, g, t;
+
+  void threads(gpu::LaunchOp launch) {
+    Value tid = launch.getThreadIds().x;
+    warp = div(tid, 32);
+    lane = rem(tid, 32);
+    g = div(lane, 4);
+    t = rem(lane, 4);
+  }
+  Value f32(double v) {
+    return arith::ConstantFloatOp::create(b, loc, b.getF32Type(),
+                                          APFloat(static_cast<float>(v)));
+  }
+  /// 8 bf16 at `indices` of `m` (16-byte aligned), as 4 i32 words.
+  SmallVector<Value> words(Value m, ValueRange indices) {
+    Value v = vector::LoadOp::create(
+        b, loc, VectorType::get({8}, b.getBF16Type()), m, indices,
+        /*nontemporal=*/false, llvm::MaybeAlign(16));
+    v = vector::BitCastOp::create(b, loc, VectorType::get({4}, b.getI32Type()),
+                                  v);
+    SmallVector<Value> r;
+    for (int64_t k = 0; k < 4; ++k)
+      r.push_back(vector::ExtractOp::create(b, loc, v, ArrayRef<int64_t>{k}));
+    return r;
+  }
+  /// The i32 word of a vector<2xbf16>.
+  Value word(Value v2) {
+    Value w = vector::BitCastOp::create(
+        b, loc, VectorType::get({1}, b.getI32Type()), v2);
+    return vector::ExtractOp::create(b, loc, w, ArrayRef<int64_t>{0});
+  }
+  /// (x0, x1) rounded to a bf16 pair (x0 in the low half) as an i32 word,
+  /// and what the rounding left of each.
+  Value roundPair(Value &x0, Value &x1) {
+    Value w = word(NVVM::ConvertF32x2ToBF16x2Op::create(
+        b, loc, VectorType::get({2}, b.getBF16Type()), x1, x0,
+        /*random_bits=*/Value(), NVVM::FPRoundingMode::RN));
+    Type i32 = b.getI32Type();
+    Value lo = arith::ShLIOp::create(
+        b, loc, w, arith::ConstantIntOp::create(b, loc, i32, 16));
+    Value hi = arith::AndIOp::create(
+        b, loc, w,
+        arith::ConstantIntOp::create(b, loc, i32, int32_t(0xFFFF0000u)));
+    x0 = arith::SubFOp::create(
+        b, loc, x0, arith::BitcastOp::create(b, loc, b.getF32Type(), lo));
+    x1 = arith::SubFOp::create(
+        b, loc, x1, arith::BitcastOp::create(b, loc, b.getF32Type(), hi));
+    return w;
+  }
+  /// The three bf16 parts of the pair (x0, x1): hi, mid, lo words.
+  std::array<Value, kParts> parts(Value x0, Value x1) {
+    std::array<Value, kParts> r;
+    for (int64_t k = 0; k < kParts; ++k)
+      r[k] = roundPair(x0, x1);
+    return r;
+  }
+  Value load(Value m, ValueRange indices) {
+    return memref::LoadOp::create(b, loc, m, indices);
+  }
+  void storeIf(Value cond, Value v, Value m, ValueRange indices) {
+    scf::IfOp::create(b, loc, cond, [&](OpBuilder &ib, Location l) {
+      memref::StoreOp::create(ib, l, v, m, indices);
+      scf::YieldOp::create(ib, l);
+    });
+  }
+};
+
+/// Moves `rest` (the function's original operations) into the else branch
+/// of `scf.if cond` and leaves the builder at the start of the then branch.
+void guardBody(OpBuilder &b, Location loc, ArrayRef<Operation *> rest,
+               Value cond) {
+  auto ifOp = scf::IfOp::create(b, loc, cond, /*withElseRegion=*/true);
+  for (Operation *op : rest)
+    op->moveBefore(ifOp.elseBlock()->getTerminator());
+  b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
+}
+
+/// Scores: qt [T, W, HP] f32, pool [rows, W] bf16, rows [T, CAP] index,
+/// ntk [T] index, p [T, NH, CAP] f32, scale f32.
+void buildScores(OpBuilder &builder, Location loc, Block &body,
+                 ArrayRef<Operation *> rest) {
+  MLAKernel k{{builder, loc}};
+  OpBuilder &b = builder;
+  Value qt = body.getArgument(0), pool = body.getArgument(1),
+        rows = body.getArgument(2), ntk = body.getArgument(3),
+        p = body.getArgument(4), scale = body.getArgument(5);
+  Value c0 = k.idx(0), c1 = k.idx(1);
+  Value tokens = memref::DimOp::create(b, loc, p, 0);
+  Value heads = memref::DimOp::create(b, loc, p, 1);
+  Value cap = memref::DimOp::create(b, loc, p, 2);
+  Value width = memref::DimOp::create(b, loc, pool, 1);
+  Value ok = k.both(k.rem0(width, 32), k.aligned(pool));
+  ok = k.both(ok, k.rem0(cap, kScoreRows * kScoreWarps));
+  guardBody(b, loc, rest, ok);
+
+  // The q̂ parts, heads padded to 32 (a padded head repeats the last).
+  Value padded = k.mul(k.ceilDiv(heads, k.idx(kWarpHeads)), kWarpHeads);
+  Value last = k.sub(heads, c1);
+  auto bf16 = b.getBF16Type();
+  auto dyn = ShapedType::kDynamic;
+  Value qs = memref::AllocOp::create(
+      b, loc, MemRefType::get({dyn, kParts, dyn, dyn}, bf16),
+      ValueRange{tokens, padded, width}, b.getI64IntegerAttr(16));
+  scf::ParallelOp::create(
+      b, loc, ValueRange{c0, c0, c0}, ValueRange{tokens, padded, width},
+      ValueRange{c1, c1, c1}, [&](OpBuilder &pb, Location l, ValueRange ix) {
+        k3::IndexMath m{pb, l};
+        Value x = memref::LoadOp::create(
+            pb, l, qt, ValueRange{ix[0], ix[2], m.min(ix[1], last)});
+        for (int64_t part = 0; part < kParts; ++part) {
+          Value h = arith::TruncFOp::create(pb, l, bf16, x);
+          memref::StoreOp::create(pb, l, h, qs,
+                                  ValueRange{ix[0], m.idx(part), ix[1], ix[2]});
+          if (part + 1 < kParts)
+            x = arith::SubFOp::create(
+                pb, l, x, arith::ExtFOp::create(pb, l, b.getF32Type(), h));
+        }
+      });
+
+  auto launch = gpu::LaunchOp::create(
+      b, loc, k.div(cap, kScoreRows * kScoreWarps), k.div(padded, kWarpHeads),
+      tokens, k.idx(kScoreWarps * 32), c1, c1);
+  launch->setAttr("k3.mma_shape", b.getDenseI64ArrayAttr({16, 8, 16}));
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(&launch.getBody().front());
+  k.threads(launch);
+  Value i = launch.getBlockIds().z;
+  Value h0 = k.mul(launch.getBlockIds().y, kWarpHeads);
+  Value j0 = k.mul(k.add(k.mul(launch.getBlockIds().x, kScoreWarps), k.warp),
+                   kScoreRows);
+  Value n = k.load(ntk, {i});
+  // Warps wholly past the token's rows have nothing to store.
+  auto live = scf::IfOp::create(b, loc, k.lt(j0, n), /*withElse=*/false);
+  b.setInsertionPoint(live.thenBlock()->getTerminator());
+  // The cache rows of n tile q's column g (past n: row n - 1, not stored).
+  Value jlast = k.sub(n, c1);
+  SmallVector<Value> row;
+  for (int64_t q = 0; q < kTiles; ++q)
+    row.push_back(k.load(rows, {i, k.min(k.add(j0, k.add(k.g, 8 * q)), jlast)}));
+  SmallVector<Value> acc(2 * kTiles * 4, k.f32(0.0));
+  auto loop = scf::ForOp::create(
+      b, loc, c0, k.div(width, 32), c1, acc,
+      [&](OpBuilder &fb, Location, Value s, ValueRange in) {
+        OpBuilder::InsertionGuard inner(b);
+        b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
+        SmallVector<Value> next(in);
+        Value e = k.add(k.mul(s, 32), k.mul(k.t, 8));
+        SmallVector<SmallVector<Value>> cache;
+        for (int64_t q = 0; q < kTiles; ++q)
+          cache.push_back(k.words(pool, {row[q], e}));
+        for (int64_t mt = 0; mt < 2; ++mt) {
+          Value h = k.add(h0, k.add(k.g, 16 * mt));
+          for (int64_t part = 0; part < kParts; ++part) {
+            SmallVector<Value> r0 = k.words(qs, {i, k.idx(part), h, e});
+            SmallVector<Value> r1 =
+                k.words(qs, {i, k.idx(part), k.add(h, 8), e});
+            for (int64_t q = 0; q < kTiles; ++q)
+              for (int64_t half = 0; half < 2; ++half) {
+                std::array<Value, 4> a = {r0[2 * half], r1[2 * half],
+                                          r0[2 * half + 1], r1[2 * half + 1]};
+                std::array<Value, 2> bx = {cache[q][2 * half],
+                                           cache[q][2 * half + 1]};
+                auto d = ValueRange(next).slice(4 * (mt * kTiles + q), 4);
+                llvm::copy(k3::mmaSyncBF16(b, loc, a, bx, d),
+                           next.begin() + 4 * (mt * kTiles + q));
+              }
+          }
+        }
+        scf::YieldOp::create(b, loc, next);
+      });
+  // d0, d1: head g, rows 2t, 2t+1 of tile q; d2, d3: head g + 8.
+  for (int64_t mt = 0; mt < 2; ++mt)
+    for (int64_t q = 0; q < kTiles; ++q)
+      for (int64_t e = 0; e < 4; ++e) {
+        Value h = k.add(h0, k.add(k.g, 16 * mt + 8 * (e / 2)));
+        Value j = k.add(j0, k.add(k.mul(k.t, 2), 8 * q + e % 2));
+        Value v = arith::MulFOp::create(
+            b, loc, loop.getResult(4 * (mt * kTiles + q) + e), scale);
+        k.storeIf(k.both(k.lt(h, heads), k.lt(j, n)), v, p, {i, h, j});
+      }
+  b.setInsertionPointAfter(live);
+  gpu::TerminatorOp::create(b, loc);
+}
+
+/// Weighted sums: p [T, NH, CAP] f32, pool [rows, W] bf16, rows [T, CAP]
+/// index, ntk [T] index, partial [T, NH, S, R] f32.
+void buildSums(OpBuilder &builder, Location loc, Block &body,
+               ArrayRef<Operation *> rest) {
+  MLAKernel k{{builder, loc}};
+  OpBuilder &b = builder;
+  Value p = body.getArgument(0), pool = body.getArgument(1),
+        rows = body.getArgument(2), ntk = body.getArgument(3),
+        partial = body.getArgument(4);
+  Value c0 = k.idx(0), c1 = k.idx(1);
+  Value tokens = memref::DimOp::create(b, loc, p, 0);
+  Value heads = memref::DimOp::create(b, loc, p, 1);
+  Value cap = memref::DimOp::create(b, loc, p, 2);
+  Value slices = memref::DimOp::create(b, loc, partial, 2);
+  Value columns = memref::DimOp::create(b, loc, partial, 3);
+  Value width = memref::DimOp::create(b, loc, pool, 1);
+  Value ok = k.both(k.rem0(columns, kSumColumns), k.rem0(width, 8));
+  ok = k.both(ok, k.aligned(pool));
+  ok = k.both(ok, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ule,
+                                        columns,
+                                        k.idx(kSumColumns * kMaxSumWarps)));
+  guardBody(b, loc, rest, ok);
+
+  Value padded = k.mul(k.ceilDiv(heads, k.idx(kWarpHeads)), kWarpHeads);
+  auto launch = gpu::LaunchOp::create(
+      b, loc, slices, k.div(padded, kWarpHeads), tokens,
+      k.mul(k.div(columns, kSumColumns), 32), c1, c1);
+  launch->setAttr("k3.mma_shape", b.getDenseI64ArrayAttr({16, 8, 16}));
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(&launch.getBody().front());
+  k.threads(launch);
+  Value i = launch.getBlockIds().z;
+  Value h0 = k.mul(launch.getBlockIds().y, kWarpHeads);
+  Value slice = launch.getBlockIds().x;
+  Value col0 = k.mul(k.warp, kSumColumns);
+  // The slice's rows [js, je) (empty past the token's slice count).
+  Value n = k.load(ntk, {i});
+  Value count = k.min(k.ceilDiv(n, k.idx(kSliceRows)), slices);
+  Value size = k.ceilDiv(n, count);
+  Value js = k.mul(slice, size);
+  Value je = k.min(k.add(js, size), n);
+  Value len = arith::SelectOp::create(b, loc, k.lt(js, je), k.sub(je, js), c0);
+  Value last = k.sub(heads, c1), jlast = k.sub(n, c1), plast = k.sub(cap, c1);
+  // This lane's heads: g, g + 8 of each m tile (past NH: the last, not
+  // stored).
+  SmallVector<Value> head;
+  for (int64_t r = 0; r < 4; ++r)
+    head.push_back(k.min(k.add(h0, k.add(k.g, 8 * r)), last));
+  SmallVector<Value> acc(2 * kTiles * 4, k.f32(0.0));
+  auto loop = scf::ForOp::create(
+      b, loc, c0, k.ceilDiv(len, k.idx(16)), c1, acc,
+      [&](OpBuilder &fb, Location, Value s, ValueRange in) {
+        OpBuilder::InsertionGuard inner(b);
+        b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
+        SmallVector<Value> next(in);
+        Value jj = k.add(js, k.mul(s, 16));
+        // Rows 2t, 2t+1, 2t+8, 2t+9 of the step: cache columns 8g .. 8g+7
+        // (a row past the slice reads row n - 1 with p = 0).
+        SmallVector<Value> j, valid, cache;
+        for (int64_t r : {0, 1, 8, 9}) {
+          j.push_back(k.add(jj, k.add(k.mul(k.t, 2), r)));
+          valid.push_back(k.lt(j.back(), je));
+          Value at = k.load(rows, {i, k.min(j.back(), jlast)});
+          cache.push_back(vector::LoadOp::create(
+              b, loc, VectorType::get({8}, b.getBF16Type()), pool,
+              ValueRange{at, k.add(col0, k.mul(k.g, 8))},
+              /*nontemporal=*/false, llvm::MaybeAlign(16)));
+        }
+        // B of tile q: column 8g + q of rows (2t, 2t+1) and (2t+8, 2t+9).
+        auto pair = [&](Value x, Value y, int64_t q) {
+          auto el = [&](Value v) {
+            return vector::ExtractOp::create(b, loc, v, ArrayRef<int64_t>{q});
+          };
+          return k.word(vector::FromElementsOp::create(
+              b, loc, VectorType::get({2}, b.getBF16Type()),
+              ValueRange{el(x), el(y)}));
+        };
+        SmallVector<std::array<Value, 2>> bt;
+        for (int64_t q = 0; q < kTiles; ++q)
+          bt.push_back({pair(cache[0], cache[1], q), pair(cache[2], cache[3], q)});
+        Value zero = k.f32(0.0);
+        for (int64_t mt = 0; mt < 2; ++mt) {
+          // p of heads g (r = 0) and g + 8 (r = 1) at the four rows.
+          std::array<std::array<Value, kParts>, 4> a;
+          for (int64_t r = 0; r < 2; ++r)
+            for (int64_t kk = 0; kk < 2; ++kk) {
+              Value x[2];
+              for (int64_t e = 0; e < 2; ++e) {
+                Value v = k.load(p, {i, head[2 * mt + r],
+                                     k.min(j[2 * kk + e], plast)});
+                x[e] = arith::SelectOp::create(b, loc, valid[2 * kk + e], v,
+                                               zero);
+              }
+              // a0/a1: rows 2t, 2t+1 of heads g / g+8; a2/a3: 2t+8, 2t+9.
+              a[2 * kk + r] = k.parts(x[0], x[1]);
+            }
+          for (int64_t part = 0; part < kParts; ++part) {
+            std::array<Value, 4> av = {a[0][part], a[1][part], a[2][part],
+                                       a[3][part]};
+            for (int64_t q = 0; q < kTiles; ++q) {
+              auto d = ValueRange(next).slice(4 * (mt * kTiles + q), 4);
+              llvm::copy(k3::mmaSyncBF16(b, loc, av, bt[q], d),
+                         next.begin() + 4 * (mt * kTiles + q));
+            }
+          }
+        }
+        scf::YieldOp::create(b, loc, next);
+      });
+  // d0, d1: head g, columns 8 (2t) + q and 8 (2t + 1) + q; d2, d3: head
+  // g + 8.
+  for (int64_t mt = 0; mt < 2; ++mt)
+    for (int64_t q = 0; q < kTiles; ++q)
+      for (int64_t e = 0; e < 4; ++e) {
+        Value h = k.add(h0, k.add(k.g, 16 * mt + 8 * (e / 2)));
+        Value col =
+            k.add(col0, k.add(k.mul(k.add(k.mul(k.t, 2), e % 2), 8), q));
+        k.storeIf(k.lt(h, heads), loop.getResult(4 * (mt * kTiles + q) + e),
+                  partial, {i, h, slice, col});
+      }
+  gpu::TerminatorOp::create(b, loc);
+}
+
+struct K3GPUMLAMMAPass : k3::impl::K3GPUMLAMMAPassBase<K3GPUMLAMMAPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    func::FuncOp f = getOperation();
+    bool scores = f->hasAttr(kScores), sums = f->hasAttr(kSums);
+    if ((!scores && !sums) || f.isExternal())
+      return;
+    Block &body = f.getBody().front();
+    auto type = [&](unsigned a) {
+      return a < body.getNumArguments() ? body.getArgument(a).getType()
+                                        : Type();
+    };
+    auto memref = [&](unsigned a, int64_t rank, Type elt) {
+      auto m = dyn_cast_or_null<MemRefType>(type(a));
+      return m && m.getRank() == rank && m.getLayout().isIdentity() &&
+             (!elt || m.getElementType() == elt);
+    };
+    Builder b(f.getContext());
+    Type f32 = b.getF32Type(), index = b.getIndexType();
+    bool cache = memref(1, 2, Type()) && memref(2, 2, index) &&
+                 memref(3, 1, index);
+    if (scores && !(body.getNumArguments() == 6 && memref(0, 3, f32) &&
+                    cache && memref(4, 3, f32) && type(5) == f32)) {
+      f.emitError() << kScores
+                    << ": expected (qt [T, W, HP] f32, pool [rows, W], "
+                       "rows [T, CAP] index, ntk [T] index, p [T, NH, CAP] "
+                       "f32, scale f32)";
+      return signalPassFailure();
+    }
+    if (sums && !(body.getNumArguments() == 5 && memref(0, 3, f32) && cache &&
+                  memref(4, 4, f32))) {
+      f.emitError() << kSums
+                    << ": expected (p [T, NH, CAP] f32, pool [rows, W], rows "
+                       "[T, CAP] index, ntk [T] index, partial [T, NH, S, R] "
+                       "f32)";
+      return signalPassFailure();
+    }
+    // A bf16 cache only (an f32 library keeps its CUDA-core kernels); PTX
+    // ISA: mma.sync with .bf16 operands and cvt.rn.bf16x2.f32 need sm_80.
+    if (!cast<MemRefType>(type(1)).getElementType().isBF16() || sm < 80)
+      return;
+    SmallVector<Operation *> rest;
+    for (Operation &op : body.without_terminator())
+      rest.push_back(&op);
+    OpBuilder builder(f.getContext());
+    builder.setInsertionPointToStart(&body);
+    if (scores)
+      buildScores(builder, f.getLoc(), body, rest);
+    else
+      buildSums(builder, f.getLoc(), body, rest);
+  }
+};
+} // namespace
