@@ -20,20 +20,27 @@
 // b1 = B[2t+8, 2t+9][g]; d0, d1 = D[g][2t, 2t+1], d2, d3 = D[g+8][2t, 2t+1].
 //
 // Scores (`k3.mla_scores`): A = the q̂ parts of 16 heads, B = 8 cache rows
-// (n = row, k = element). A warp takes 32 heads (two m tiles) and 64 rows
-// (eight n tiles); the k order of each 32-element step is permuted alike in
+// (n = row, k = element). A warp takes 32 heads (two m tiles) and 32 rows
+// (four n tiles); the k order of each 32-element step is permuted alike in
 // A and B (mma 0 takes elements 8t, 8t+1 as k = 2t, 2t+1 and 8t+2, 8t+3 as
 // 2t+8, 2t+9; mma 1 the next four), so that a lane reads 8 consecutive
-// elements (16 bytes) of its cache row and of its heads' parts. The parts
-// come from a [T, 3, heads, R + dr] bf16 copy of q̂ made first.
+// elements (16 bytes) of its cache rows and of its heads' parts. The parts
+// come from a [T, 3, heads, R + dr] bf16 copy of q̂ made first (a parallel
+// loop: 1/64 of the cache's size per token).
 //
 // Weighted sums (`k3.mla_wsum`): A = the p parts of 16 heads (k = row),
 // B = 16 cache rows (k = row, n = column). A warp takes 32 heads and 64
 // columns; lane g reads columns 8g .. 8g+7 of rows 2t, 2t+1, 2t+8, 2t+9
 // (16 bytes each) and n tile q takes column 8g + q of each, so that the
-// pairs along k are two rows' elements put side by side in registers. The
-// slices of the context are the CUDA-core stage's (about 256 rows, at most
-// the output's slice count, from the token's own length).
+// pairs along k are two rows' elements put side by side in registers. p is
+// split in registers (`nvvm.convert.f32x2.to.bf16x2`, round to nearest; a
+// precomputed copy of the parts measured slower on the H200: one more pass
+// over p and no fewer stalls). The slices of the context are the CUDA-core
+// stage's (about 256 rows, at most the output's slice count, from the
+// token's own length).
+//
+// Both loops load a step's operands one step ahead (carried in the loop),
+// so that their latency overlaps the step before.
 //
 // Numerics (docs/NUMERICS.md, "MLA decode"): a score or a slice's sum adds
 // exact products 16 rows or elements at a time in the hardware's order, the
@@ -63,9 +70,11 @@ namespace {
 constexpr int64_t kParts = 3;         // bf16 parts of an f32
 constexpr int64_t kWarpHeads = 32;    // two m16 tiles
 constexpr int64_t kTiles = 8;         // n8 tiles per warp
-constexpr int64_t kScoreRows = 64;    // scores: cache rows per warp
+constexpr int64_t kScoreRows = 32;    // scores: cache rows per warp
+constexpr int64_t kScoreTiles = kScoreRows / 8;
 constexpr int64_t kScoreWarps = 4;    // scores: warps per block
 constexpr int64_t kSumColumns = 64;   // weighted sums: columns per warp
+constexpr int64_t kSumWarps = 4;      // weighted sums: warps per block
 constexpr int64_t kMaxSumWarps = 32;  // weighted sums: a block's limit
 constexpr int64_t kSliceRows = 256;   // rows per slice, as Kernels/MLA.mlir
 constexpr llvm::StringLiteral kScores = "k3.mla_scores";
@@ -140,6 +149,20 @@ struct MLAKernel : k3::IndexMath {
   }
 };
 
+/// Stores the bf16 parts hi, mid, lo of `x` at buf[ix[0], part, ix[1],
+/// ix[2]].
+void storeParts(OpBuilder &b, Location loc, Value x, Value buf,
+                ValueRange ix) {
+  for (int64_t part = 0; part < kParts; ++part) {
+    Value h = arith::TruncFOp::create(b, loc, b.getBF16Type(), x);
+    Value at = arith::ConstantIndexOp::create(b, loc, part);
+    memref::StoreOp::create(b, loc, h, buf, ValueRange{ix[0], at, ix[1], ix[2]});
+    if (part + 1 < kParts)
+      x = arith::SubFOp::create(b, loc, x,
+                                arith::ExtFOp::create(b, loc, b.getF32Type(), h));
+  }
+}
+
 /// Moves `rest` (the function's original operations) into the else branch
 /// of `scf.if cond` and leaves the builder at the start of the then branch.
 void guardBody(OpBuilder &b, Location loc, ArrayRef<Operation *> rest,
@@ -182,14 +205,7 @@ void buildScores(OpBuilder &builder, Location loc, Block &body,
         k3::IndexMath m{pb, l};
         Value x = memref::LoadOp::create(
             pb, l, qt, ValueRange{ix[0], ix[2], m.min(ix[1], last)});
-        for (int64_t part = 0; part < kParts; ++part) {
-          Value h = arith::TruncFOp::create(pb, l, bf16, x);
-          memref::StoreOp::create(pb, l, h, qs,
-                                  ValueRange{ix[0], m.idx(part), ix[1], ix[2]});
-          if (part + 1 < kParts)
-            x = arith::SubFOp::create(
-                pb, l, x, arith::ExtFOp::create(pb, l, b.getF32Type(), h));
-        }
+        storeParts(pb, l, x, qs, ix);
       });
 
   auto launch = gpu::LaunchOp::create(
@@ -210,34 +226,51 @@ void buildScores(OpBuilder &builder, Location loc, Block &body,
   // The cache rows of n tile q's column g (past n: row n - 1, not stored).
   Value jlast = k.sub(n, c1);
   SmallVector<Value> row;
-  for (int64_t q = 0; q < kTiles; ++q)
+  for (int64_t q = 0; q < kScoreTiles; ++q)
     row.push_back(k.load(rows, {i, k.min(k.add(j0, k.add(k.g, 8 * q)), jlast)}));
-  SmallVector<Value> acc(2 * kTiles * 4, k.f32(0.0));
+  // Step s's words, loaded one step ahead so that their latency overlaps
+  // the step before (the last step reloads itself): the cache rows' (4 per
+  // tile), then the q̂ parts' (4 per (m tile, part, head g / g + 8)).
+  Value steps = k.div(width, 32);
+  auto fetch = [&](Value s) {
+    SmallVector<Value> w;
+    Value e = k.add(k.mul(s, 32), k.mul(k.t, 8));
+    for (int64_t q = 0; q < kScoreTiles; ++q)
+      llvm::append_range(w, k.words(pool, {row[q], e}));
+    for (int64_t mt = 0; mt < 2; ++mt)
+      for (int64_t part = 0; part < kParts; ++part)
+        for (int64_t r = 0; r < 2; ++r)
+          llvm::append_range(
+              w, k.words(qs, {i, k.idx(part),
+                              k.add(h0, k.add(k.g, 16 * mt + 8 * r)), e}));
+    return w;
+  };
+  constexpr int64_t kAcc = 2 * kScoreTiles * 4;
+  SmallVector<Value> init(kAcc, k.f32(0.0));
+  llvm::append_range(init, fetch(c0));
   auto loop = scf::ForOp::create(
-      b, loc, c0, k.div(width, 32), c1, acc,
+      b, loc, c0, steps, c1, init,
       [&](OpBuilder &fb, Location, Value s, ValueRange in) {
         OpBuilder::InsertionGuard inner(b);
         b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
-        SmallVector<Value> next(in);
-        Value e = k.add(k.mul(s, 32), k.mul(k.t, 8));
-        SmallVector<SmallVector<Value>> cache;
-        for (int64_t q = 0; q < kTiles; ++q)
-          cache.push_back(k.words(pool, {row[q], e}));
+        SmallVector<Value> next(in.take_front(kAcc));
+        ValueRange cache = in.drop_front(kAcc);
+        ValueRange qw = cache.drop_front(4 * kScoreTiles);
+        llvm::append_range(
+            next, fetch(k.min(k.add(s, 1), k.sub(steps, c1))));
         for (int64_t mt = 0; mt < 2; ++mt) {
-          Value h = k.add(h0, k.add(k.g, 16 * mt));
           for (int64_t part = 0; part < kParts; ++part) {
-            SmallVector<Value> r0 = k.words(qs, {i, k.idx(part), h, e});
-            SmallVector<Value> r1 =
-                k.words(qs, {i, k.idx(part), k.add(h, 8), e});
-            for (int64_t q = 0; q < kTiles; ++q)
+            ValueRange r0 = qw.slice(8 * (mt * kParts + part), 4);
+            ValueRange r1 = qw.slice(8 * (mt * kParts + part) + 4, 4);
+            for (int64_t q = 0; q < kScoreTiles; ++q)
               for (int64_t half = 0; half < 2; ++half) {
                 std::array<Value, 4> a = {r0[2 * half], r1[2 * half],
                                           r0[2 * half + 1], r1[2 * half + 1]};
-                std::array<Value, 2> bx = {cache[q][2 * half],
-                                           cache[q][2 * half + 1]};
-                auto d = ValueRange(next).slice(4 * (mt * kTiles + q), 4);
+                std::array<Value, 2> bx = {cache[4 * q + 2 * half],
+                                           cache[4 * q + 2 * half + 1]};
+                auto d = ValueRange(next).slice(4 * (mt * kScoreTiles + q), 4);
                 llvm::copy(k3::mmaSyncBF16(b, loc, a, bx, d),
-                           next.begin() + 4 * (mt * kTiles + q));
+                           next.begin() + 4 * (mt * kScoreTiles + q));
               }
           }
         }
@@ -245,12 +278,12 @@ void buildScores(OpBuilder &builder, Location loc, Block &body,
       });
   // d0, d1: head g, rows 2t, 2t+1 of tile q; d2, d3: head g + 8.
   for (int64_t mt = 0; mt < 2; ++mt)
-    for (int64_t q = 0; q < kTiles; ++q)
+    for (int64_t q = 0; q < kScoreTiles; ++q)
       for (int64_t e = 0; e < 4; ++e) {
         Value h = k.add(h0, k.add(k.g, 16 * mt + 8 * (e / 2)));
         Value j = k.add(j0, k.add(k.mul(k.t, 2), 8 * q + e % 2));
         Value v = arith::MulFOp::create(
-            b, loc, loop.getResult(4 * (mt * kTiles + q) + e), scale);
+            b, loc, loop.getResult(4 * (mt * kScoreTiles + q) + e), scale);
         k.storeIf(k.both(k.lt(h, heads), k.lt(j, n)), v, p, {i, h, j});
       }
   b.setInsertionPointAfter(live);
@@ -281,17 +314,27 @@ void buildSums(OpBuilder &builder, Location loc, Block &body,
   guardBody(b, loc, rest, ok);
 
   Value padded = k.mul(k.ceilDiv(heads, k.idx(kWarpHeads)), kWarpHeads);
+  // Warps of 64 columns, 4 per block where they divide evenly (a block per
+  // (slice, column block) along x).
+  Value warps = k.div(columns, kSumColumns);
+  Value perBlock = arith::SelectOp::create(
+      b, loc, k.rem0(warps, kSumWarps), k.idx(kSumWarps), warps);
+  Value columnBlocks = arith::DivUIOp::create(b, loc, warps, perBlock);
   auto launch = gpu::LaunchOp::create(
-      b, loc, slices, k.div(padded, kWarpHeads), tokens,
-      k.mul(k.div(columns, kSumColumns), 32), c1, c1);
+      b, loc, k.mul(slices, columnBlocks), k.div(padded, kWarpHeads), tokens,
+      k.mul(perBlock, 32), c1, c1);
   launch->setAttr("k3.mma_shape", b.getDenseI64ArrayAttr({16, 8, 16}));
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&launch.getBody().front());
   k.threads(launch);
   Value i = launch.getBlockIds().z;
   Value h0 = k.mul(launch.getBlockIds().y, kWarpHeads);
-  Value slice = launch.getBlockIds().x;
-  Value col0 = k.mul(k.warp, kSumColumns);
+  Value slice = arith::DivUIOp::create(b, loc, launch.getBlockIds().x,
+                                      columnBlocks);
+  Value columnBlock = arith::RemUIOp::create(b, loc, launch.getBlockIds().x,
+                                             columnBlocks);
+  Value col0 =
+      k.mul(k.add(k.mul(columnBlock, perBlock), k.warp), kSumColumns);
   // The slice's rows [js, je) (empty past the token's slice count).
   Value n = k.load(ntk, {i});
   Value count = k.min(k.ceilDiv(n, k.idx(kSliceRows)), slices);
@@ -300,31 +343,46 @@ void buildSums(OpBuilder &builder, Location loc, Block &body,
   Value je = k.min(k.add(js, size), n);
   Value len = arith::SelectOp::create(b, loc, k.lt(js, je), k.sub(je, js), c0);
   Value last = k.sub(heads, c1), jlast = k.sub(n, c1), plast = k.sub(cap, c1);
-  // This lane's heads: g, g + 8 of each m tile (past NH: the last, not
-  // stored).
+  // This lane's heads: g + 8r, r = 0 .. 3 (g and g + 8 of each m tile;
+  // past NH: the last, not stored).
   SmallVector<Value> head;
   for (int64_t r = 0; r < 4; ++r)
     head.push_back(k.min(k.add(h0, k.add(k.g, 8 * r)), last));
-  SmallVector<Value> acc(2 * kTiles * 4, k.f32(0.0));
+  // Step s's inputs, loaded one step ahead: rows 2t, 2t+1, 2t+8, 2t+9 of
+  // the step (cache columns 8g .. 8g+7 each; a row past the slice reads
+  // row n - 1 with p = 0) and p of this lane's heads there.
+  Value steps = k.ceilDiv(len, k.idx(16));
+  Value zero = k.f32(0.0);
+  auto fetch = [&](Value s) {
+    SmallVector<Value> in, j, valid;
+    Value jj = k.add(js, k.mul(s, 16));
+    for (int64_t r : {0, 1, 8, 9}) {
+      j.push_back(k.add(jj, k.add(k.mul(k.t, 2), r)));
+      valid.push_back(k.lt(j.back(), je));
+      Value at = k.load(rows, {i, k.min(j.back(), jlast)});
+      in.push_back(vector::LoadOp::create(
+          b, loc, VectorType::get({8}, b.getBF16Type()), pool,
+          ValueRange{at, k.add(col0, k.mul(k.g, 8))},
+          /*nontemporal=*/false, llvm::MaybeAlign(16)));
+    }
+    for (int64_t r = 0; r < 4; ++r)
+      for (int64_t e = 0; e < 4; ++e) {
+        Value v = k.load(p, {i, head[r], k.min(j[e], plast)});
+        in.push_back(arith::SelectOp::create(b, loc, valid[e], v, zero));
+      }
+    return in;
+  };
+  constexpr int64_t kAcc = 2 * kTiles * 4;
+  SmallVector<Value> init(kAcc, zero);
+  llvm::append_range(init, fetch(c0));
   auto loop = scf::ForOp::create(
-      b, loc, c0, k.ceilDiv(len, k.idx(16)), c1, acc,
+      b, loc, c0, steps, c1, init,
       [&](OpBuilder &fb, Location, Value s, ValueRange in) {
         OpBuilder::InsertionGuard inner(b);
         b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
-        SmallVector<Value> next(in);
-        Value jj = k.add(js, k.mul(s, 16));
-        // Rows 2t, 2t+1, 2t+8, 2t+9 of the step: cache columns 8g .. 8g+7
-        // (a row past the slice reads row n - 1 with p = 0).
-        SmallVector<Value> j, valid, cache;
-        for (int64_t r : {0, 1, 8, 9}) {
-          j.push_back(k.add(jj, k.add(k.mul(k.t, 2), r)));
-          valid.push_back(k.lt(j.back(), je));
-          Value at = k.load(rows, {i, k.min(j.back(), jlast)});
-          cache.push_back(vector::LoadOp::create(
-              b, loc, VectorType::get({8}, b.getBF16Type()), pool,
-              ValueRange{at, k.add(col0, k.mul(k.g, 8))},
-              /*nontemporal=*/false, llvm::MaybeAlign(16)));
-        }
+        SmallVector<Value> next(in.take_front(kAcc));
+        ValueRange cache = in.slice(kAcc, 4), pv = in.drop_front(kAcc + 4);
+        llvm::append_range(next, fetch(k.min(k.add(s, 1), k.sub(steps, c1))));
         // B of tile q: column 8g + q of rows (2t, 2t+1) and (2t+8, 2t+9).
         auto pair = [&](Value x, Value y, int64_t q) {
           auto el = [&](Value v) {
@@ -337,20 +395,13 @@ void buildSums(OpBuilder &builder, Location loc, Block &body,
         SmallVector<std::array<Value, 2>> bt;
         for (int64_t q = 0; q < kTiles; ++q)
           bt.push_back({pair(cache[0], cache[1], q), pair(cache[2], cache[3], q)});
-        Value zero = k.f32(0.0);
         for (int64_t mt = 0; mt < 2; ++mt) {
-          // p of heads g (r = 0) and g + 8 (r = 1) at the four rows.
+          // a0 / a1: rows 2t, 2t+1 of heads g / g + 8; a2 / a3: rows 2t+8,
+          // 2t+9.
           std::array<std::array<Value, kParts>, 4> a;
           for (int64_t r = 0; r < 2; ++r)
             for (int64_t kk = 0; kk < 2; ++kk) {
-              Value x[2];
-              for (int64_t e = 0; e < 2; ++e) {
-                Value v = k.load(p, {i, head[2 * mt + r],
-                                     k.min(j[2 * kk + e], plast)});
-                x[e] = arith::SelectOp::create(b, loc, valid[2 * kk + e], v,
-                                               zero);
-              }
-              // a0/a1: rows 2t, 2t+1 of heads g / g+8; a2/a3: 2t+8, 2t+9.
+              ValueRange x = pv.slice(4 * (2 * mt + r) + 2 * kk, 2);
               a[2 * kk + r] = k.parts(x[0], x[1]);
             }
           for (int64_t part = 0; part < kParts; ++part) {
