@@ -36,7 +36,11 @@ warp kernels (chunks of 8 tokens) and with the host library at rtol 0.3,
 correlation 0.97 per row: the two differ only in the order of exact f32
 products (docs/NUMERICS.md), measured on the H200 at 0.10 / 0.995 in the
 first row and 0.01-0.07 / >= 0.9987 after; a wrong fragment layout or tile
-bound gives unrelated rows (correlation near 0).
+bound gives unrelated rows (correlation near 0). Its MLA (cache rows of
+288, latent 256) and k3-small's (latent 64) take k3-gpu-mla-mma's
+tensor-core scores and weighted sums in bf16 (vs the reference, the host
+library, and batch == alone); its dense MLP's down projection (K = 2048)
+has 16 chunks of 128 for k3-gpu-skinny-mma.
 """
 import argparse
 import os
@@ -172,8 +176,9 @@ def checks(a):
           "--weights", w("w-wide"), "--prompt", PROMPT40, "--decode", DECODE4,
           "--chunks-a", "40", "--chunks-b", "8", "--rtol", "0.3", "--min-corr", "0.97",
           "--per-row"]),
-        # k3-wide's 512-wide products take k3-gpu-skinny-mma's kernel and
-        # its KDA heads of 64 k3-gpu-kda-recurrent's: batch == alone there.
+        # k3-wide's 512-wide products take k3-gpu-skinny-mma's kernel, its
+        # KDA heads of 64 k3-gpu-kda-recurrent's and its MLA
+        # k3-gpu-mla-mma's: batch == alone there.
         ("wide bf16 batching, fork, decode batch (bit-identical)",
          [os.path.join(b, "k3-serving-check"), lib("wide-bf16"), w("w-wide")]),
         ("wide f32 batching, fork, decode batch (bit-identical)",
