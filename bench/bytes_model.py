@@ -72,11 +72,12 @@ def kernel_model(m, context):
     experts = k * per_expert_all_layers
     out["k3k_experts"] = (experts, 4 * experts)
     # Absorbed MLA decode: the latent cache of every MLA layer read once;
-    # scores and the weighted sum over it for every head.
+    # scores and the weighted sum over it for every head: the kernels of
+    # k3k_gated_mla and of its two stages k3k_mla_scores / k3k_mla_wsum.
     mla = groups.get("mla.latent")
     if mla:
         cache = mla["bytes_per_token"] * (context + 1)
-        out["k3k_gated_mla"] = (cache, 2 * 2 * K3_HEADS * cache // 2)
+        out["k3k_gated_mla|k3k_mla"] = (cache, 2 * 2 * K3_HEADS * cache // 2)
     # KDA: the fp32 state of every KDA layer read and written once, a few
     # operations per element (decay, delta update, read-out).
     kda = groups.get("kda.recurrent")
