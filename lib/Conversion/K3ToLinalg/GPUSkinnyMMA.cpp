@@ -76,37 +76,16 @@ constexpr int64_t kMaxTokens = 16; // two n8 tiles
 constexpr int64_t kMinRows = 512;
 constexpr llvm::StringLiteral kAttr = "k3.skinny_matmul";
 
-class SkinnyKernel {
+class SkinnyKernel : k3::IndexMath {
 public:
   SkinnyKernel(OpBuilder &b, Location loc, Value x, Value w, Value out,
                func::FuncOp outFn, memref::GlobalOp ringGlobal)
-      : b(b), loc(loc), x(x), w(w), out(out), outFn(outFn),
+      : IndexMath{b, loc}, x(x), w(w), out(out), outFn(outFn),
         ringGlobal(ringGlobal) {}
 
   void build(SmallVectorImpl<Operation *> &rest);
 
 private:
-  Value idx(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
-  Value add(Value l, Value r) { return arith::AddIOp::create(b, loc, l, r); }
-  Value add(Value l, int64_t r) { return r ? add(l, idx(r)) : l; }
-  Value mul(Value l, Value r) { return arith::MulIOp::create(b, loc, l, r); }
-  Value mul(Value l, int64_t r) { return mul(l, idx(r)); }
-  Value div(Value l, int64_t r) {
-    return arith::DivUIOp::create(b, loc, l, idx(r));
-  }
-  Value rem(Value l, int64_t r) {
-    return arith::RemUIOp::create(b, loc, l, idx(r));
-  }
-  Value cmp(arith::CmpIPredicate p, Value l, Value r) {
-    return arith::CmpIOp::create(b, loc, p, l, r);
-  }
-  Value both(Value l, Value r) { return arith::AndIOp::create(b, loc, l, r); }
-  Value rem0(Value v, int64_t m) {
-    return cmp(arith::CmpIPredicate::eq, rem(v, m), idx(0));
-  }
-  Value aligned(Value m) {
-    return rem0(memref::ExtractAlignedPointerAsIndexOp::create(b, loc, m), 16);
-  }
   /// `n` values of `type` from `m` at `indices` as `as` (a bitcast).
   Value read(Value m, ValueRange indices, Type type, int64_t n,
              VectorType as) {
@@ -132,8 +111,6 @@ private:
   /// an absent tile).
   SmallVector<Value> sums(int64_t tiles);
 
-  OpBuilder &b;
-  Location loc;
   Value x, w, out;
   func::FuncOp outFn;
   memref::GlobalOp ringGlobal;
