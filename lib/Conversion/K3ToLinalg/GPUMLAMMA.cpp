@@ -138,6 +138,25 @@ struct MLAKernel : k3::IndexMath {
       r[k] = roundPair(x0, x1);
     return r;
   }
+  /// Accumulator tile `tile` (4 f32 of `acc`) += a · bx, one mma.
+  void mma(SmallVectorImpl<Value> &acc, int64_t tile, ArrayRef<Value> a,
+           ArrayRef<Value> bx) {
+    std::array<Value, 4> d = k3::mmaSyncBF16(
+        b, loc, a, bx, ValueRange(acc).slice(4 * tile, 4));
+    llvm::copy(d, acc.begin() + 4 * tile);
+  }
+  /// f(q, e, head, value) for the 4 values of each of `loop`'s 2 x `tiles`
+  /// accumulator tiles (m tile mt, n tile q): d0, d1 of head g, d2, d3 of
+  /// head g + 8 of the m tile.
+  void results(scf::ForOp loop, Value h0, int64_t tiles,
+               function_ref<void(int64_t, int64_t, Value, Value)> f) {
+    for (int64_t mt = 0; mt < 2; ++mt)
+      for (int64_t q = 0; q < tiles; ++q)
+        for (int64_t e = 0; e < 4; ++e) {
+          Value h = add(h0, add(g, 16 * mt + 8 * (e / 2)));
+          f(q, e, h, loop.getResult(4 * (mt * tiles + q) + e));
+        }
+  }
   Value load(Value m, ValueRange indices) {
     return memref::LoadOp::create(b, loc, m, indices);
   }
@@ -268,24 +287,18 @@ void buildScores(OpBuilder &builder, Location loc, Block &body,
                                           r0[2 * half + 1], r1[2 * half + 1]};
                 std::array<Value, 2> bx = {cache[4 * q + 2 * half],
                                            cache[4 * q + 2 * half + 1]};
-                auto d = ValueRange(next).slice(4 * (mt * kScoreTiles + q), 4);
-                llvm::copy(k3::mmaSyncBF16(b, loc, a, bx, d),
-                           next.begin() + 4 * (mt * kScoreTiles + q));
+                k.mma(next, mt * kScoreTiles + q, a, bx);
               }
           }
         }
         scf::YieldOp::create(b, loc, next);
       });
-  // d0, d1: head g, rows 2t, 2t+1 of tile q; d2, d3: head g + 8.
-  for (int64_t mt = 0; mt < 2; ++mt)
-    for (int64_t q = 0; q < kScoreTiles; ++q)
-      for (int64_t e = 0; e < 4; ++e) {
-        Value h = k.add(h0, k.add(k.g, 16 * mt + 8 * (e / 2)));
-        Value j = k.add(j0, k.add(k.mul(k.t, 2), 8 * q + e % 2));
-        Value v = arith::MulFOp::create(
-            b, loc, loop.getResult(4 * (mt * kScoreTiles + q) + e), scale);
-        k.storeIf(k.both(k.lt(h, heads), k.lt(j, n)), v, p, {i, h, j});
-      }
+  // Tile q's values are rows 2t, 2t+1 (d0, d1 and d2, d3).
+  k.results(loop, h0, kScoreTiles, [&](int64_t q, int64_t e, Value h, Value v) {
+    Value j = k.add(j0, k.add(k.mul(k.t, 2), 8 * q + e % 2));
+    v = arith::MulFOp::create(b, loc, v, scale);
+    k.storeIf(k.both(k.lt(h, heads), k.lt(j, n)), v, p, {i, h, j});
+  });
   b.setInsertionPointAfter(live);
   gpu::TerminatorOp::create(b, loc);
 }
@@ -408,25 +421,18 @@ void buildSums(OpBuilder &builder, Location loc, Block &body,
             std::array<Value, 4> av = {a[0][part], a[1][part], a[2][part],
                                        a[3][part]};
             for (int64_t q = 0; q < kTiles; ++q) {
-              auto d = ValueRange(next).slice(4 * (mt * kTiles + q), 4);
-              llvm::copy(k3::mmaSyncBF16(b, loc, av, bt[q], d),
-                         next.begin() + 4 * (mt * kTiles + q));
+              k.mma(next, mt * kTiles + q, av, bt[q]);
             }
           }
         }
         scf::YieldOp::create(b, loc, next);
       });
-  // d0, d1: head g, columns 8 (2t) + q and 8 (2t + 1) + q; d2, d3: head
-  // g + 8.
-  for (int64_t mt = 0; mt < 2; ++mt)
-    for (int64_t q = 0; q < kTiles; ++q)
-      for (int64_t e = 0; e < 4; ++e) {
-        Value h = k.add(h0, k.add(k.g, 16 * mt + 8 * (e / 2)));
-        Value col =
-            k.add(col0, k.add(k.mul(k.add(k.mul(k.t, 2), e % 2), 8), q));
-        k.storeIf(k.lt(h, heads), loop.getResult(4 * (mt * kTiles + q) + e),
-                  partial, {i, h, slice, col});
-      }
+  // Tile q's values are columns 8 (2t) + q and 8 (2t + 1) + q (d0, d1 and
+  // d2, d3).
+  k.results(loop, h0, kTiles, [&](int64_t q, int64_t e, Value h, Value v) {
+    Value col = k.add(col0, k.add(k.mul(k.add(k.mul(k.t, 2), e % 2), 8), q));
+    k.storeIf(k.lt(h, heads), v, partial, {i, h, slice, col});
+  });
   gpu::TerminatorOp::create(b, loc);
 }
 
