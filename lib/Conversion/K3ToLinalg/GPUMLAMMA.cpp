@@ -67,16 +67,16 @@ namespace mlir::k3 {
 using namespace mlir;
 
 namespace {
-constexpr int64_t kParts = 3;         // bf16 parts of an f32
-constexpr int64_t kWarpHeads = 32;    // two m16 tiles
-constexpr int64_t kTiles = 8;         // n8 tiles per warp
-constexpr int64_t kScoreRows = 32;    // scores: cache rows per warp
+constexpr int64_t kParts = 3;      // bf16 parts of an f32
+constexpr int64_t kWarpHeads = 32; // two m16 tiles
+constexpr int64_t kTiles = 8;      // n8 tiles per warp
+constexpr int64_t kScoreRows = 32; // scores: cache rows per warp
 constexpr int64_t kScoreTiles = kScoreRows / 8;
-constexpr int64_t kScoreWarps = 4;    // scores: warps per block
-constexpr int64_t kSumColumns = 64;   // weighted sums: columns per warp
-constexpr int64_t kSumWarps = 4;      // weighted sums: warps per block
-constexpr int64_t kMaxSumWarps = 32;  // weighted sums: a block's limit
-constexpr int64_t kSliceRows = 256;   // rows per slice, as Kernels/MLA.mlir
+constexpr int64_t kScoreWarps = 4;   // scores: warps per block
+constexpr int64_t kSumColumns = 64;  // weighted sums: columns per warp
+constexpr int64_t kSumWarps = 4;     // weighted sums: warps per block
+constexpr int64_t kMaxSumWarps = 32; // weighted sums: a block's limit
+constexpr int64_t kSliceRows = 256;  // rows per slice, as Kernels/MLA.mlir
 constexpr llvm::StringLiteral kScores = "k3.mla_scores";
 constexpr llvm::StringLiteral kSums = "k3.mla_wsum";
 
@@ -141,8 +141,8 @@ struct MLAKernel : k3::IndexMath {
   /// Accumulator tile `tile` (4 f32 of `acc`) += a · bx, one mma.
   void mma(SmallVectorImpl<Value> &acc, int64_t tile, ArrayRef<Value> a,
            ArrayRef<Value> bx) {
-    std::array<Value, 4> d = k3::mmaSyncBF16(
-        b, loc, a, bx, ValueRange(acc).slice(4 * tile, 4));
+    std::array<Value, 4> d =
+        k3::mmaSyncBF16(b, loc, a, bx, ValueRange(acc).slice(4 * tile, 4));
     llvm::copy(d, acc.begin() + 4 * tile);
   }
   /// f(q, e, head, value) for the 4 values of each of `loop`'s 2 x `tiles`
@@ -157,6 +157,28 @@ struct MLAKernel : k3::IndexMath {
           f(q, e, h, loop.getResult(4 * (mt * tiles + q) + e));
         }
   }
+  /// for s in [0, steps): body(s, acc, operands), where `acc` holds `accs`
+  /// f32 accumulators (zero at first) for body to update and `operands`
+  /// are fetch(s), loaded one step ahead (carried in the loop, so that
+  /// their latency overlaps the step before; the last step reloads its
+  /// own). Returns the loop: its first `accs` results are the sums.
+  scf::ForOp pipelined(
+      Value steps, int64_t accs, function_ref<SmallVector<Value>(Value)> fetch,
+      function_ref<void(Value, SmallVectorImpl<Value> &, ValueRange)> body) {
+    Value c0 = idx(0), c1 = idx(1);
+    SmallVector<Value> init(accs, f32(0.0));
+    llvm::append_range(init, fetch(c0));
+    return scf::ForOp::create(
+        b, loc, c0, steps, c1, init,
+        [&](OpBuilder &fb, Location, Value s, ValueRange in) {
+          OpBuilder::InsertionGuard inner(b);
+          b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
+          SmallVector<Value> next(in.take_front(accs));
+          llvm::append_range(next, fetch(min(add(s, 1), sub(steps, c1))));
+          body(s, next, in.drop_front(accs));
+          scf::YieldOp::create(b, loc, next);
+        });
+  }
   Value load(Value m, ValueRange indices) {
     return memref::LoadOp::create(b, loc, m, indices);
   }
@@ -170,15 +192,15 @@ struct MLAKernel : k3::IndexMath {
 
 /// Stores the bf16 parts hi, mid, lo of `x` at buf[ix[0], part, ix[1],
 /// ix[2]].
-void storeParts(OpBuilder &b, Location loc, Value x, Value buf,
-                ValueRange ix) {
+void storeParts(OpBuilder &b, Location loc, Value x, Value buf, ValueRange ix) {
   for (int64_t part = 0; part < kParts; ++part) {
     Value h = arith::TruncFOp::create(b, loc, b.getBF16Type(), x);
     Value at = arith::ConstantIndexOp::create(b, loc, part);
-    memref::StoreOp::create(b, loc, h, buf, ValueRange{ix[0], at, ix[1], ix[2]});
+    memref::StoreOp::create(b, loc, h, buf,
+                            ValueRange{ix[0], at, ix[1], ix[2]});
     if (part + 1 < kParts)
-      x = arith::SubFOp::create(b, loc, x,
-                                arith::ExtFOp::create(b, loc, b.getF32Type(), h));
+      x = arith::SubFOp::create(
+          b, loc, x, arith::ExtFOp::create(b, loc, b.getF32Type(), h));
   }
 }
 
@@ -246,7 +268,8 @@ void buildScores(OpBuilder &builder, Location loc, Block &body,
   Value jlast = k.sub(n, c1);
   SmallVector<Value> row;
   for (int64_t q = 0; q < kScoreTiles; ++q)
-    row.push_back(k.load(rows, {i, k.min(k.add(j0, k.add(k.g, 8 * q)), jlast)}));
+    row.push_back(
+        k.load(rows, {i, k.min(k.add(j0, k.add(k.g, 8 * q)), jlast)}));
   // Step s's words, loaded one step ahead so that their latency overlaps
   // the step before (the last step reloads itself): the cache rows' (4 per
   // tile), then the q̂ parts' (4 per (m tile, part, head g / g + 8)).
@@ -264,19 +287,10 @@ void buildScores(OpBuilder &builder, Location loc, Block &body,
                               k.add(h0, k.add(k.g, 16 * mt + 8 * r)), e}));
     return w;
   };
-  constexpr int64_t kAcc = 2 * kScoreTiles * 4;
-  SmallVector<Value> init(kAcc, k.f32(0.0));
-  llvm::append_range(init, fetch(c0));
-  auto loop = scf::ForOp::create(
-      b, loc, c0, steps, c1, init,
-      [&](OpBuilder &fb, Location, Value s, ValueRange in) {
-        OpBuilder::InsertionGuard inner(b);
-        b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
-        SmallVector<Value> next(in.take_front(kAcc));
-        ValueRange cache = in.drop_front(kAcc);
+  scf::ForOp loop = k.pipelined(
+      steps, 2 * kScoreTiles * 4, fetch,
+      [&](Value, SmallVectorImpl<Value> &next, ValueRange cache) {
         ValueRange qw = cache.drop_front(4 * kScoreTiles);
-        llvm::append_range(
-            next, fetch(k.min(k.add(s, 1), k.sub(steps, c1))));
         for (int64_t mt = 0; mt < 2; ++mt) {
           for (int64_t part = 0; part < kParts; ++part) {
             ValueRange r0 = qw.slice(8 * (mt * kParts + part), 4);
@@ -291,7 +305,6 @@ void buildScores(OpBuilder &builder, Location loc, Block &body,
               }
           }
         }
-        scf::YieldOp::create(b, loc, next);
       });
   // Tile q's values are rows 2t, 2t+1 (d0, d1 and d2, d3).
   k.results(loop, h0, kScoreTiles, [&](int64_t q, int64_t e, Value h, Value v) {
@@ -321,33 +334,32 @@ void buildSums(OpBuilder &builder, Location loc, Block &body,
   Value width = memref::DimOp::create(b, loc, pool, 1);
   Value ok = k.both(k.rem0(columns, kSumColumns), k.rem0(width, 8));
   ok = k.both(ok, k.aligned(pool));
-  ok = k.both(ok, arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ule,
-                                        columns,
-                                        k.idx(kSumColumns * kMaxSumWarps)));
+  ok = k.both(ok,
+              arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ule, columns,
+                                    k.idx(kSumColumns * kMaxSumWarps)));
   guardBody(b, loc, rest, ok);
 
   Value padded = k.mul(k.ceilDiv(heads, k.idx(kWarpHeads)), kWarpHeads);
   // Warps of 64 columns, 4 per block where they divide evenly (a block per
   // (slice, column block) along x).
   Value warps = k.div(columns, kSumColumns);
-  Value perBlock = arith::SelectOp::create(
-      b, loc, k.rem0(warps, kSumWarps), k.idx(kSumWarps), warps);
+  Value perBlock = arith::SelectOp::create(b, loc, k.rem0(warps, kSumWarps),
+                                           k.idx(kSumWarps), warps);
   Value columnBlocks = arith::DivUIOp::create(b, loc, warps, perBlock);
-  auto launch = gpu::LaunchOp::create(
-      b, loc, k.mul(slices, columnBlocks), k.div(padded, kWarpHeads), tokens,
-      k.mul(perBlock, 32), c1, c1);
+  auto launch = gpu::LaunchOp::create(b, loc, k.mul(slices, columnBlocks),
+                                      k.div(padded, kWarpHeads), tokens,
+                                      k.mul(perBlock, 32), c1, c1);
   launch->setAttr("k3.mma_shape", b.getDenseI64ArrayAttr({16, 8, 16}));
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&launch.getBody().front());
   k.threads(launch);
   Value i = launch.getBlockIds().z;
   Value h0 = k.mul(launch.getBlockIds().y, kWarpHeads);
-  Value slice = arith::DivUIOp::create(b, loc, launch.getBlockIds().x,
-                                      columnBlocks);
-  Value columnBlock = arith::RemUIOp::create(b, loc, launch.getBlockIds().x,
-                                             columnBlocks);
-  Value col0 =
-      k.mul(k.add(k.mul(columnBlock, perBlock), k.warp), kSumColumns);
+  Value slice =
+      arith::DivUIOp::create(b, loc, launch.getBlockIds().x, columnBlocks);
+  Value columnBlock =
+      arith::RemUIOp::create(b, loc, launch.getBlockIds().x, columnBlocks);
+  Value col0 = k.mul(k.add(k.mul(columnBlock, perBlock), k.warp), kSumColumns);
   // The slice's rows [js, je) (empty past the token's slice count).
   Value n = k.load(ntk, {i});
   Value count = k.min(k.ceilDiv(n, k.idx(kSliceRows)), slices);
@@ -385,17 +397,10 @@ void buildSums(OpBuilder &builder, Location loc, Block &body,
       }
     return in;
   };
-  constexpr int64_t kAcc = 2 * kTiles * 4;
-  SmallVector<Value> init(kAcc, zero);
-  llvm::append_range(init, fetch(c0));
-  auto loop = scf::ForOp::create(
-      b, loc, c0, steps, c1, init,
-      [&](OpBuilder &fb, Location, Value s, ValueRange in) {
-        OpBuilder::InsertionGuard inner(b);
-        b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
-        SmallVector<Value> next(in.take_front(kAcc));
-        ValueRange cache = in.slice(kAcc, 4), pv = in.drop_front(kAcc + 4);
-        llvm::append_range(next, fetch(k.min(k.add(s, 1), k.sub(steps, c1))));
+  scf::ForOp loop = k.pipelined(
+      steps, 2 * kTiles * 4, fetch,
+      [&](Value, SmallVectorImpl<Value> &next, ValueRange in) {
+        ValueRange cache = in.take_front(4), pv = in.drop_front(4);
         // B of tile q: column 8g + q of rows (2t, 2t+1) and (2t+8, 2t+9).
         auto pair = [&](Value x, Value y, int64_t q) {
           auto el = [&](Value v) {
@@ -407,7 +412,8 @@ void buildSums(OpBuilder &builder, Location loc, Block &body,
         };
         SmallVector<std::array<Value, 2>> bt;
         for (int64_t q = 0; q < kTiles; ++q)
-          bt.push_back({pair(cache[0], cache[1], q), pair(cache[2], cache[3], q)});
+          bt.push_back(
+              {pair(cache[0], cache[1], q), pair(cache[2], cache[3], q)});
         for (int64_t mt = 0; mt < 2; ++mt) {
           // a0 / a1: rows 2t, 2t+1 of heads g / g + 8; a2 / a3: rows 2t+8,
           // 2t+9.
@@ -425,7 +431,6 @@ void buildSums(OpBuilder &builder, Location loc, Block &body,
             }
           }
         }
-        scf::YieldOp::create(b, loc, next);
       });
   // Tile q's values are columns 8 (2t) + q and 8 (2t + 1) + q (d0, d1 and
   // d2, d3).
@@ -456,10 +461,10 @@ struct K3GPUMLAMMAPass : k3::impl::K3GPUMLAMMAPassBase<K3GPUMLAMMAPass> {
     };
     Builder b(f.getContext());
     Type f32 = b.getF32Type(), index = b.getIndexType();
-    bool cache = memref(1, 2, Type()) && memref(2, 2, index) &&
-                 memref(3, 1, index);
-    if (scores && !(body.getNumArguments() == 6 && memref(0, 3, f32) &&
-                    cache && memref(4, 3, f32) && type(5) == f32)) {
+    bool cache =
+        memref(1, 2, Type()) && memref(2, 2, index) && memref(3, 1, index);
+    if (scores && !(body.getNumArguments() == 6 && memref(0, 3, f32) && cache &&
+                    memref(4, 3, f32) && type(5) == f32)) {
       f.emitError() << kScores
                     << ": expected (qt [T, W, HP] f32, pool [rows, W], "
                        "rows [T, CAP] index, ntk [T] index, p [T, NH, CAP] "
