@@ -347,17 +347,18 @@ def K3GPUMLAMMAPass : Pass<"k3-gpu-mla-mma", "::mlir::func::FuncOp"> {
     f32, scale) and `k3.mla_wsum` (p, pool, rows, ntk, partial
     `[T, NH, S, R]` f32). With a bf16 cache the pass gives each a second
     body, chosen at run time by `scf.if` (16-byte aligned pool; scores:
-    W % 32 == 0, CAP % 128 == 0; sums: R % 64 == 0, R <= 2048):
+    W % 32 == 0, CAP % 128 == 0; sums: R % 64 == 0):
     `nvvm.mma.sync` m16n8k16 with f32 accumulators and the f32 operand (q̂,
     p) split into three bf16 parts (hi, mid, lo), so that each product is
     exact and only the order of the sum changes. Scores: a parallel loop
     writes the q̂ parts (`[T, 3, heads padded to 32, W]` bf16), then a
     `gpu.launch` of 4 warps per 128 rows and 32 heads, each warp 32 heads x
-    32 rows (two m16 tiles, four n8 tiles). Sums: a `gpu.launch` per
-    (slice, column block, 32 heads, token), a warp per 64 columns, p split
-    in registers (`nvvm.convert.f32x2.to.bf16x2`), the CUDA-core body's
-    slices. Both load a step's operands one step ahead. f32 caches or `sm`
-    below 80: no change.
+    32 rows (two m16 tiles, four n8 tiles). Sums: a `gpu.launch` of 4
+    warps per (slice, 256 columns, 32 heads, token), a warp per 64 columns;
+    each step's p is split once per block (`nvvm.convert.f32x2.to.bf16x2`)
+    into a two-stage workgroup attribution of the launch, a barrier between;
+    the CUDA-core body's slices. Both load a step's operands one step
+    ahead. f32 caches or `sm` below 80: no change.
   }];
   let options = [
     Option<"sm", "sm", "int64_t", "90",

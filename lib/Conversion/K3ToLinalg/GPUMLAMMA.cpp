@@ -29,15 +29,18 @@
 // loop: 1/64 of the cache's size per token).
 //
 // Weighted sums (`k3.mla_wsum`): A = the p parts of 16 heads (k = row),
-// B = 16 cache rows (k = row, n = column). A warp takes 32 heads and 64
-// columns; lane g reads columns 8g .. 8g+7 of rows 2t, 2t+1, 2t+8, 2t+9
-// (16 bytes each) and n tile q takes column 8g + q of each, so that the
-// pairs along k are two rows' elements put side by side in registers. p is
-// split in registers (`nvvm.convert.f32x2.to.bf16x2`, round to nearest; a
-// precomputed copy of the parts measured slower on the H200: one more pass
-// over p and no fewer stalls). The slices of the context are the CUDA-core
-// stage's (about 256 rows, at most the output's slice count, from the
-// token's own length).
+// B = 16 cache rows (k = row, n = column). A block of 4 warps takes 32
+// heads and 4 x 64 columns; lane g reads columns 8g .. 8g+7 of rows 2t,
+// 2t+1, 2t+8, 2t+9 (16 bytes each) and n tile q takes column 8g + q of
+// each, so that the pairs along k are two rows' elements put side by side
+// in registers. p is split once per block and step
+// (`nvvm.convert.f32x2.to.bf16x2`, round to nearest): warp w splits word
+// a_w of every lane's fragments into workgroup memory (two stages, one
+// barrier per step), and each lane reads its own words back (H200: 1.22
+// ms at B=64 against 1.67 with each warp splitting all of them itself, and
+// 2.26 with a precomputed copy of the parts). The slices of the context
+// are the CUDA-core stage's (about 256 rows, at most the output's slice
+// count, from the token's own length).
 //
 // Both loops load a step's operands one step ahead (carried in the loop),
 // so that their latency overlaps the step before.
@@ -72,11 +75,10 @@ constexpr int64_t kWarpHeads = 32; // two m16 tiles
 constexpr int64_t kTiles = 8;      // n8 tiles per warp
 constexpr int64_t kScoreRows = 32; // scores: cache rows per warp
 constexpr int64_t kScoreTiles = kScoreRows / 8;
-constexpr int64_t kScoreWarps = 4;   // scores: warps per block
-constexpr int64_t kSumColumns = 64;  // weighted sums: columns per warp
-constexpr int64_t kSumWarps = 4;     // weighted sums: warps per block
-constexpr int64_t kMaxSumWarps = 32; // weighted sums: a block's limit
-constexpr int64_t kSliceRows = 256;  // rows per slice, as Kernels/MLA.mlir
+constexpr int64_t kScoreWarps = 4;  // scores: warps per block
+constexpr int64_t kSumColumns = 64; // weighted sums: columns per warp
+constexpr int64_t kSumWarps = 4;    // weighted sums: warps per block (a_0..a_3)
+constexpr int64_t kSliceRows = 256; // rows per slice, as Kernels/MLA.mlir
 constexpr llvm::StringLiteral kScores = "k3.mla_scores";
 constexpr llvm::StringLiteral kSums = "k3.mla_wsum";
 
@@ -334,22 +336,27 @@ void buildSums(OpBuilder &builder, Location loc, Block &body,
   Value width = memref::DimOp::create(b, loc, pool, 1);
   Value ok = k.both(k.rem0(columns, kSumColumns), k.rem0(width, 8));
   ok = k.both(ok, k.aligned(pool));
-  ok = k.both(ok,
-              arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ule, columns,
-                                    k.idx(kSumColumns * kMaxSumWarps)));
   guardBody(b, loc, rest, ok);
 
   Value padded = k.mul(k.ceilDiv(heads, k.idx(kWarpHeads)), kWarpHeads);
   // Warps of 64 columns, 4 per block where they divide evenly (a block per
   // (slice, column block) along x).
+  // Blocks of 4 warps of 64 columns (a block per (slice, column block)
+  // along x; warps past R only help split p).
   Value warps = k.div(columns, kSumColumns);
-  Value perBlock = arith::SelectOp::create(b, loc, k.rem0(warps, kSumWarps),
-                                           k.idx(kSumWarps), warps);
-  Value columnBlocks = arith::DivUIOp::create(b, loc, warps, perBlock);
+  Value columnBlocks = k.ceilDiv(warps, k.idx(kSumWarps));
   auto launch = gpu::LaunchOp::create(b, loc, k.mul(slices, columnBlocks),
                                       k.div(padded, kWarpHeads), tokens,
-                                      k.mul(perBlock, 32), c1, c1);
+                                      k.idx(kSumWarps * 32), c1, c1);
   launch->setAttr("k3.mma_shape", b.getDenseI64ArrayAttr({16, 8, 16}));
+  // The A words of a step, two steps in turn: [stage][m tile][part][a_k]
+  // [lane] (each lane reads its own words: no bank conflicts).
+  Value shared = launch.addWorkgroupAttribution(
+      MemRefType::get(
+          {2, 2, kParts, 4, 32}, b.getI32Type(), MemRefLayoutAttrInterface(),
+          gpu::AddressSpaceAttr::get(
+              b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace())),
+      loc);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&launch.getBody().front());
   k.threads(launch);
@@ -359,7 +366,9 @@ void buildSums(OpBuilder &builder, Location loc, Block &body,
       arith::DivUIOp::create(b, loc, launch.getBlockIds().x, columnBlocks);
   Value columnBlock =
       arith::RemUIOp::create(b, loc, launch.getBlockIds().x, columnBlocks);
-  Value col0 = k.mul(k.add(k.mul(columnBlock, perBlock), k.warp), kSumColumns);
+  Value col0 = k.mul(k.add(k.mul(columnBlock, kSumWarps), k.warp), kSumColumns);
+  Value active = k.lt(col0, columns);
+  Value colRead = k.min(col0, k.sub(columns, k.idx(kSumColumns)));
   // The slice's rows [js, je) (empty past the token's slice count).
   Value n = k.load(ntk, {i});
   Value count = k.min(k.ceilDiv(n, k.idx(kSliceRows)), slices);
@@ -368,39 +377,49 @@ void buildSums(OpBuilder &builder, Location loc, Block &body,
   Value je = k.min(k.add(js, size), n);
   Value len = arith::SelectOp::create(b, loc, k.lt(js, je), k.sub(je, js), c0);
   Value last = k.sub(heads, c1), jlast = k.sub(n, c1), plast = k.sub(cap, c1);
-  // This lane's heads: g + 8r, r = 0 .. 3 (g and g + 8 of each m tile;
-  // past NH: the last, not stored).
-  SmallVector<Value> head;
-  for (int64_t r = 0; r < 4; ++r)
-    head.push_back(k.min(k.add(h0, k.add(k.g, 8 * r)), last));
-  // Step s's inputs, loaded one step ahead: rows 2t, 2t+1, 2t+8, 2t+9 of
-  // the step (cache columns 8g .. 8g+7 each; a row past the slice reads
-  // row n - 1 with p = 0) and p of this lane's heads there.
+  // Warp w splits fragment word a_w of every lane for both m tiles: head g
+  // (+ 8 for odd w) of the m tile, rows 2t, 2t+1 (+ 8 for w >= 2); past
+  // NH: the last head (not stored).
+  Value myHead = k.add(k.g, k.mul(k.rem(k.warp, 2), 8));
+  Value myRow = k.add(k.mul(k.t, 2), k.mul(k.div(k.warp, 2), 8));
+  // Step s's inputs, loaded one step ahead: the cache rows 2t, 2t+1, 2t+8,
+  // 2t+9 of the step (columns 8g .. 8g+7 each; a row past the slice reads
+  // row n - 1 with p = 0) and the two p pairs this lane splits.
   Value steps = k.ceilDiv(len, k.idx(16));
   Value zero = k.f32(0.0);
   auto fetch = [&](Value s) {
-    SmallVector<Value> in, j, valid;
+    SmallVector<Value> in;
     Value jj = k.add(js, k.mul(s, 16));
     for (int64_t r : {0, 1, 8, 9}) {
-      j.push_back(k.add(jj, k.add(k.mul(k.t, 2), r)));
-      valid.push_back(k.lt(j.back(), je));
-      Value at = k.load(rows, {i, k.min(j.back(), jlast)});
+      Value j = k.add(jj, k.add(k.mul(k.t, 2), r));
+      Value at = k.load(rows, {i, k.min(j, jlast)});
       in.push_back(vector::LoadOp::create(
           b, loc, VectorType::get({8}, b.getBF16Type()), pool,
-          ValueRange{at, k.add(col0, k.mul(k.g, 8))},
+          ValueRange{at, k.add(colRead, k.mul(k.g, 8))},
           /*nontemporal=*/false, llvm::MaybeAlign(16)));
     }
-    for (int64_t r = 0; r < 4; ++r)
-      for (int64_t e = 0; e < 4; ++e) {
-        Value v = k.load(p, {i, head[r], k.min(j[e], plast)});
-        in.push_back(arith::SelectOp::create(b, loc, valid[e], v, zero));
+    for (int64_t mt = 0; mt < 2; ++mt)
+      for (int64_t e = 0; e < 2; ++e) {
+        Value j = k.add(k.add(jj, myRow), e);
+        Value h = k.min(k.add(h0, k.add(myHead, 16 * mt)), last);
+        Value v = k.load(p, {i, h, k.min(j, plast)});
+        in.push_back(arith::SelectOp::create(b, loc, k.lt(j, je), v, zero));
       }
     return in;
   };
   scf::ForOp loop = k.pipelined(
       steps, 2 * kTiles * 4, fetch,
-      [&](Value, SmallVectorImpl<Value> &next, ValueRange in) {
+      [&](Value s, SmallVectorImpl<Value> &next, ValueRange in) {
         ValueRange cache = in.take_front(4), pv = in.drop_front(4);
+        Value stage = k.rem(s, 2);
+        for (int64_t mt = 0; mt < 2; ++mt) {
+          std::array<Value, kParts> w = k.parts(pv[2 * mt], pv[2 * mt + 1]);
+          for (int64_t part = 0; part < kParts; ++part)
+            memref::StoreOp::create(
+                b, loc, w[part], shared,
+                ValueRange{stage, k.idx(mt), k.idx(part), k.warp, k.lane});
+        }
+        gpu::BarrierOp::create(b, loc);
         // B of tile q: column 8g + q of rows (2t, 2t+1) and (2t+8, 2t+9).
         auto pair = [&](Value x, Value y, int64_t q) {
           auto el = [&](Value v) {
@@ -414,29 +433,23 @@ void buildSums(OpBuilder &builder, Location loc, Block &body,
         for (int64_t q = 0; q < kTiles; ++q)
           bt.push_back(
               {pair(cache[0], cache[1], q), pair(cache[2], cache[3], q)});
-        for (int64_t mt = 0; mt < 2; ++mt) {
-          // a0 / a1: rows 2t, 2t+1 of heads g / g + 8; a2 / a3: rows 2t+8,
-          // 2t+9.
-          std::array<std::array<Value, kParts>, 4> a;
-          for (int64_t r = 0; r < 2; ++r)
-            for (int64_t kk = 0; kk < 2; ++kk) {
-              ValueRange x = pv.slice(4 * (2 * mt + r) + 2 * kk, 2);
-              a[2 * kk + r] = k.parts(x[0], x[1]);
-            }
+        // a0 / a1: rows 2t, 2t+1 of heads g / g + 8; a2 / a3: rows 2t+8,
+        // 2t+9.
+        for (int64_t mt = 0; mt < 2; ++mt)
           for (int64_t part = 0; part < kParts; ++part) {
-            std::array<Value, 4> av = {a[0][part], a[1][part], a[2][part],
-                                       a[3][part]};
-            for (int64_t q = 0; q < kTiles; ++q) {
+            std::array<Value, 4> av;
+            for (int64_t w = 0; w < 4; ++w)
+              av[w] = k.load(shared,
+                             {stage, k.idx(mt), k.idx(part), k.idx(w), k.lane});
+            for (int64_t q = 0; q < kTiles; ++q)
               k.mma(next, mt * kTiles + q, av, bt[q]);
-            }
           }
-        }
       });
   // Tile q's values are columns 8 (2t) + q and 8 (2t + 1) + q (d0, d1 and
   // d2, d3).
   k.results(loop, h0, kTiles, [&](int64_t q, int64_t e, Value h, Value v) {
     Value col = k.add(col0, k.add(k.mul(k.add(k.mul(k.t, 2), e % 2), 8), q));
-    k.storeIf(k.lt(h, heads), v, partial, {i, h, slice, col});
+    k.storeIf(k.both(active, k.lt(h, heads)), v, partial, {i, h, slice, col});
   });
   gpu::TerminatorOp::create(b, loc);
 }

@@ -44,27 +44,40 @@ func.func @scores(%qt: memref<?x?x?xf32>, %pool: memref<?x?xbf16>, %rows: memref
 // @k3k_mla_wsum: p, pool, rows, ntk, partial [T, NH, S, R].
 // CHECK-LABEL: func.func @sums
 // CHECK-SAME: (%[[P:[^:]+]]: memref<?x?x?xf32>, %[[POOL:[^:]+]]: memref<?x?xbf16>, %[[ROWS:[^:]+]]: memref<?x?xindex>, %[[NTK:[^:]+]]: memref<?xindex>, %[[PART:[^:]+]]: memref<?x?x?x?xf32>)
-// Run-time choice: R % 64 == 0, W % 8 == 0, the pool aligned, R <= 2048.
+// Run-time choice: R % 64 == 0, W % 8 == 0, the pool aligned.
 // CHECK-DAG: %[[R:.+]] = memref.dim %[[PART]], %c3
 // CHECK-DAG: arith.remui %[[R]], %c64
 // CHECK-DAG: memref.extract_aligned_pointer_as_index %[[POOL]]
-// CHECK-DAG: arith.cmpi ule, %[[R]], %c2048
 // CHECK: scf.if
-// A block per (slice, column block), 32 heads, token; 4 warps of 64 columns
-// where they divide R / 64.
-// CHECK: gpu.launch
-// Step 0: 4 cache rows (16 bytes of each), p at 4 heads x 4 rows.
+// A block of 4 warps per (slice, column block), 32 heads, token, with the
+// step's A words in workgroup memory (two stages).
+// CHECK: gpu.launch {{.*}} threads({{.*}}) in (%{{.+}} = %c128, {{.*}} workgroup(%[[SH:.+]] : memref<2x2x3x4x32xi32, #gpu.address_space<workgroup>>)
+// Step 0: 4 cache rows (16 bytes of each), the 2 p pairs this lane splits.
 // CHECK-COUNT-4: vector.load %[[POOL]]{{.*}} vector<8xbf16>
-// CHECK-COUNT-16: memref.load %[[P]]
+// CHECK-COUNT-4: memref.load %[[P]]
 // CHECK: scf.for
 // CHECK-COUNT-4: vector.load %[[POOL]]
-// CHECK-COUNT-16: memref.load %[[P]]
-// Per m tile: p split in registers (4 pairs x 3 parts), then 8 tiles x 3
-// parts of mma.
-// CHECK-COUNT-12: nvvm.convert.f32x2.to.bf16x2 {{.*}} {rnd = #nvvm.fp_rnd_mode<rn>} : vector<2xbf16>
-// CHECK-COUNT-24: nvvm.mma.sync
-// CHECK-COUNT-12: nvvm.convert.f32x2.to.bf16x2
-// CHECK-COUNT-24: nvvm.mma.sync
+// CHECK-COUNT-4: memref.load %[[P]]
+// Each lane splits one word of each m tile's fragments (3 parts), stores
+// them for the block; after the barrier each lane reads its 4 words per
+// (m tile, part) and runs 8 mma with them.
+// CHECK-COUNT-3: nvvm.convert.f32x2.to.bf16x2 {{.*}} {rnd = #nvvm.fp_rnd_mode<rn>} : vector<2xbf16>
+// CHECK-COUNT-3: memref.store %{{.+}}, %[[SH]]
+// CHECK-COUNT-3: nvvm.convert.f32x2.to.bf16x2
+// CHECK-COUNT-3: memref.store %{{.+}}, %[[SH]]
+// CHECK: gpu.barrier
+// CHECK-COUNT-4: memref.load %[[SH]]
+// CHECK-COUNT-8: nvvm.mma.sync
+// CHECK-COUNT-4: memref.load %[[SH]]
+// CHECK-COUNT-8: nvvm.mma.sync
+// CHECK-COUNT-4: memref.load %[[SH]]
+// CHECK-COUNT-8: nvvm.mma.sync
+// CHECK-COUNT-4: memref.load %[[SH]]
+// CHECK-COUNT-8: nvvm.mma.sync
+// CHECK-COUNT-4: memref.load %[[SH]]
+// CHECK-COUNT-8: nvvm.mma.sync
+// CHECK-COUNT-4: memref.load %[[SH]]
+// CHECK-COUNT-8: nvvm.mma.sync
 // CHECK-NOT: nvvm.mma.sync
 // CHECK: scf.yield
 // CHECK: memref.store %{{.+}}, %[[PART]]
