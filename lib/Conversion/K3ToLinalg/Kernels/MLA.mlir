@@ -27,6 +27,24 @@ func.func private @k3k_mla_row8(%c: memref<?x?x!act>, %row: index, %col: index) 
   return %f : vector<8xf32>
 }
 
+// Whether every cache row of the pool can be read 8 elements at a time as
+// 16-byte vectors (@k3k_mla_row8): rows of a multiple of 8 elements, the
+// pool's base 16-byte aligned.
+func.func private @k3k_mla_row8_ok(%pool2: memref<?x?x!act>) -> i1 {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c8 = arith.constant 8 : index
+  %c16 = arith.constant 16 : index
+  %w = memref.dim %pool2, %c1 : memref<?x?x!act>
+  %wrem = arith.remui %w, %c8 : index
+  %wok = arith.cmpi eq, %wrem, %c0 : index
+  %pbase = memref.extract_aligned_pointer_as_index %pool2 : memref<?x?x!act> -> index
+  %prem = arith.remui %pbase, %c16 : index
+  %pok = arith.cmpi eq, %prem, %c0 : index
+  %al = arith.andi %wok, %pok : i1
+  return %al : i1
+}
+
 // The same, element by element, 0.0 past column %lim (any row length).
 func.func private @k3k_mla_row8_any(%c: memref<?x?x!act>, %row: index, %col: index, %lim: index) -> vector<8xf32> {
   %c0 = arith.constant 0 : index
@@ -378,11 +396,7 @@ func.func private @k3k_mla_scores(%qt: memref<?x?x?xf32>, %pool2: memref<?x?x!ac
   %c8 = arith.constant 8 : index
   %c16 = arith.constant 16 : index
   %wrem = arith.remui %w, %c8 : index
-  %wok = arith.cmpi eq, %wrem, %c0 : index
-  %pbase = memref.extract_aligned_pointer_as_index %pool2 : memref<?x?x!act> -> index
-  %prem = arith.remui %pbase, %c16 : index
-  %pok = arith.cmpi eq, %prem, %c0 : index
-  %al = arith.andi %wok, %pok : i1
+  %al = func.call @k3k_mla_row8_ok(%pool2) : (memref<?x?x!act>) -> i1
   // Scores of %hblk heads and %rblk cached tokens per thread, 8 elements
   // of a row at a time: each cache element is read once for the 8 heads,
   // each q̂ element once for the 4 rows (tokens past n_i are computed on
@@ -497,7 +511,6 @@ func.func private @k3k_mla_wsum(%p: memref<?x?x?xf32>, %pool2: memref<?x?x!act>,
   %c2 = arith.constant 2 : index
   %yes = arith.constant true
   %hblk = arith.constant 8 : index
-  %rblk = arith.constant 4 : index
   %t = memref.dim %p, %c0 : memref<?x?x?xf32>
   %nh = memref.dim %p, %c1 : memref<?x?x?xf32>
   %cap = memref.dim %p, %c2 : memref<?x?x?xf32>
@@ -508,16 +521,8 @@ func.func private @k3k_mla_wsum(%p: memref<?x?x?xf32>, %pool2: memref<?x?x!act>,
   %c3w = arith.constant 3 : index
   %r = memref.dim %partial, %c3w : memref<?x?x?x?xf32>
   %vzero = arith.constant dense<0.0> : vector<8xf32>
-  // Cache rows as 16-byte vectors where the row length and the pool's base
-  // allow it (K3: rows of 576 elements).
   %c8 = arith.constant 8 : index
-  %c16 = arith.constant 16 : index
-  %wrem = arith.remui %w, %c8 : index
-  %wok = arith.cmpi eq, %wrem, %c0 : index
-  %pbase = memref.extract_aligned_pointer_as_index %pool2 : memref<?x?x!act> -> index
-  %prem = arith.remui %pbase, %c16 : index
-  %pok = arith.cmpi eq, %prem, %c0 : index
-  %al = arith.andi %wok, %pok : i1
+  %al = func.call @k3k_mla_row8_ok(%pool2) : (memref<?x?x!act>) -> i1
   // ō over each token's cached rows in slices of about %rows_per_part
   // (at most %parts; flash-decoding style: each slice a partial sum, the
   // slices added in order, unused ones zero), for parallelism over a long
