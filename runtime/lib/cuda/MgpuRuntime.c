@@ -258,19 +258,29 @@ static CUstream theStream(void) {
  * K3's widths about 400), most of them a few microseconds long, so the gaps
  * between them cost as much as the work. With graphs on (the default when
  * the driver has the entry points; K3RT_CUDA_GRAPHS=0 turns them off), a
- * call's launches are recorded, not queued, and the whole call is queued as
- * one CUDA graph when it ends (k3rt_cuda_workspace_reset, or before any
- * other work on the stream). A call that launches the same kernels in the
+ * call's launches are recorded, not queued, and queued as CUDA graphs: in
+ * segments while the call runs (below), the rest when it ends
+ * (k3rt_cuda_workspace_reset, or before any other work on the stream). A
+ * call that launches the same kernels in the
  * same order as an earlier one (every decode step of a batch composition,
  * every prefill chunk of one size) replays that call's graph, with the
  * nodes whose grid or arguments changed updated in place; a new composition
  * builds a graph of its own, and the least recently used of kGraphs is
  * dropped. Nothing a kernel computes depends on how it was queued.
+ *
+ * A call is queued in segments, at its kFirstCut-th launch, then at four
+ * times as many, and so on (16, 64, 256, ...), each segment a graph of its
+ * own: the GPU starts on the call's first kernels while the host records
+ * the rest (recording a batch-1 decode step of K3's widths takes about
+ * 0.1 ms, a tenth of what the whole step waited for before), and every
+ * segment is queued long before the GPU reaches it. The cuts depend only on
+ * the count of launches, so a replayed call cuts where it did before.
  */
 
 enum {
-  kGraphs = 8,        /* graphs kept */
-  kGraphMin = 8,      /* calls with fewer launches queue them one by one */
+  kGraphs = 64,       /* graphs kept (segments of calls) */
+  kGraphMin = 8,      /* segments with fewer launches are queued one by one */
+  kFirstCut = 16,     /* a call's first segment; each next is 4x as far */
   kMaxParams = 1024,  /* arguments of one kernel (memrefs are expanded) */
   kParamCache = 1024, /* kernels whose argument sizes are known */
 };
@@ -298,7 +308,10 @@ typedef struct {
   CUgraphNode *node;
 } Graph;
 
-static Recording pending; /* the current call's launches */
+static Recording pending; /* the current segment's launches */
+/* Launches recorded in the current call, and the count at which its next
+ * segment is queued. */
+static size_t callLaunches, nextCut = kFirstCut;
 static Graph graphCache[kGraphs];
 static uint64_t useClock;
 static struct {
@@ -543,6 +556,7 @@ K3_EXPORT void k3rt_cuda_workspace_reset(void) {
   if (cu.ready && !cu.error[0])
     flush();
   pending.n = pending.bytes = 0;
+  callLaunches = 0, nextCut = kFirstCut;
   if (cu.ready && !cu.error[0])
     CHECK(cu.streamSynchronize(theStream()), "cuStreamSynchronize");
   /* K3RT_CUDA_POISON=1 (debugging): the workspace a call used is filled
@@ -719,8 +733,13 @@ K3_EXPORT void mgpuLaunchKernel(void *function, intptr_t gx, intptr_t gy,
     unsigned grid[3] = {(unsigned)gx, (unsigned)gy, (unsigned)gz};
     unsigned block[3] = {(unsigned)bx, (unsigned)by, (unsigned)bz};
     if (record(function, grid, block, (unsigned)smem, params,
-               (uint32_t)nparams))
+               (uint32_t)nparams)) {
+      if (++callLaunches == nextCut) {
+        nextCut *= 4;
+        flush();
+      }
       return;
+    }
   }
   /* Not recorded: it goes after the recorded ones. */
   flush();
