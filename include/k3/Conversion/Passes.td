@@ -309,9 +309,11 @@ def K3GPUSkinnyMMAPass : Pass<"k3-gpu-skinny-mma", "::mlir::ModuleOp"> {
     the products of 1 to 15 tokens) computes `out[t, n] = o(Σ_k x[t, k] ·
     W[n, k])` with f32 sums. With bf16 x, the pass gives it a second body,
     chosen at run time by `scf.if` (1 <= T <= 16, K % 128 == 0, N % 16 ==
-    0, N >= 512, x and W 16-byte aligned): a `gpu.launch` with a block of
-    four warps per 16 rows of W, the warps taking K's 128-element chunks in
-    turn (w, w + 4, ...). Each warp copies its chunks into a 3-stage ring in
+    0, x and W 16-byte aligned): a `gpu.launch` with a block of four warps
+    per 16 rows of W and slice of K (S slices of whole chunks, S =
+    max(1, min(528 / (N / 16), K / 512)): narrow outputs such as a router's
+    fill the GPU), the warps taking the slice's 128-element chunks in turn
+    (w, w + 4, ...). Each warp copies its chunks into a 3-stage ring in
     workgroup memory (one 48 KB `memref.global`, 16-byte aligned) with
     `nvgpu.device_async_copy` (cp.async, 16 bytes per lane, whole 256-byte
     row pieces, bit 2 of the piece index flipped in odd rows against bank
@@ -320,9 +322,14 @@ def K3GPUSkinnyMMAPass : Pass<"k3-gpu-skinny-mma", "::mlir::ModuleOp"> {
     the tokens as one (T <= 8) or two n8 tiles of B read from global memory,
     the k order permuted alike in both operands so that each lane reads 8
     consecutive elements. The warps' sums meet in the ring and each output
-    is `o` of their sum in warp order. The split depends on K only and a
-    token's outputs on its own column only. f32 activations or `sm` below
-    80: no change.
+    is `o` of their sum in warp order; with S > 1 the block stores that sum
+    in an `[S, T, N]` workspace, counts itself in a per-row-block counter
+    (a zeroed `memref.global` in device memory, `memref.atomic_rmw`
+    between `nvvm.memory.barrier`s), and the last block of the row block
+    adds the slices' sums in slice order, stores `o` of the total and
+    resets the counter. The split depends on N and K only and a token's
+    outputs on its own column only. f32 activations or `sm` below 80: no
+    change.
   }];
   let options = [
     Option<"sm", "sm", "int64_t", "90",

@@ -21,6 +21,15 @@
 // sums go through the ring and each output is `o` of the 4 warps' parts
 // added in warp order.
 //
+// Narrow outputs (K3: the routers' 896, MLA kv_a's 576, b_proj's 96) would
+// leave most of the GPU idle with one block per 16 rows, so K is also split
+// into S slices of whole chunks, S by N and K only (at most kTargetBlocks
+// blocks, at least one chunk per warp of a slice): block (r, s) sums slice
+// s of rows r as above and stores the sums in a workspace; the last block
+// of r to finish (a counter per row block in device memory, fences before
+// and after it, reset by that block for the next launch) adds the slices'
+// sums in slice order and stores `o` of them. One kernel, no second pass.
+//
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16", .bf16):
 // lane = 4 g + t; a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1],
 // a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9]; b0 = B[2t, 2t+1][g],
@@ -70,18 +79,20 @@ static_assert(kChunk >= 64 && kChunk <= 256, "whole rows per copy, 8 rows "
                                              "of 64 for the warps' sums");
 static_assert(8 % kWarps == 0, "each warp adds whole entries");
 constexpr int64_t kMaxTokens = 16; // two n8 tiles
-// Narrower outputs (K3: b_proj 96, f_a_proj 128) keep the CUDA-core
-// kernels: N / 16 blocks would not keep enough copies in flight (a choice
-// by N only, so T never changes the kernel).
-constexpr int64_t kMinRows = 512;
+// Split over K: the most blocks to aim for (one wave: 4 of 48 KB per SM of
+// an H200; a second, partial wave measured slower), and the row blocks that
+// have a counter (N <= 64K; N / 16 > kTargetBlocks / 2 is not split).
+constexpr int64_t kTargetBlocks = 528, kCounters = 4096;
+static_assert(kTargetBlocks <= kCounters, "a split product has counters");
 constexpr llvm::StringLiteral kAttr = "k3.skinny_matmul";
 
 class SkinnyKernel : k3::IndexMath {
 public:
   SkinnyKernel(OpBuilder &b, Location loc, Value x, Value w, Value out,
-               func::FuncOp outFn, memref::GlobalOp ringGlobal)
+               func::FuncOp outFn, memref::GlobalOp ringGlobal,
+               memref::GlobalOp countGlobal)
       : IndexMath{b, loc}, x(x), w(w), out(out), outFn(outFn),
-        ringGlobal(ringGlobal) {}
+        ringGlobal(ringGlobal), countGlobal(countGlobal) {}
 
   void build(SmallVectorImpl<Operation *> &rest);
 
@@ -111,10 +122,15 @@ private:
   /// an absent tile).
   SmallVector<Value> sums(int64_t tiles);
 
+  /// S > 1: this block's sums go to the workspace; the last block of the
+  /// row block adds them (see top). `entries` are (sum, token, row).
+  void combine(ArrayRef<std::array<Value, 3>> entries, Value tokens);
+
   Value x, w, out;
   func::FuncOp outFn;
-  memref::GlobalOp ringGlobal;
+  memref::GlobalOp ringGlobal, countGlobal;
   Value ring, warp, lane, g, t, rowBase, tok0, tok1, mine;
+  Value slices, slice, chunk0, partial, launchBlockX;
   Value copyRow, copyPiece;
 };
 
@@ -124,7 +140,7 @@ Value SkinnyKernel::issue(Value i) {
                                     idx(0));
   Value n = arith::SelectOp::create(b, loc, valid, idx(8), idx(0));
   Value stage = rem(i, kStages);
-  Value col = add(mul(j, kChunk), mul(copyPiece, 8));
+  Value col = add(mul(add(chunk0, j), kChunk), mul(copyPiece, 8));
   SmallVector<Value> tokens;
   for (int64_t q = 0; q < kRows / kRowsPerCopy; ++q) {
     Value r = add(copyRow, kRowsPerCopy * q);
@@ -144,7 +160,7 @@ SmallVector<Value> SkinnyKernel::compute(Value i, int64_t tiles,
   auto bf16 = b.getBF16Type();
   auto i32x4 = VectorType::get({4}, b.getI32Type());
   Value stage = rem(i, kStages);
-  Value k0 = mul(add(warp, mul(i, kWarps)), kChunk);
+  Value k0 = mul(add(chunk0, add(warp, mul(i, kWarps))), kChunk);
   Value parity = mul(rem(g, 2), 4);
   SmallVector<Value> next(acc);
   for (int64_t s = 0; s < kChunk / 32; ++s) {
@@ -202,7 +218,6 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   Value depth = memref::DimOp::create(b, loc, x, 1);
   Value rows = memref::DimOp::create(b, loc, w, 0);
   Value ok = both(rem0(depth, kChunk), rem0(rows, kRows));
-  ok = both(ok, cmp(arith::CmpIPredicate::uge, rows, idx(kMinRows)));
   ok = both(ok, cmp(arith::CmpIPredicate::uge, tokens, c1));
   ok = both(ok, cmp(arith::CmpIPredicate::ule, tokens, idx(kMaxTokens)));
   ok = both(ok, cmp(arith::CmpIPredicate::eq,
@@ -213,9 +228,23 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
     op->moveBefore(ifOp.elseBlock()->getTerminator());
   b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
 
-  auto launch = gpu::LaunchOp::create(
-      b, loc, arith::DivUIOp::create(b, loc, rows, idx(kRows)), c1, c1,
-      idx(kWarps * 32), c1, c1);
+  // S = kTargetBlocks / row blocks (one wave), at most chunks / 4, at
+  // least 1.
+  Value rowBlocks = div(rows, kRows);
+  Value chunks = div(depth, kChunk);
+  slices = arith::MaxUIOp::create(
+      b, loc,
+      min(arith::DivUIOp::create(b, loc, idx(kTargetBlocks), rowBlocks),
+          div(chunks, kWarps)),
+      c1);
+  partial = memref::AllocOp::create(
+      b, loc,
+      MemRefType::get({ShapedType::kDynamic, ShapedType::kDynamic,
+                       ShapedType::kDynamic},
+                      b.getF32Type()),
+      ValueRange{slices, tokens, rows});
+  auto launch = gpu::LaunchOp::create(b, loc, rowBlocks, slices, c1,
+                                      idx(kWarps * 32), c1, c1);
   launch->setAttr("k3.mma_shape", b.getDenseI64ArrayAttr({16, 8, 16}));
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&launch.getBody().front());
@@ -226,15 +255,20 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   lane = rem(tid, 32);
   g = div(lane, 4);
   t = rem(lane, 4);
-  rowBase = mul(launch.getBlockIds().x, kRows);
+  launchBlockX = launch.getBlockIds().x;
+  rowBase = mul(launchBlockX, kRows);
   // Token columns g and g + 8 (past T: token T - 1, not stored).
   Value last = arith::SubIOp::create(b, loc, tokens, c1);
   tok0 = arith::MinUIOp::create(b, loc, g, last);
   tok1 = arith::MinUIOp::create(b, loc, add(g, 8), last);
-  // Chunks w, w + 4, ... of the K / 128.
-  Value chunks = div(depth, kChunk);
-  mine = div(arith::SubIOp::create(b, loc, add(chunks, kWarps - 1), warp),
-             kWarps);
+  // Slice s: chunks [s C / S, (s + 1) C / S) of the C = K / 128; warp w
+  // takes its chunks w, w + 4, ...
+  slice = launch.getBlockIds().y;
+  chunk0 = arith::DivUIOp::create(b, loc, mul(slice, chunks), slices);
+  Value sliceChunks = sub(
+      arith::DivUIOp::create(b, loc, mul(add(slice, 1), chunks), slices),
+      chunk0);
+  mine = div(sub(add(sliceChunks, kWarps - 1), warp), kWarps);
   // Copies: lane l takes 16 bytes (piece l % P, P pieces per row) of rows
   // l / P + (32 / P) q.
   copyRow = div(lane, kChunk / 8);
@@ -270,6 +304,7 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
       /*nontemporal=*/false, llvm::MaybeAlign(16));
   gpu::BarrierOp::create(b, loc);
   auto f32x1 = VectorType::get({1}, f32);
+  SmallVector<std::array<Value, 3>> entries;
   for (int64_t e0 = 0; e0 < 8; e0 += kWarps) {
     Value e = add(warp, e0);
     Value slot = add(mul(rem(lane, 4), 16), mul(e, 2));
@@ -286,16 +321,132 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
     // e % 4 >= 2).
     Value tok = add(add(mul(t, 2), mul(div(e, 4), 8)), rem(e, 2));
     Value row = add(add(rowBase, g), mul(div(rem(e, 4), 2), 8));
-    scf::IfOp::create(b, loc, cmp(arith::CmpIPredicate::ult, tok, tokens),
-                      [&](OpBuilder &tb, Location l) {
-                        Value r = func::CallOp::create(tb, l, outFn, sum)
-                                      .getResult(0);
-                        memref::StoreOp::create(tb, l, r, out,
-                                                ValueRange{tok, row});
-                        scf::YieldOp::create(tb, l);
-                      });
+    entries.push_back({sum, tok, row});
+    // S == 1: the output; else this slice's sum, for the last block.
+    Value one = cmp(arith::CmpIPredicate::eq, slices, c1);
+    scf::IfOp::create(
+        b, loc, cmp(arith::CmpIPredicate::ult, tok, tokens),
+        [&](OpBuilder &tb, Location l) {
+          scf::IfOp::create(
+              tb, l, one,
+              [&](OpBuilder &ob, Location ol) {
+                Value r =
+                    func::CallOp::create(ob, ol, outFn, sum).getResult(0);
+                memref::StoreOp::create(ob, ol, r, out, ValueRange{tok, row});
+                scf::YieldOp::create(ob, ol);
+              },
+              [&](OpBuilder &pb, Location pl) {
+                memref::StoreOp::create(pb, pl, sum, partial,
+                                        ValueRange{slice, tok, row});
+                scf::YieldOp::create(pb, pl);
+              });
+          scf::YieldOp::create(tb, l);
+        });
   }
+  combine(entries, tokens);
   gpu::TerminatorOp::create(b, loc);
+}
+
+void SkinnyKernel::combine(ArrayRef<std::array<Value, 3>> entries,
+                           Value tokens) {
+  Value c1 = idx(1);
+  auto split = scf::IfOp::create(
+      b, loc, cmp(arith::CmpIPredicate::ugt, slices, c1), /*withElse=*/false);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPoint(split.thenBlock()->getTerminator());
+  // Every thread's sums are visible on the GPU before the count (the
+  // release side of the CUDA programming guide's threadfence reduction).
+  NVVM::MembarOp::create(b, loc, NVVM::MemScopeKind::GPU);
+  gpu::BarrierOp::create(b, loc);
+  Value counts = memref::GetGlobalOp::create(b, loc, countGlobal.getType(),
+                                             countGlobal.getSymName());
+  Value rb = launchBlockX;
+  Value first = cmp(arith::CmpIPredicate::eq,
+                    add(mul(warp, 32), lane), idx(0));
+  auto bf16 = b.getBF16Type();
+  Value flagAt[] = {idx(0), idx(0), idx(0), idx(0)};
+  // Thread 0 counts this block and tells the block (through the ring,
+  // whose reads are done) whether it was the last of its row block.
+  scf::IfOp::create(b, loc, first, [&](OpBuilder &fb, Location l) {
+    OpBuilder::InsertionGuard inner(b);
+    b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
+    Value one = arith::ConstantIntOp::create(b, loc, b.getI32Type(), 1);
+    Value before = memref::AtomicRMWOp::create(
+        b, loc, arith::AtomicRMWKind::addi, one, counts, ValueRange{rb});
+    Value need = arith::IndexCastOp::create(b, loc, b.getI32Type(),
+                                            sub(slices, c1));
+    Value last = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                       before, need);
+    Value flag = arith::SelectOp::create(
+        b, loc, last,
+        arith::ConstantOp::create(b, loc, b.getFloatAttr(bf16, 1.0)),
+        arith::ConstantOp::create(b, loc, b.getFloatAttr(bf16, 0.0)));
+    memref::StoreOp::create(b, loc, flag, ring, flagAt);
+    scf::YieldOp::create(b, loc);
+  });
+  gpu::BarrierOp::create(b, loc);
+  Value flag = memref::LoadOp::create(b, loc, ring, flagAt);
+  Value isLast = arith::CmpFOp::create(
+      b, loc, arith::CmpFPredicate::OEQ, flag,
+      arith::ConstantOp::create(b, loc, b.getFloatAttr(bf16, 1.0)));
+  scf::IfOp::create(b, loc, isLast, [&](OpBuilder &lb, Location l) {
+    OpBuilder::InsertionGuard inner(b);
+    b.setInsertionPoint(lb.getInsertionBlock(), lb.getInsertionPoint());
+    // The acquire side: the other blocks' sums after their counts.
+    NVVM::MembarOp::create(b, loc, NVVM::MemScopeKind::GPU);
+    for (const std::array<Value, 3> &e : entries) {
+      Value tok = e[1], row = e[2];
+      scf::IfOp::create(
+          b, loc, cmp(arith::CmpIPredicate::ult, tok, tokens),
+          [&](OpBuilder &tb, Location) {
+            OpBuilder::InsertionGuard in2(b);
+            b.setInsertionPoint(tb.getInsertionBlock(), tb.getInsertionPoint());
+            // Slices added in slice order, from slice 0's sum.
+            Value s0 = memref::LoadOp::create(b, loc, partial,
+                                              ValueRange{idx(0), tok, row});
+            auto loop = scf::ForOp::create(
+                b, loc, c1, slices, c1, ValueRange{s0},
+                [&](OpBuilder &fb, Location fl, Value s, ValueRange acc) {
+                  Value p = memref::LoadOp::create(fb, fl, partial,
+                                                   ValueRange{s, tok, row});
+                  scf::YieldOp::create(
+                      fb, fl,
+                      ValueRange{arith::AddFOp::create(fb, fl, acc[0], p)});
+                });
+            Value r = func::CallOp::create(b, loc, outFn, loop.getResult(0))
+                          .getResult(0);
+            memref::StoreOp::create(b, loc, r, out, ValueRange{tok, row});
+            scf::YieldOp::create(b, loc);
+          });
+    }
+    // The count back to zero for the next launch (stream order).
+    scf::IfOp::create(b, loc, first, [&](OpBuilder &zb, Location zl) {
+      Value zero = arith::ConstantIntOp::create(zb, zl, zb.getI32Type(), 0);
+      memref::StoreOp::create(zb, zl, zero, counts, ValueRange{rb});
+      scf::YieldOp::create(zb, zl);
+    });
+    scf::YieldOp::create(b, loc);
+  });
+}
+
+/// The split products' counters per row block: a zeroed i32 array in
+/// device memory (each kernel's module gets its own copy at outlining).
+memref::GlobalOp countBuffer(ModuleOp module) {
+  constexpr llvm::StringLiteral name = "k3k_skinny_count";
+  if (auto g = module.lookupSymbol<memref::GlobalOp>(name))
+    return g;
+  OpBuilder b = OpBuilder::atBlockBegin(module.getBody());
+  Attribute global = gpu::AddressSpaceAttr::get(
+      b.getContext(), gpu::AddressSpace::Global);
+  auto type = MemRefType::get({kCounters}, b.getI32Type(),
+                              MemRefLayoutAttrInterface(), global);
+  return memref::GlobalOp::create(
+      b, module.getLoc(), b.getStringAttr(name), b.getStringAttr("private"),
+      TypeAttr::get(type),
+      DenseElementsAttr::get(
+          RankedTensorType::get({kCounters}, b.getI32Type()),
+          ArrayRef<Attribute>{b.getI32IntegerAttr(0)}),
+      /*constant=*/UnitAttr(), b.getI64IntegerAttr(4));
 }
 
 struct K3GPUSkinnyMMAPass
@@ -358,7 +509,8 @@ struct K3GPUSkinnyMMAPass
                  body.getArgument(1), body.getArgument(2), outFn,
                  // The warps' cp.async rings, one workgroup buffer per block.
                  k3::workgroupBuffer(getOperation(), "k3k_skinny_ring",
-                                     {kWarps, kStages, kRows, kChunk}))
+                                     {kWarps, kStages, kRows, kChunk}),
+                 countBuffer(getOperation()))
         .build(rest);
     return success();
   }

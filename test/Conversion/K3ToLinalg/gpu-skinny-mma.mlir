@@ -8,30 +8,41 @@
 // output [T, N].
 // The warps' rings: 4 warps x 3 stages x 16 rows x 128 elements, 48 KB,
 // 16-byte aligned.
-// CHECK: memref.global "private" @k3k_skinny_ring : memref<4x3x16x128xbf16, #gpu.address_space<workgroup>> {alignment = 16 : i64}
+// The split products' counters (one per row block, zeroed at load).
+// CHECK-DAG: memref.global "private" @k3k_skinny_count : memref<4096xi32, #gpu.address_space<global>> = dense<0> {alignment = 4 : i64}
+// CHECK-DAG: memref.global "private" @k3k_skinny_ring : memref<4x3x16x128xbf16, #gpu.address_space<workgroup>> {alignment = 16 : i64}
 // CHECK-LABEL: func.func @linear
 // CHECK-SAME: (%[[X:[^:]+]]: memref<?x?xbf16>, %[[W:[^:]+]]: memref<?x?xbf16>, %[[OUT:[^:]+]]: memref<?x?xbf16>)
 // Run-time choice, by N and K (and T within 1..16): N % 16, K % 128,
-// N >= 512, K of x == K of W, 16-byte aligned x and W.
+// K of x == K of W, 16-byte aligned x and W.
 // CHECK-DAG: %[[T:.+]] = memref.dim %[[X]], %c0
 // CHECK-DAG: %[[K:.+]] = memref.dim %[[X]], %c1
 // CHECK-DAG: %[[N:.+]] = memref.dim %[[W]], %c0
 // CHECK-DAG: arith.remui %[[N]], %c16
 // CHECK-DAG: arith.remui %[[K]], %c128
-// CHECK-DAG: arith.cmpi uge, %[[N]], %c512
 // CHECK-DAG: arith.cmpi uge, %[[T]], %c1
 // CHECK-DAG: arith.cmpi ule, %[[T]], %c16
 // CHECK-DAG: memref.extract_aligned_pointer_as_index %[[X]]
 // CHECK-DAG: memref.extract_aligned_pointer_as_index %[[W]]
 // CHECK: scf.if
-// One block of four warps per 16 rows.
+// One block of four warps per 16 rows and slice of K: S = max(1,
+// min(528 / (N / 16), K / 128 / 4)), the slices' sums in a [S, T, N]
+// workspace.
 // CHECK: %[[GX:.+]] = arith.divui %[[N]], %c16
-// CHECK: gpu.launch blocks(%{{.+}}, %{{.+}}, %{{.+}}) in (%{{.+}} = %[[GX]], %{{.+}} = %c1{{.*}}, %{{.+}} = %c1{{.*}}) threads(%{{.+}}, %{{.+}}, %{{.+}}) in (%{{.+}} = %c128
-// CHECK: %[[RING:.+]] = memref.get_global @k3k_skinny_ring
-// A warp's chunks: (K / 128 + 3 - warp) / 4 of them.
 // CHECK: %[[CH:.+]] = arith.divui %[[K]], %c128
-// CHECK: %[[CH3:.+]] = arith.addi %[[CH]], %c3
-// CHECK: %[[LEFT:.+]] = arith.subi %[[CH3]]
+// CHECK: %[[CH4:.+]] = arith.divui %[[CH]], %c4
+// CHECK: %[[WANT:.+]] = arith.divui %c528, %[[GX]]
+// CHECK: %[[FEW:.+]] = arith.minui %[[WANT]], %[[CH4]]
+// CHECK: %[[S:.+]] = arith.maxui %[[FEW]], %c1
+// CHECK: %[[PART:.+]] = memref.alloc(%[[S]], %[[T]], %[[N]]) : memref<?x?x?xf32>
+// CHECK: gpu.launch blocks(%[[RB:[^,]+]], %[[SL:[^,]+]], %{{.+}}) in (%{{.+}} = %[[GX]], %{{.+}} = %[[S]], %{{.+}} = %c1{{.*}}) threads(%{{.+}}, %{{.+}}, %{{.+}}) in (%{{.+}} = %c128
+// CHECK: %[[RING:.+]] = memref.get_global @k3k_skinny_ring
+// Slice s: chunks [s C / S, (s + 1) C / S); a warp's: (that + 3 - warp) / 4.
+// CHECK: %[[C0:.+]] = arith.muli %[[SL]], %[[CH]]
+// CHECK: arith.divui %[[C0]], %[[S]]
+// CHECK: arith.divui %{{.+}}, %[[S]]
+// CHECK: arith.subi
+// CHECK: %[[LEFT:.+]] = arith.subi
 // CHECK: %[[MINE:.+]] = arith.divui %[[LEFT]], %c4
 // Two stages issued before the loop, 8 copies of 16 bytes per lane each (16
 // rows, 2 per copy), zero bytes past the warp's last chunk; odd rows with
@@ -84,10 +95,43 @@
 // CHECK: arith.addf
 // CHECK: vector.load %[[RING]][%c3, %c0,
 // CHECK: %[[SUM:.+]] = arith.addf
+// S == 1: o(sum) for tokens < T; else the slice's sum in the workspace.
+// CHECK: %[[ONE:.+]] = arith.cmpi eq, %[[S]], %c1
 // CHECK: arith.cmpi ult, %{{.+}}, %[[T]]
+// CHECK: scf.if %[[ONE]]
 // CHECK: func.call @o(%[[SUM]]) : (f32) -> bf16
 // CHECK: memref.store %{{.+}}, %[[OUT]]
+// CHECK: } else {
+// CHECK: memref.store %[[SUM]], %[[PART]][%[[SL]],
 // CHECK: func.call @o
+// CHECK: memref.store %{{.+}}, %[[PART]][%[[SL]],
+// S > 1: fence, count the block in its row block's counter (thread 0),
+// tell the block through the ring whether it was the last; the last block
+// fences again, adds the slices in order from slice 0, stores o(total) and
+// resets the counter.
+// CHECK: %[[SPLIT:.+]] = arith.cmpi ugt, %[[S]], %c1
+// CHECK: scf.if %[[SPLIT]]
+// CHECK-NEXT: nvvm.memory.barrier <gpu>
+// CHECK-NEXT: gpu.barrier
+// CHECK-NEXT: %[[CNT:.+]] = memref.get_global @k3k_skinny_count : memref<4096xi32, #gpu.address_space<global>>
+// CHECK: scf.if %[[T0:.+]] {
+// CHECK-NEXT: %[[PRIOR:.+]] = memref.atomic_rmw addi %c1_i32, %[[CNT]][%[[RB]]]
+// CHECK: arith.cmpi eq, %[[PRIOR]],
+// CHECK: memref.store %{{.+}}, %[[RING]][%c0, %c0, %c0, %c0]
+// CHECK: gpu.barrier
+// CHECK-NEXT: %[[FLAG:.+]] = memref.load %[[RING]][%c0, %c0, %c0, %c0]
+// CHECK-NEXT: %[[LAST:.+]] = arith.cmpf oeq, %[[FLAG]]
+// CHECK-NEXT: scf.if %[[LAST]]
+// CHECK-NEXT: nvvm.memory.barrier <gpu>
+// CHECK: %[[P0:.+]] = memref.load %[[PART]][%c0,
+// CHECK-NEXT: %[[TOT:.+]] = scf.for %[[I:.+]] = %c1 to %[[S]] step %c1 iter_args(%[[ACC:.+]] = %[[P0]]) -> (f32)
+// CHECK-NEXT: %[[P:.+]] = memref.load %[[PART]][%[[I]],
+// CHECK-NEXT: arith.addf %[[ACC]], %[[P]]
+// CHECK: func.call @o(%[[TOT]])
+// CHECK: memref.store %{{.+}}, %[[OUT]]
+// CHECK: func.call @o
+// CHECK: scf.if %[[T0]]
+// CHECK-NEXT: memref.store %c0_i32, %[[CNT]][%[[RB]]]
 // CHECK: gpu.terminator
 // CHECK-NEXT: } {k3.mma_shape = array<i64: 16, 8, 16>}
 // Otherwise the function's own body.
