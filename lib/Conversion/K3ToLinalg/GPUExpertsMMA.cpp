@@ -135,33 +135,17 @@ FailureOr<Stage> readStage(func::FuncOp func, DictionaryAttr spec) {
 }
 
 /// Builds the tensor-core body of a stage in the current block.
-class ExpertsKernel {
+class ExpertsKernel : k3::IndexMath {
 public:
   ExpertsKernel(OpBuilder &b, Location loc, const Stage &st)
-      : b(b), loc(loc), st(st) {}
+      : IndexMath{b, loc}, st(st) {}
 
   /// scf.if (runnable) { kernel } else { `rest` }: `rest` is moved there.
   void build(SmallVectorImpl<Operation *> &rest);
 
 private:
-  Value idx(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
   Value i32(int64_t v) {
     return arith::ConstantIntOp::create(b, loc, b.getI32Type(), v);
-  }
-  Value add(Value l, Value r) { return arith::AddIOp::create(b, loc, l, r); }
-  Value add(Value l, int64_t r) { return r ? add(l, idx(r)) : l; }
-  Value mul(Value l, Value r) { return arith::MulIOp::create(b, loc, l, r); }
-  Value cmp(arith::CmpIPredicate p, Value l, Value r) {
-    return arith::CmpIOp::create(b, loc, p, l, r);
-  }
-  Value both(Value l, Value r) { return arith::AndIOp::create(b, loc, l, r); }
-  Value pick(Value c, Value t, Value f) {
-    return arith::SelectOp::create(b, loc, c, t, f);
-  }
-  Value aligned(Value m, int64_t bytes = 16) {
-    Value p = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, m);
-    return cmp(arith::CmpIPredicate::eq,
-               arith::RemUIOp::create(b, loc, p, idx(bytes)), idx(0));
   }
 
   /// (token, slot, expert) of the entry at position `q` of `order`.
@@ -187,8 +171,6 @@ private:
   Loaded loadFour(Value c0);
   SmallVector<Value> accumulate(const Loaded &in, ValueRange acc);
 
-  OpBuilder &b;
-  Location loc;
   const Stage &st;
   // Inside the launch.
   Value t, expert, row0, row1, srcToken, srcSlot;
@@ -345,10 +327,6 @@ void ExpertsKernel::build(SmallVectorImpl<Operation *> &rest) {
   Value rows = memref::DimOp::create(b, loc, packed0, 1);
   Value depth = memref::DimOp::create(b, loc, st.src, kDim);
   Value entries = memref::DimOp::create(b, loc, st.order, 0);
-  auto rem0 = [&](Value v, int64_t m) {
-    return cmp(arith::CmpIPredicate::eq,
-               arith::RemUIOp::create(b, loc, v, idx(m)), idx(0));
-  };
   Value ok = both(rem0(depth, 32), rem0(rows, kRowsPerWarp));
   ok = both(ok, cmp(arith::CmpIPredicate::ugt, entries, idx(0)));
   ok = both(ok, aligned(st.src));

@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "TensorCore.h"
 #include "k3/Conversion/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -37,10 +38,10 @@ namespace {
 constexpr int64_t kWarps = 8, kLanes = 32;
 constexpr llvm::StringLiteral kAttr = "k3.kda_recurrent";
 
-class RecurrentKernel {
+class RecurrentKernel : k3::IndexMath {
 public:
   RecurrentKernel(OpBuilder &b, Location loc, Block &body)
-      : b(b), loc(loc), qn(body.getArgument(0)), kn(body.getArgument(1)),
+      : IndexMath{b, loc}, qn(body.getArgument(0)), kn(body.getArgument(1)),
         vf(body.getArgument(2)), gg(body.getArgument(3)),
         bb(body.getArgument(4)), pool(body.getArgument(5)),
         slots(body.getArgument(6)), o(body.getArgument(7)) {}
@@ -50,21 +51,8 @@ public:
   void launch(int64_t per, Value st, Value tokens, Value heads, Value dv);
 
 private:
-  Value idx(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
-  Value add(Value l, Value r) { return arith::AddIOp::create(b, loc, l, r); }
-  Value mul(Value l, Value r) { return arith::MulIOp::create(b, loc, l, r); }
-  Value div(Value l, Value r) { return arith::DivUIOp::create(b, loc, l, r); }
-  Value rem(Value l, Value r) { return arith::RemUIOp::create(b, loc, l, r); }
-  Value eq(Value l, Value r) {
-    return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, l, r);
-  }
-  Value both(Value l, Value r) { return arith::AndIOp::create(b, loc, l, r); }
   Value fadd(Value l, Value r) { return arith::AddFOp::create(b, loc, l, r); }
   Value fmul(Value l, Value r) { return arith::MulFOp::create(b, loc, l, r); }
-  Value aligned16(Value m) {
-    Value p = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, m);
-    return eq(rem(p, idx(16)), idx(0));
-  }
   /// `n` consecutive f32 of `m` at `indices`, as scalars.
   SmallVector<Value> load(Value m, ValueRange indices, int64_t n) {
     Value v = vector::LoadOp::create(
@@ -87,8 +75,6 @@ private:
     return v;
   }
 
-  OpBuilder &b;
-  Location loc;
   Value qn, kn, vf, gg, bb, pool, slots, o;
 };
 
@@ -106,7 +92,7 @@ void RecurrentKernel::build(SmallVectorImpl<Operation *> &rest) {
                   eq(rem(meta.getStrides()[2], idx(4)), c0));
   ok = both(ok, eq(rem(start, idx(16)), c0));
   for (Value m : {qn, kn, gg})
-    ok = both(ok, aligned16(m));
+    ok = both(ok, aligned(m));
   Value is64 = eq(dk, idx(64)), is128 = eq(dk, idx(128));
   ok = both(ok, arith::OrIOp::create(b, loc, is64, is128));
   auto ifOp = scf::IfOp::create(b, loc, ok, /*withElseRegion=*/true);

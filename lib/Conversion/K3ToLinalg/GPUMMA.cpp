@@ -140,19 +140,15 @@ bool isBF16Product(linalg::GenericOp op) {
 }
 
 /// Builds the tensor-core kernel for `op` (X, W, C) in the current block.
-class MMAKernel {
+class MMAKernel : k3::IndexMath {
 public:
   MMAKernel(OpBuilder &b, Location loc, Value x, Value w, Value c,
             memref::GlobalOp xRing, memref::GlobalOp wRing)
-      : b(b), loc(loc), x(x), w(w), c(c), xRing(xRing), wRing(wRing) {}
+      : IndexMath{b, loc}, x(x), w(w), c(c), xRing(xRing), wRing(wRing) {}
 
   void build(Value rows, Value cols, Value depth);
 
 private:
-  Value idx(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
-  Value add(Value l, Value r) { return arith::AddIOp::create(b, loc, l, r); }
-  Value mul(Value l, Value r) { return arith::MulIOp::create(b, loc, l, r); }
-  Value add(Value l, int64_t r) { return r ? add(l, idx(r)) : l; }
 
   /// Copies this thread's 16-byte pieces of rows [r0, r0 + 64) x
   /// [k0, k0 + 32) of `src` into stage `stage` of `tile` with cp.async
@@ -162,8 +158,6 @@ private:
   /// Two adjacent bf16 of a shared tile as the i32 a fragment register holds.
   Value pair(Value tile, Value stage, Value row, Value col);
 
-  OpBuilder &b;
-  Location loc;
   Value x, w, c;
   memref::GlobalOp xRing, wRing;
   Value tid;

@@ -1,8 +1,9 @@
 //===- TensorCore.h - helpers of the tensor-core passes ---------*- C++ -*-===//
 //
-// What k3-gpu-mma, k3-gpu-experts-mma and k3-gpu-skinny-mma build alike:
-// the bf16 mma.sync instruction and the 16-byte aligned workgroup buffers
-// their cp.async copies fill.
+// What the kernel-building passes (k3-gpu-mma, -experts-mma, -skinny-mma,
+// -kda-recurrent, -mla-mma) build alike: the bf16 mma.sync instruction, the
+// 16-byte aligned workgroup buffers their cp.async copies fill, and index
+// arithmetic.
 //
 //===----------------------------------------------------------------------===//
 
@@ -44,27 +45,30 @@ struct IndexMath {
   Value sub(Value l, Value r) { return arith::SubIOp::create(b, loc, l, r); }
   Value mul(Value l, Value r) { return arith::MulIOp::create(b, loc, l, r); }
   Value mul(Value l, int64_t r) { return mul(l, idx(r)); }
-  Value div(Value l, int64_t r) {
-    return arith::DivUIOp::create(b, loc, l, idx(r));
-  }
+  Value div(Value l, Value r) { return arith::DivUIOp::create(b, loc, l, r); }
+  Value div(Value l, int64_t r) { return div(l, idx(r)); }
   Value ceilDiv(Value l, Value r) {
     return arith::CeilDivUIOp::create(b, loc, l, r);
   }
-  Value rem(Value l, int64_t r) {
-    return arith::RemUIOp::create(b, loc, l, idx(r));
-  }
+  Value rem(Value l, Value r) { return arith::RemUIOp::create(b, loc, l, r); }
+  Value rem(Value l, int64_t r) { return rem(l, idx(r)); }
   Value min(Value l, Value r) { return arith::MinUIOp::create(b, loc, l, r); }
   Value cmp(arith::CmpIPredicate p, Value l, Value r) {
     return arith::CmpIOp::create(b, loc, p, l, r);
   }
   Value lt(Value l, Value r) { return cmp(arith::CmpIPredicate::ult, l, r); }
+  Value eq(Value l, Value r) { return cmp(arith::CmpIPredicate::eq, l, r); }
   Value both(Value l, Value r) { return arith::AndIOp::create(b, loc, l, r); }
+  Value pick(Value c, Value t, Value f) {
+    return arith::SelectOp::create(b, loc, c, t, f);
+  }
   Value rem0(Value v, int64_t m) {
     return cmp(arith::CmpIPredicate::eq, rem(v, m), idx(0));
   }
-  /// Whether memref `m`'s base address is 16-byte aligned.
-  Value aligned(Value m) {
-    return rem0(memref::ExtractAlignedPointerAsIndexOp::create(b, loc, m), 16);
+  /// Whether memref `m`'s base address is `bytes`-byte aligned.
+  Value aligned(Value m, int64_t bytes = 16) {
+    return rem0(memref::ExtractAlignedPointerAsIndexOp::create(b, loc, m),
+                bytes);
   }
 };
 
