@@ -237,12 +237,15 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
       min(arith::DivUIOp::create(b, loc, idx(kTargetBlocks), rowBlocks),
           div(chunks, kWarps)),
       c1);
+  // The slices' sums [S, T, N] (empty without a split, as k3-gpu-mma's).
+  Value parts = pick(cmp(arith::CmpIPredicate::ugt, slices, c1), slices,
+                     idx(0));
   partial = memref::AllocOp::create(
       b, loc,
       MemRefType::get({ShapedType::kDynamic, ShapedType::kDynamic,
                        ShapedType::kDynamic},
                       b.getF32Type()),
-      ValueRange{slices, tokens, rows});
+      ValueRange{parts, tokens, rows});
   auto launch = gpu::LaunchOp::create(b, loc, rowBlocks, slices, c1,
                                       idx(kWarps * 32), c1, c1);
   launch->setAttr("k3.mma_shape", b.getDenseI64ArrayAttr({16, 8, 16}));

@@ -27,14 +27,16 @@
 // CHECK: scf.if
 // One block of four warps per 16 rows and slice of K: S = max(1,
 // min(528 / (N / 16), K / 128 / 4)), the slices' sums in a [S, T, N]
-// workspace.
+// workspace (empty for S = 1).
 // CHECK: %[[GX:.+]] = arith.divui %[[N]], %c16
 // CHECK: %[[CH:.+]] = arith.divui %[[K]], %c128
 // CHECK: %[[CH4:.+]] = arith.divui %[[CH]], %c4
 // CHECK: %[[WANT:.+]] = arith.divui %c528, %[[GX]]
 // CHECK: %[[FEW:.+]] = arith.minui %[[WANT]], %[[CH4]]
 // CHECK: %[[S:.+]] = arith.maxui %[[FEW]], %c1
-// CHECK: %[[PART:.+]] = memref.alloc(%[[S]], %[[T]], %[[N]]) : memref<?x?x?xf32>
+// CHECK: %[[SPLITS:.+]] = arith.cmpi ugt, %[[S]], %c1
+// CHECK: %[[PARTS:.+]] = arith.select %[[SPLITS]], %[[S]], %c0
+// CHECK: %[[PART:.+]] = memref.alloc(%[[PARTS]], %[[T]], %[[N]]) : memref<?x?x?xf32>
 // CHECK: gpu.launch blocks(%[[RB:[^,]+]], %[[SL:[^,]+]], %{{.+}}) in (%{{.+}} = %[[GX]], %{{.+}} = %[[S]], %{{.+}} = %c1{{.*}}) threads(%{{.+}}, %{{.+}}, %{{.+}}) in (%{{.+}} = %c128
 // CHECK: %[[RING:.+]] = memref.get_global @k3k_skinny_ring
 // Slice s: chunks [s C / S, (s + 1) C / S); a warp's: (that + 3 - warp) / 4.
@@ -109,8 +111,7 @@
 // tell the block through the ring whether it was the last; the last block
 // fences again, adds the slices in order from slice 0, stores o(total) and
 // resets the counter.
-// CHECK: %[[SPLIT:.+]] = arith.cmpi ugt, %[[S]], %c1
-// CHECK: scf.if %[[SPLIT]]
+// CHECK: scf.if %[[SPLITS]] {
 // CHECK-NEXT: nvvm.memory.barrier <gpu>
 // CHECK-NEXT: gpu.barrier
 // CHECK-NEXT: %[[CNT:.+]] = memref.get_global @k3k_skinny_count : memref<4096xi32, #gpu.address_space<global>>
