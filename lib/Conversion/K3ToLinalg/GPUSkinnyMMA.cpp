@@ -130,7 +130,7 @@ private:
   func::FuncOp outFn;
   memref::GlobalOp ringGlobal, countGlobal;
   Value ring, warp, lane, g, t, rowBase, tok0, tok1, mine;
-  Value slices, slice, chunk0, partial, launchBlockX;
+  Value slices, slice, chunk0, partial, rowBlock;
   Value copyRow, copyPiece;
 };
 
@@ -233,9 +233,7 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   Value rowBlocks = div(rows, kRows);
   Value chunks = div(depth, kChunk);
   slices = arith::MaxUIOp::create(
-      b, loc,
-      min(arith::DivUIOp::create(b, loc, idx(kTargetBlocks), rowBlocks),
-          div(chunks, kWarps)),
+      b, loc, min(div(idx(kTargetBlocks), rowBlocks), div(chunks, kWarps)),
       c1);
   // The slices' sums [S, T, N] (empty without a split, as k3-gpu-mma's).
   Value parts = pick(cmp(arith::CmpIPredicate::ugt, slices, c1), slices,
@@ -258,8 +256,8 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   lane = rem(tid, 32);
   g = div(lane, 4);
   t = rem(lane, 4);
-  launchBlockX = launch.getBlockIds().x;
-  rowBase = mul(launchBlockX, kRows);
+  rowBlock = launch.getBlockIds().x;
+  rowBase = mul(rowBlock, kRows);
   // Token columns g and g + 8 (past T: token T - 1, not stored).
   Value last = arith::SubIOp::create(b, loc, tokens, c1);
   tok0 = arith::MinUIOp::create(b, loc, g, last);
@@ -267,10 +265,8 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   // Slice s: chunks [s C / S, (s + 1) C / S) of the C = K / 128; warp w
   // takes its chunks w, w + 4, ...
   slice = launch.getBlockIds().y;
-  chunk0 = arith::DivUIOp::create(b, loc, mul(slice, chunks), slices);
-  Value sliceChunks = sub(
-      arith::DivUIOp::create(b, loc, mul(add(slice, 1), chunks), slices),
-      chunk0);
+  chunk0 = div(mul(slice, chunks), slices);
+  Value sliceChunks = sub(div(mul(add(slice, 1), chunks), slices), chunk0);
   mine = div(sub(add(sliceChunks, kWarps - 1), warp), kWarps);
   // Copies: lane l takes 16 bytes (piece l % P, P pieces per row) of rows
   // l / P + (32 / P) q.
@@ -308,6 +304,7 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   gpu::BarrierOp::create(b, loc);
   auto f32x1 = VectorType::get({1}, f32);
   SmallVector<std::array<Value, 3>> entries;
+  Value one = cmp(arith::CmpIPredicate::eq, slices, c1);
   for (int64_t e0 = 0; e0 < 8; e0 += kWarps) {
     Value e = add(warp, e0);
     Value slot = add(mul(rem(lane, 4), 16), mul(e, 2));
@@ -326,7 +323,6 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
     Value row = add(add(rowBase, g), mul(div(rem(e, 4), 2), 8));
     entries.push_back({sum, tok, row});
     // S == 1: the output; else this slice's sum, for the last block.
-    Value one = cmp(arith::CmpIPredicate::eq, slices, c1);
     scf::IfOp::create(
         b, loc, cmp(arith::CmpIPredicate::ult, tok, tokens),
         [&](OpBuilder &tb, Location l) {
@@ -363,7 +359,6 @@ void SkinnyKernel::combine(ArrayRef<std::array<Value, 3>> entries,
   gpu::BarrierOp::create(b, loc);
   Value counts = memref::GetGlobalOp::create(b, loc, countGlobal.getType(),
                                              countGlobal.getSymName());
-  Value rb = launchBlockX;
   Value first = cmp(arith::CmpIPredicate::eq,
                     add(mul(warp, 32), lane), idx(0));
   auto bf16 = b.getBF16Type();
@@ -375,7 +370,7 @@ void SkinnyKernel::combine(ArrayRef<std::array<Value, 3>> entries,
     b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
     Value one = arith::ConstantIntOp::create(b, loc, b.getI32Type(), 1);
     Value before = memref::AtomicRMWOp::create(
-        b, loc, arith::AtomicRMWKind::addi, one, counts, ValueRange{rb});
+        b, loc, arith::AtomicRMWKind::addi, one, counts, ValueRange{rowBlock});
     Value need = arith::IndexCastOp::create(b, loc, b.getI32Type(),
                                             sub(slices, c1));
     Value last = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
@@ -425,7 +420,7 @@ void SkinnyKernel::combine(ArrayRef<std::array<Value, 3>> entries,
     // The count back to zero for the next launch (stream order).
     scf::IfOp::create(b, loc, first, [&](OpBuilder &zb, Location zl) {
       Value zero = arith::ConstantIntOp::create(zb, zl, zb.getI32Type(), 0);
-      memref::StoreOp::create(zb, zl, zero, counts, ValueRange{rb});
+      memref::StoreOp::create(zb, zl, zero, counts, ValueRange{rowBlock});
       scf::YieldOp::create(zb, zl);
     });
     scf::YieldOp::create(b, loc);

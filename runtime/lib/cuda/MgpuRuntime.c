@@ -261,20 +261,20 @@ static CUstream theStream(void) {
  * call's launches are recorded, not queued, and queued as CUDA graphs: in
  * segments while the call runs (below), the rest when it ends
  * (k3rt_cuda_workspace_reset, or before any other work on the stream). A
- * call that launches the same kernels in the
- * same order as an earlier one (every decode step of a batch composition,
- * every prefill chunk of one size) replays that call's graph, with the
- * nodes whose grid or arguments changed updated in place; a new composition
- * builds a graph of its own, and the least recently used of kGraphs is
- * dropped. Nothing a kernel computes depends on how it was queued.
+ * call that launches the same kernels in the same order as an earlier one
+ * (every decode step of a batch composition, every prefill chunk of one
+ * size) replays that call's graphs, with the nodes whose grid or arguments
+ * changed updated in place; a new composition builds graphs of its own,
+ * and the least recently used of kGraphs are dropped. Nothing a kernel
+ * computes depends on how it was queued.
  *
- * A call is queued in segments, at its kFirstCut-th launch, then at four
+ * A call is cut into segments at its kFirstCut-th launch, then at four
  * times as many, and so on (16, 64, 256, ...), each segment a graph of its
  * own: the GPU starts on the call's first kernels while the host records
- * the rest (recording a batch-1 decode step of K3's widths takes about
- * 0.1 ms, a tenth of what the whole step waited for before), and every
- * segment is queued long before the GPU reaches it. The cuts depend only on
- * the count of launches, so a replayed call cuts where it did before.
+ * the rest (recording a batch-1 decode step of K3's widths takes 0.05 to
+ * 0.2 ms, which the GPU waited for when the call was one graph), and each
+ * segment is queued before the GPU reaches it. The cuts depend only on the
+ * count of launches, so a replayed call cuts where it did before.
  */
 
 enum {
