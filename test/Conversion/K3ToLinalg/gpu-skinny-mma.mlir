@@ -90,6 +90,7 @@
 // CHECK-NEXT: gpu.barrier
 // CHECK: vector.store %{{.+}}, %[[RING]][%{{.+}}, %c0, %{{.+}}, %{{.+}}] {alignment = 16 : i64} : memref<4x3x16x128xbf16, #gpu.address_space<workgroup>>, vector<16xbf16>
 // CHECK-NEXT: gpu.barrier
+// CHECK-NEXT: %[[ONE:.+]] = arith.cmpi eq, %[[S]], %c1
 // CHECK: vector.load %[[RING]][%c0, %c0,
 // CHECK: vector.load %[[RING]][%c1, %c0,
 // CHECK: arith.addf
@@ -98,7 +99,6 @@
 // CHECK: vector.load %[[RING]][%c3, %c0,
 // CHECK: %[[SUM:.+]] = arith.addf
 // S == 1: o(sum) for tokens < T; else the slice's sum in the workspace.
-// CHECK: %[[ONE:.+]] = arith.cmpi eq, %[[S]], %c1
 // CHECK: arith.cmpi ult, %{{.+}}, %[[T]]
 // CHECK: scf.if %[[ONE]]
 // CHECK: func.call @o(%[[SUM]]) : (f32) -> bf16
