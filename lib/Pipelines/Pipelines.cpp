@@ -91,7 +91,7 @@ LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
   pm.addPass(createK3GPUMMAPass(mma));
   K3GPUExpertsMMAPassOptions experts;
   experts.sm = mma.sm;
-  pm.addNestedPass<func::FuncOp>(createK3GPUExpertsMMAPass(experts));
+  pm.addPass(createK3GPUExpertsMMAPass(experts));
   K3GPUSkinnyMMAPassOptions skinny;
   skinny.sm = mma.sm;
   pm.addPass(createK3GPUSkinnyMMAPass(skinny));

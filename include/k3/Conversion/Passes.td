@@ -229,7 +229,7 @@ def K3GPUMMAPass : Pass<"k3-gpu-mma", "::mlir::ModuleOp"> {
                            "::mlir::scf::SCFDialect"];
 }
 
-def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma"> {
+def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma", "::mlir::ModuleOp"> {
   let summary = "MXFP4 routed experts of a bf16 library on the tensor cores";
   let description = [{
     A function marked `k3.mxfp4_experts = {scale = @s, out = @o}` is an
@@ -251,8 +251,17 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma"> {
     multiple of 8 or at an expert change. Each warp computes 16 rows x 8 entries with
     `nvvm.mma.sync` m16n8k16 (bf16 operands, f32 accumulators): every
     32-element group is two mma steps from a zero accumulator, scaled and
-    added to the row sums in group order. A lane reads one 4-byte word of
-    each of its two rows per group (codes decoded to bf16 in registers:
+    added to the row sums in group order. A lane reads its words of 4
+    groups at a time (when 4 divides the groups) straight from global
+    memory, or with `staged` (off until measured on a GPU) each
+    warp streams its 16 rows in units of 4 groups through a 4-stage ring in
+    workgroup memory (`memref.global`s of i8, 16-byte aligned: per stage
+    and matrix 16 x 64 bytes of codes, group j of row r at 16-byte piece
+    j ^ (r / 2 % 4) against bank conflicts, and 16 x 4 bytes of scales)
+    with `nvgpu.device_async_copy`, three units in flight; the remaining
+    groups are read from global memory one at a time. A lane reads one
+    4-byte word of each of its two rows per group (codes decoded to bf16 in
+    registers:
     the code's bits placed as a bf16 of value E2M1 · 2^-126 and multiplied
     by 2^126, exact), and its entry's 8 activations of the same elements
     with one 16-byte load; the mma's k order is permuted alike in both
@@ -264,12 +273,16 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma"> {
   }];
   let options = [
     Option<"sm", "sm", "int64_t", "90",
-           "Oldest compute capability the library targets (x10)">
+           "Oldest compute capability the library targets (x10)">,
+    Option<"staged", "staged", "bool", "false",
+           "Stream each warp's rows through cp.async rings in workgroup "
+           "memory (not yet measured on a GPU: off by default)">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::arith::ArithDialect",
                            "::mlir::LLVM::LLVMDialect",
                            "::mlir::NVVM::NVVMDialect",
+                           "::mlir::nvgpu::NVGPUDialect",
                            "::mlir::memref::MemRefDialect",
                            "::mlir::vector::VectorDialect",
                            "::mlir::scf::SCFDialect"];

@@ -8,6 +8,17 @@
 // segment of up to 8 entries of one expert, to bf16 in the registers that
 // mma.sync m16n8k16 takes, and the tensor cores do the products.
 //
+// Loads: reading each lane's words straight into registers, a warp had
+// about 2 KB in flight, and Nsight Compute found the kernel waiting on them
+// (B = 64 gate/up stage: 65% of stall cycles on global loads, 42.7%
+// occupancy at 72 registers; a prefetch into registers cost occupancy and
+// was slower: BENCHMARKS.md eleventh session). With the pass's `staged`
+// option each warp copies its rows into a ring in workgroup memory with
+// cp.async, units of 4 groups, three in flight, and reads its words from
+// there; the decode, products and group order are the same, so the outputs
+// should be too. It is off until measured on a GPU (written in the
+// eleventh session, when the session's device time was spent).
+//
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16", .bf16):
 // lane = 4 g + t; A (16 x 16, row) a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1],
 // a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9]; B (16 x 8, col)
@@ -43,6 +54,7 @@
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/SymbolTable.h"
@@ -58,8 +70,15 @@ namespace {
 // Entries per segment (the mma's n), rows per warp (its m), warps per block.
 constexpr int64_t kEntries = 8, kRowsPerWarp = 16, kWarps = 4;
 constexpr int64_t kBlockRows = kRowsPerWarp * kWarps;
-// Groups whose loads are issued together (over the weight matrices), so
-// that a warp has 2 KB of weights in flight.
+// Each warp streams its 16 rows through a ring of kStages stages in
+// workgroup memory with cp.async, kStageGroups groups per stage: per matrix
+// 16 rows x 64 bytes of codes and 16 x 4 bytes of scales; three stages in
+// flight while the fourth is computed (a warp of the up stage keeps 6 KB of
+// weights in flight without holding them in registers).
+constexpr int64_t kStageGroups = 4, kStages = 4;
+// Without the rings (the default until measured): groups whose loads are
+// issued together (over the weight matrices), so that a warp has 2 KB of
+// weights in flight.
 constexpr int64_t kGroupsInFlight = 8;
 constexpr llvm::StringLiteral kAttr = "k3.mxfp4_experts";
 
@@ -137,8 +156,11 @@ FailureOr<Stage> readStage(func::FuncOp func, DictionaryAttr spec) {
 /// Builds the tensor-core body of a stage in the current block.
 class ExpertsKernel : k3::IndexMath {
 public:
-  ExpertsKernel(OpBuilder &b, Location loc, const Stage &st)
-      : IndexMath{b, loc}, st(st) {}
+  /// With null globals the rows are read straight from global memory.
+  ExpertsKernel(OpBuilder &b, Location loc, const Stage &st,
+                memref::GlobalOp codesGlobal, memref::GlobalOp scalesGlobal)
+      : IndexMath{b, loc}, st(st), codesGlobal(codesGlobal),
+        scalesGlobal(scalesGlobal) {}
 
   /// scf.if (runnable) { kernel } else { `rest` }: `rest` is moved there.
   void build(SmallVectorImpl<Operation *> &rest);
@@ -164,16 +186,28 @@ private:
   std::array<Value, 4> loadX(Value group);
   /// One group, 4-byte words and 1-byte scales.
   Loaded loadOne(Value group);
-  /// Groups c0..c0+3 (c0 % 4 == 0, 4 | groups): the words as in loadOne,
-  /// the row's 4 scales in one 4-byte load. (Loading 16 bytes per row and
-  /// transposing them over the quad with shuffles measured no faster: the
-  /// kernel is bound by its instructions, BENCHMARKS.md eighth session.)
+  /// Groups c0..c0+3 (c0 % 4 == 0, 4 | groups) from global memory: the
+  /// words as in loadOne, the row's 4 scales in one 4-byte load. (Loading
+  /// 16 bytes per row and transposing them over the quad with shuffles
+  /// measured no faster, BENCHMARKS.md eighth session.)
   Loaded loadFour(Value c0);
+  /// The k loop over units of 4 groups (the first 4 * floor(groups / 4)
+  /// groups when 4 divides them, else none) from `acc`: through the rings
+  /// (`staged`) or from global memory. Returns the sums and the groups done.
+  std::pair<SmallVector<Value>, Value> units4(Value groups, ValueRange acc);
+  /// Copies unit `u` (groups 4u .. 4u + 3; nothing past the last unit) of
+  /// this warp's rows into stage u % kStages, as one cp.async group.
+  Value issue(Value u);
+  /// Group j of unit `u` from its stage: the words and scales as in
+  /// loadOne.
+  Loaded fromStage(Value u, int64_t j);
   SmallVector<Value> accumulate(const Loaded &in, ValueRange acc);
 
   const Stage &st;
   // Inside the launch.
+  memref::GlobalOp codesGlobal, scalesGlobal;
   Value t, expert, row0, row1, srcToken, srcSlot;
+  Value warp, lane, g, rowBase, units, codes, scaleRing;
 };
 
 std::array<Value, 3> ExpertsKernel::entry(Value q) {
@@ -287,6 +321,72 @@ ExpertsKernel::Loaded ExpertsKernel::loadFour(Value c0) {
   return in;
 }
 
+Value ExpertsKernel::issue(Value u) {
+  Value valid = lt(u, units);
+  Value src16 = pick(valid, idx(16), idx(0));
+  Value src4 = pick(valid, idx(4), idx(0));
+  Value stage = rem(u, kStages);
+  Value piece = rem(lane, 4);
+  // Past the last unit: zero bytes read from the row's start.
+  Value group = pick(valid, add(mul(u, kStageGroups), piece), idx(0));
+  Value scaleAt = pick(valid, mul(u, kStageGroups), idx(0));
+  SmallVector<Value> tokens;
+  for (auto [m, pair] : llvm::enumerate(st.matrices)) {
+    auto [packed, scales] = pair;
+    for (int64_t q = 0; q < 2; ++q) {
+      Value r = add(div(lane, 4), 8 * q);
+      Value slot = arith::XOrIOp::create(b, loc, piece, rem(div(r, 2), 4));
+      tokens.push_back(nvgpu::DeviceAsyncCopyOp::create(
+          b, loc, codes, ValueRange{warp, stage, idx(m), r, mul(slot, 16)},
+          packed, ValueRange{expert, add(rowBase, r), mul(group, 16)},
+          b.getIndexAttr(16), src16, b.getUnitAttr()));
+    }
+  }
+  // Scales: lane l copies row l % 16's 4 bytes of matrix l / 16 (of matrix
+  // 0 again, into an unused slot, for a one-matrix stage).
+  Value r = rem(lane, 16);
+  Value m = div(lane, 16);
+  Value scales = st.matrices.front().second;
+  if (st.matrices.size() == 2)
+    scales = arith::SelectOp::create(b, loc, eq(m, idx(1)),
+                                     st.matrices[1].second, scales);
+  tokens.push_back(nvgpu::DeviceAsyncCopyOp::create(
+      b, loc, scaleRing, ValueRange{warp, stage, m, r, idx(0)}, scales,
+      ValueRange{expert, add(rowBase, r), scaleAt}, b.getIndexAttr(4), src4,
+      UnitAttr()));
+  return nvgpu::DeviceAsyncCreateGroupOp::create(
+      b, loc, nvgpu::DeviceAsyncTokenType::get(b.getContext()), tokens);
+}
+
+ExpertsKernel::Loaded ExpertsKernel::fromStage(Value u, int64_t j) {
+  Loaded in;
+  in.x.push_back(loadX(add(mul(u, kStageGroups), j)));
+  auto i8x4 = VectorType::get({4}, b.getI8Type());
+  auto i32x1 = VectorType::get({1}, b.getI32Type());
+  Value stage = rem(u, kStages);
+  for (size_t m = 0; m < st.matrices.size(); ++m) {
+    std::array<Value, 2> w, s;
+    for (int r = 0; r < 2; ++r) {
+      Value row = add(g, 8 * r);
+      Value sc = vector::LoadOp::create(
+          b, loc, i8x4, scaleRing, ValueRange{warp, stage, idx(m), row, idx(0)},
+          /*nontemporal=*/false, llvm::MaybeAlign(4));
+      s[r] = vector::ExtractOp::create(b, loc, sc, ArrayRef<int64_t>{j});
+      Value slot = arith::XOrIOp::create(b, loc, idx(j), rem(div(row, 2), 4));
+      Value bytes = vector::LoadOp::create(
+          b, loc, i8x4, codes,
+          ValueRange{warp, stage, idx(m), row, add(mul(slot, 16), mul(t, 4))},
+          /*nontemporal=*/false, llvm::MaybeAlign(4));
+      w[r] = vector::ExtractOp::create(
+          b, loc, vector::BitCastOp::create(b, loc, i32x1, bytes),
+          ArrayRef<int64_t>{0});
+    }
+    in.word.push_back({w});
+    in.scale.push_back({s});
+  }
+  return in;
+}
+
 SmallVector<Value> ExpertsKernel::accumulate(const Loaded &in,
                                              ValueRange acc) {
   Value zero =
@@ -320,6 +420,71 @@ SmallVector<Value> ExpertsKernel::accumulate(const Loaded &in,
   return next;
 }
 
+std::pair<SmallVector<Value>, Value>
+ExpertsKernel::units4(Value groups, ValueRange acc) {
+  Value c1 = idx(1);
+  if (!codesGlobal) {
+    // 1-2 units per iteration (loads first).
+    int64_t per = std::max<int64_t>(1, kGroupsInFlight / 4 /
+                                           (int64_t)st.matrices.size());
+    Value whole =
+        pick(rem0(groups, 4), mul(div(groups, 4 * per), 4 * per), idx(0));
+    auto loop = scf::ForOp::create(
+        b, loc, idx(0), whole, idx(4 * per), acc,
+        [&](OpBuilder &fb, Location, Value c0, ValueRange sums) {
+          OpBuilder::InsertionGuard inner(b);
+          b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
+          SmallVector<Loaded> in;
+          for (int64_t u = 0; u < per; ++u)
+            in.push_back(loadFour(add(c0, 4 * u)));
+          SmallVector<Value> next(sums);
+          for (const Loaded &l : in)
+            next = accumulate(l, next);
+          scf::YieldOp::create(b, loc, next);
+        });
+    return {SmallVector<Value>(loop.getResults()), whole};
+  }
+  // Through the rings: copies issued three units ahead.
+  units = pick(rem0(groups, kStageGroups), div(groups, kStageGroups), idx(0));
+  auto staged = scf::IfOp::create(b, loc, acc.getTypes(), lt(idx(0), units),
+                                  /*withElse=*/true);
+  {
+    OpBuilder::InsertionGuard inner(b);
+    b.setInsertionPointToStart(staged.thenBlock());
+    codes = memref::GetGlobalOp::create(b, loc, codesGlobal.getType(),
+                                        codesGlobal.getSymName());
+    scaleRing = memref::GetGlobalOp::create(b, loc, scalesGlobal.getType(),
+                                            scalesGlobal.getSymName());
+    Value group;
+    for (int64_t u = 0; u + 1 < kStages; ++u)
+      group = issue(idx(u));
+    auto loop = scf::ForOp::create(
+        b, loc, idx(0), units, c1, acc,
+        [&](OpBuilder &fb, Location, Value u, ValueRange sums) {
+          OpBuilder::InsertionGuard in2(b);
+          b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
+          Value all = arith::ConstantIntOp::create(b, loc, b.getI32Type(), -1);
+          // Every lane is done with the stage that the copy refills.
+          NVVM::SyncWarpOp::create(b, loc, all);
+          Value ahead = issue(add(u, kStages - 1));
+          // Unit u is in once at most kStages - 1 groups are pending.
+          nvgpu::DeviceAsyncWaitOp::create(b, loc, ahead,
+                                           b.getI32IntegerAttr(kStages - 1));
+          NVVM::SyncWarpOp::create(b, loc, all);
+          SmallVector<Value> next(sums);
+          for (int64_t j = 0; j < kStageGroups; ++j)
+            next = accumulate(fromStage(u, j), next);
+          scf::YieldOp::create(b, loc, next);
+        });
+    // (cp.async.wait_group 0: the token only orders the op.)
+    nvgpu::DeviceAsyncWaitOp::create(b, loc, group, b.getI32IntegerAttr(0));
+    scf::YieldOp::create(b, loc, loop.getResults());
+    b.setInsertionPointToStart(staged.elseBlock());
+    scf::YieldOp::create(b, loc, acc);
+  }
+  return {SmallVector<Value>(staged.getResults()), mul(units, kStageGroups)};
+}
+
 void ExpertsKernel::build(SmallVectorImpl<Operation *> &rest) {
   auto src = cast<MemRefType>(st.src.getType());
   int64_t kDim = src.getRank() - 1;
@@ -351,9 +516,9 @@ void ExpertsKernel::build(SmallVectorImpl<Operation *> &rest) {
 
   Value p = launch.getBlockIds().x;
   Value tid = launch.getThreadIds().x;
-  Value warp = arith::DivUIOp::create(b, loc, tid, idx(32));
-  Value lane = arith::RemUIOp::create(b, loc, tid, idx(32));
-  Value g = arith::DivUIOp::create(b, loc, lane, idx(4));
+  warp = arith::DivUIOp::create(b, loc, tid, idx(32));
+  lane = arith::RemUIOp::create(b, loc, tid, idx(32));
+  g = arith::DivUIOp::create(b, loc, lane, idx(4));
   t = arith::RemUIOp::create(b, loc, lane, idx(4));
   auto [token, slot, e] = entry(p);
   expert = e;
@@ -365,8 +530,8 @@ void ExpertsKernel::build(SmallVectorImpl<Operation *> &rest) {
   Value starts = arith::OrIOp::create(
       b, loc, rem0(p, kEntries),
       cmp(arith::CmpIPredicate::ne, before, expert));
-  Value rowBase = add(mul(launch.getBlockIds().y, idx(kBlockRows)),
-                      mul(warp, idx(kRowsPerWarp)));
+  rowBase = add(mul(launch.getBlockIds().y, idx(kBlockRows)),
+                mul(warp, idx(kRowsPerWarp)));
   Value active =
       both(starts, cmp(arith::CmpIPredicate::ult, rowBase, rows));
   auto body = scf::IfOp::create(b, loc, active, /*withElseRegion=*/false);
@@ -396,29 +561,9 @@ void ExpertsKernel::build(SmallVectorImpl<Operation *> &rest) {
       arith::ConstantFloatOp::create(b, loc, b.getF32Type(), APFloat(0.0f));
   SmallVector<Value> acc(4 * st.matrices.size(), zero);
   Value groups = arith::DivUIOp::create(b, loc, depth, idx(32));
-  // Units of 4 groups (16-byte loads) when 4 divides the groups, 1-2 units
-  // per iteration (loads first); the rest one group at a time.
-  int64_t units = std::max<int64_t>(1, kGroupsInFlight / 4 /
-                                           (int64_t)st.matrices.size());
-  Value whole = pick(rem0(groups, 4),
-                     mul(arith::DivUIOp::create(b, loc, groups, idx(4 * units)),
-                         idx(4 * units)),
-                     idx(0));
-  auto main = scf::ForOp::create(
-      b, loc, idx(0), whole, idx(4 * units), acc,
-      [&](OpBuilder &fb, Location, Value c0, ValueRange sums) {
-        OpBuilder::InsertionGuard inner(b);
-        b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
-        SmallVector<Loaded> in;
-        for (int64_t u = 0; u < units; ++u)
-          in.push_back(loadFour(add(c0, 4 * u)));
-        SmallVector<Value> next(sums);
-        for (const Loaded &l : in)
-          next = accumulate(l, next);
-        scf::YieldOp::create(b, loc, next);
-      });
+  auto [sums, whole] = units4(groups, acc);
   auto tail = scf::ForOp::create(
-      b, loc, whole, groups, c1, main.getResults(),
+      b, loc, whole, groups, c1, sums,
       [&](OpBuilder &fb, Location, Value c, ValueRange sums) {
         OpBuilder::InsertionGuard inner(b);
         b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
@@ -482,7 +627,22 @@ struct K3GPUExpertsMMAPass
         rest.push_back(&op);
       OpBuilder b(f.getContext());
       b.setInsertionPointToStart(&body);
-      ExpertsKernel(b, f.getLoc(), *st).build(rest);
+      // The warps' rings (16-byte aligned workgroup buffers, one pair per
+      // number of matrices; scales: two matrix slots always, see issue).
+      memref::GlobalOp codes, scales;
+      if (staged) {
+        int64_t m = st->matrices.size();
+        std::string suffix = std::to_string(m);
+        ModuleOp module = getOperation();
+        codes = k3::workgroupBuffer(
+            module, "k3k_experts_codes" + suffix,
+            {kWarps, kStages, m, kRowsPerWarp, kStageGroups * 16},
+            b.getI8Type());
+        scales = k3::workgroupBuffer(
+            module, "k3k_experts_scales" + suffix,
+            {kWarps, kStages, 2, kRowsPerWarp, kStageGroups}, b.getI8Type());
+      }
+      ExpertsKernel(b, f.getLoc(), *st, codes, scales).build(rest);
     }
   }
 };

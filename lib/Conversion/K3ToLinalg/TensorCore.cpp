@@ -29,13 +29,14 @@ std::array<Value, 4> mlir::k3::mmaSyncBF16(OpBuilder &b, Location loc,
 }
 
 memref::GlobalOp mlir::k3::workgroupBuffer(ModuleOp module, StringRef name,
-                                           ArrayRef<int64_t> shape) {
+                                           ArrayRef<int64_t> shape,
+                                           Type element) {
   if (auto g = module.lookupSymbol<memref::GlobalOp>(name))
     return g;
   OpBuilder b = OpBuilder::atBlockBegin(module.getBody());
   Attribute shared = gpu::AddressSpaceAttr::get(
       b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
-  auto type = MemRefType::get(shape, b.getBF16Type(),
+  auto type = MemRefType::get(shape, element ? element : b.getBF16Type(),
                               MemRefLayoutAttrInterface(), shared);
   return memref::GlobalOp::create(
       b, module.getLoc(), b.getStringAttr(name), b.getStringAttr("private"),

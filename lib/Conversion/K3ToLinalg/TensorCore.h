@@ -27,11 +27,12 @@ std::array<Value, 4> mmaSyncBF16(OpBuilder &b, Location loc, ValueRange a,
                                  ValueRange bx, ValueRange c);
 
 /// The private workgroup-memory `memref.global` `name` of `module` (shape
-/// `shape`, bf16), 16-byte aligned for cp.async and 16-byte fragment reads:
-/// created on first use, then shared by every kernel that names it
-/// (kernel outlining copies it into each kernel's module).
+/// `shape`, `element`: bf16 when null), 16-byte aligned for cp.async and
+/// 16-byte fragment reads: created on first use, then shared by every kernel
+/// that names it (kernel outlining copies it into each kernel's module).
 memref::GlobalOp workgroupBuffer(ModuleOp module, StringRef name,
-                                 ArrayRef<int64_t> shape);
+                                 ArrayRef<int64_t> shape,
+                                 Type element = nullptr);
 
 /// Index arithmetic at a builder's insertion point, for the address
 /// computations of the kernels these passes build.

@@ -1,12 +1,58 @@
-// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(func.func(k3-gpu-experts-mma))' | FileCheck %s
-// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(func.func(k3-gpu-experts-mma{sm=75}))' | FileCheck %s --check-prefix=OLD
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma)' | FileCheck %s
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{sm=75})' | FileCheck %s --check-prefix=OLD
 // RUN: %python %S/Inputs/e2m1_bf16_decode.py | FileCheck %s --check-prefix=DECODE
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{staged=1})' | FileCheck %s --check-prefix=STAGED
+// CHECK-NOT: k3k_experts_codes
 // OLD-NOT: gpu.launch
 // OLD-NOT: nvvm.mma.sync
 // The decode's bit arithmetic (the constants below), exact for every code
 // pair at every position:
 // DECODE: e2m1 -> bf16: 1024 code pairs exact
 
+// With `staged` (off by default until measured on a GPU): the warps'
+// rings, 4 warps x 4 stages x 2 matrices x 16 rows x (64 bytes of codes, 4
+// of scales), 16-byte aligned; a one-matrix stage has its own.
+// STAGED-DAG: memref.global "private" @k3k_experts_codes2 : memref<4x4x2x16x64xi8, #gpu.address_space<workgroup>> {alignment = 16 : i64}
+// STAGED-DAG: memref.global "private" @k3k_experts_scales2 : memref<4x4x2x16x4xi8, #gpu.address_space<workgroup>> {alignment = 16 : i64}
+// STAGED-LABEL: func.func @up
+// STAGED-SAME: (%[[X:[^:]+]]: memref<?x?xbf16>, %{{[^:]+}}: memref<?x?xi64>, %{{[^:]+}}: memref<?xi64>, %[[W1:[^:]+]]: memref<?x?x?xi8>
+// STAGED: gpu.launch
+// Units of four groups when 4 divides the groups, through each warp's ring:
+// per unit and matrix two 16-byte cp.async of codes per lane (16 rows x 64
+// bytes), and 4 bytes of one row's scales per lane (matrix lane / 16), one
+// group per unit; three units issued ahead.
+// STAGED: %[[STAGED:.+]] = arith.cmpi ult, %c0{{[_0-9]*}}, %[[UNITS:[^ ]+]] : index
+// STAGED: scf.if %[[STAGED]]
+// STAGED: %[[CODES:.+]] = memref.get_global @k3k_experts_codes2 : memref<4x4x2x16x64xi8, #gpu.address_space<workgroup>>
+// STAGED: %[[SCALES:.+]] = memref.get_global @k3k_experts_scales2 : memref<4x4x2x16x4xi8, #gpu.address_space<workgroup>>
+// STAGED: nvgpu.device_async_copy %[[W1]][{{.+}}], %[[CODES]][{{.+}}], 16, %{{.+}} {bypassL1}
+// STAGED: nvgpu.device_async_copy %[[W1]]
+// STAGED: nvgpu.device_async_copy %arg5
+// STAGED: nvgpu.device_async_copy %arg5
+// STAGED: nvgpu.device_async_copy %{{.+}}, %[[SCALES]][{{.+}}], 4, %{{.+}} :
+// STAGED-NEXT: nvgpu.device_async_create_group
+// STAGED-COUNT-2: nvgpu.device_async_create_group
+// STAGED: scf.for %{{.+}} = %{{.+}} to %[[UNITS]]
+// STAGED: nvvm.bar.warp.sync
+// STAGED-COUNT-5: nvgpu.device_async_copy
+// STAGED: %[[G:.+]] = nvgpu.device_async_create_group
+// STAGED-NEXT: nvgpu.device_async_wait %[[G]] {numGroups = 3 : i32}
+// STAGED-NEXT: nvvm.bar.warp.sync
+// The unit from its stage, group by group (fewer live registers): the
+// activations paired (0, 4), (1, 5), ... from global memory, the row's
+// scales (one 4-byte read) and a lane's word of each row in one (group j's
+// 16 bytes of row r at piece j ^ (r / 2 % 4)); then as without the rings.
+// STAGED: vector.load %[[X]]{{.*}} : memref<?x?xbf16>, vector<8xbf16>
+// STAGED: vector.shuffle {{.*}} [0, 4, 1, 5, 2, 6, 3, 7]
+// STAGED: vector.load %[[SCALES]]{{.*}} {alignment = 4 : i64} : memref<4x4x2x16x4xi8, #gpu.address_space<workgroup>>, vector<4xi8>
+// STAGED: vector.load %[[CODES]]{{.*}} {alignment = 4 : i64} : memref<4x4x2x16x64xi8, #gpu.address_space<workgroup>>, vector<4xi8>
+// STAGED: nvvm.mma.sync
+// STAGED: arith.xori %c1{{[_0-9]*}}, %
+// STAGED: nvgpu.device_async_wait %{{.+}} {numGroups = 0 : i32}
+// The remaining groups one at a time from global memory.
+// STAGED: scf.for
+// STAGED: vector.load {{.*}} : memref<?x?x?xi8>, vector<4xi8>
+// STAGED: gpu.terminator
 // The first expert stage (Kernels/MoE.mlir after bufferization): activations
 // [T, K], two MXFP4 matrices, three scalars, output [T, topk, N].
 // CHECK-LABEL: func.func @up
@@ -86,6 +132,10 @@ func.func @up(%xi: memref<?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64
 
 // The second stage: activations [T, topk, K] (one row per entry), one
 // matrix, an f32 output.
+// STAGED-DAG: memref.global "private" @k3k_experts_codes1 : memref<4x4x1x16x64xi8, #gpu.address_space<workgroup>> {alignment = 16 : i64}
+// STAGED-DAG: memref.global "private" @k3k_experts_scales1 : memref<4x4x2x16x4xi8, #gpu.address_space<workgroup>> {alignment = 16 : i64}
+// STAGED-LABEL: func.func @down
+// STAGED: nvgpu.device_async_copy
 // CHECK-LABEL: func.func @down
 // CHECK: gpu.launch
 // CHECK: vector.load %arg0[{{.+}}, {{.+}}, {{.+}}] {alignment = 16 : i64} : memref<?x?x?xbf16>, vector<8xbf16>
