@@ -422,7 +422,6 @@ SmallVector<Value> ExpertsKernel::accumulate(const Loaded &in,
 
 std::pair<SmallVector<Value>, Value>
 ExpertsKernel::units4(Value groups, ValueRange acc) {
-  Value c1 = idx(1);
   if (!codesGlobal) {
     // 1-2 units per iteration (loads first).
     int64_t per = std::max<int64_t>(1, kGroupsInFlight / 4 /
@@ -458,23 +457,13 @@ ExpertsKernel::units4(Value groups, ValueRange acc) {
     Value group;
     for (int64_t u = 0; u + 1 < kStages; ++u)
       group = issue(idx(u));
-    auto loop = scf::ForOp::create(
-        b, loc, idx(0), units, c1, acc,
-        [&](OpBuilder &fb, Location, Value u, ValueRange sums) {
-          OpBuilder::InsertionGuard in2(b);
-          b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
-          Value all = arith::ConstantIntOp::create(b, loc, b.getI32Type(), -1);
-          // Every lane is done with the stage that the copy refills.
-          NVVM::SyncWarpOp::create(b, loc, all);
-          Value ahead = issue(add(u, kStages - 1));
-          // Unit u is in once at most kStages - 1 groups are pending.
-          nvgpu::DeviceAsyncWaitOp::create(b, loc, ahead,
-                                           b.getI32IntegerAttr(kStages - 1));
-          NVVM::SyncWarpOp::create(b, loc, all);
+    scf::ForOp loop = k3::warpRingLoop(
+        b, loc, units, acc, kStages, [&](Value u) { return issue(u); },
+        [&](Value u, ValueRange sums) {
           SmallVector<Value> next(sums);
           for (int64_t j = 0; j < kStageGroups; ++j)
             next = accumulate(fromStage(u, j), next);
-          scf::YieldOp::create(b, loc, next);
+          return next;
         });
     // (cp.async.wait_group 0: the token only orders the op.)
     nvgpu::DeviceAsyncWaitOp::create(b, loc, group, b.getI32IntegerAttr(0));

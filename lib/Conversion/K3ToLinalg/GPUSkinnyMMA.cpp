@@ -192,21 +192,9 @@ SmallVector<Value> SkinnyKernel::sums(int64_t tiles) {
   Value zero =
       arith::ConstantFloatOp::create(b, loc, b.getF32Type(), APFloat(0.0f));
   SmallVector<Value> acc(4 * tiles, zero);
-  auto loop = scf::ForOp::create(
-      b, loc, idx(0), mine, idx(1), acc,
-      [&](OpBuilder &fb, Location, Value i, ValueRange in) {
-        OpBuilder::InsertionGuard inner(b);
-        b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
-        Value all = arith::ConstantIntOp::create(b, loc, b.getI32Type(), -1);
-        // Every lane is done with the stage that the copy reuses.
-        NVVM::SyncWarpOp::create(b, loc, all);
-        Value group = issue(add(i, kStages - 1));
-        // Chunk i has arrived once at most the two later groups are pending.
-        nvgpu::DeviceAsyncWaitOp::create(b, loc, group,
-                                         b.getI32IntegerAttr(kStages - 1));
-        NVVM::SyncWarpOp::create(b, loc, all);
-        scf::YieldOp::create(b, loc, compute(i, tiles, in));
-      });
+  scf::ForOp loop = k3::warpRingLoop(
+      b, loc, mine, acc, kStages, [&](Value i) { return issue(i); },
+      [&](Value i, ValueRange in) { return compute(i, tiles, in); });
   SmallVector<Value> r(loop.getResults());
   r.resize(8, zero);
   return r;

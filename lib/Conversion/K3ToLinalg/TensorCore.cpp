@@ -6,6 +6,7 @@
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
 
 using namespace mlir;
 
@@ -42,4 +43,26 @@ memref::GlobalOp mlir::k3::workgroupBuffer(ModuleOp module, StringRef name,
       b, module.getLoc(), b.getStringAttr(name), b.getStringAttr("private"),
       TypeAttr::get(type), /*initial_value=*/Attribute(),
       /*constant=*/UnitAttr(), b.getI64IntegerAttr(16));
+}
+
+scf::ForOp mlir::k3::warpRingLoop(
+    OpBuilder &b, Location loc, Value n, ValueRange init, int64_t stages,
+    function_ref<Value(Value)> issue,
+    function_ref<SmallVector<Value>(Value, ValueRange)> compute) {
+  Value c0 = arith::ConstantIndexOp::create(b, loc, 0);
+  Value c1 = arith::ConstantIndexOp::create(b, loc, 1);
+  return scf::ForOp::create(
+      b, loc, c0, n, c1, init,
+      [&](OpBuilder &fb, Location, Value i, ValueRange carried) {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
+        Value all = arith::ConstantIntOp::create(b, loc, b.getI32Type(), -1);
+        NVVM::SyncWarpOp::create(b, loc, all);
+        Value ahead = issue(arith::AddIOp::create(
+            b, loc, i, arith::ConstantIndexOp::create(b, loc, stages - 1)));
+        nvgpu::DeviceAsyncWaitOp::create(b, loc, ahead,
+                                         b.getI32IntegerAttr(stages - 1));
+        NVVM::SyncWarpOp::create(b, loc, all);
+        scf::YieldOp::create(b, loc, compute(i, carried));
+      });
 }

@@ -2,8 +2,8 @@
 //
 // What the kernel-building passes (k3-gpu-mma, -experts-mma, -skinny-mma,
 // -kda-recurrent, -mla-mma) build alike: the bf16 mma.sync instruction, the
-// 16-byte aligned workgroup buffers their cp.async copies fill, and index
-// arithmetic.
+// 16-byte aligned workgroup buffers their cp.async copies fill, the k loop
+// of a warp's cp.async ring, and index arithmetic.
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,6 +12,7 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 
@@ -33,6 +34,18 @@ std::array<Value, 4> mmaSyncBF16(OpBuilder &b, Location loc, ValueRange a,
 memref::GlobalOp workgroupBuffer(ModuleOp module, StringRef name,
                                  ArrayRef<int64_t> shape,
                                  Type element = nullptr);
+
+/// The k loop of a warp that streams its operands through a cp.async ring
+/// of `stages` stages (the copies of steps 0 .. stages - 2 issued before):
+/// step i waits until every lane is done with the stage that step
+/// i + stages - 1 refills, issues that step's copies (`issue`, one async
+/// group), waits until step i's have arrived (at most stages - 1 groups
+/// pending) in every lane, and yields `compute(i, carried)`. Over [0, n),
+/// carrying `init`; `b` builds the body and is restored after.
+scf::ForOp warpRingLoop(
+    OpBuilder &b, Location loc, Value n, ValueRange init, int64_t stages,
+    function_ref<Value(Value)> issue,
+    function_ref<SmallVector<Value>(Value, ValueRange)> compute);
 
 /// Index arithmetic at a builder's insertion point, for the address
 /// computations of the kernels these passes build.
