@@ -415,26 +415,6 @@ void SkinnyKernel::combine(ArrayRef<std::array<Value, 3>> entries,
   });
 }
 
-/// The split products' counters per row block: a zeroed i32 array in
-/// device memory (each kernel's module gets its own copy at outlining).
-memref::GlobalOp countBuffer(ModuleOp module) {
-  constexpr llvm::StringLiteral name = "k3k_skinny_count";
-  if (auto g = module.lookupSymbol<memref::GlobalOp>(name))
-    return g;
-  OpBuilder b = OpBuilder::atBlockBegin(module.getBody());
-  Attribute global = gpu::AddressSpaceAttr::get(
-      b.getContext(), gpu::AddressSpace::Global);
-  auto type = MemRefType::get({kCounters}, b.getI32Type(),
-                              MemRefLayoutAttrInterface(), global);
-  return memref::GlobalOp::create(
-      b, module.getLoc(), b.getStringAttr(name), b.getStringAttr("private"),
-      TypeAttr::get(type),
-      DenseElementsAttr::get(
-          RankedTensorType::get({kCounters}, b.getI32Type()),
-          ArrayRef<Attribute>{b.getI32IntegerAttr(0)}),
-      /*constant=*/UnitAttr(), b.getI64IntegerAttr(4));
-}
-
 struct K3GPUSkinnyMMAPass
     : k3::impl::K3GPUSkinnyMMAPassBase<K3GPUSkinnyMMAPass> {
   using Base::Base;
@@ -496,7 +476,9 @@ struct K3GPUSkinnyMMAPass
                  // The warps' cp.async rings, one workgroup buffer per block.
                  k3::workgroupBuffer(getOperation(), "k3k_skinny_ring",
                                      {kWarps, kStages, kRows, kChunk}),
-                 countBuffer(getOperation()))
+                 // The split products' counters, one per row block.
+                 k3::deviceCounters(getOperation(), "k3k_skinny_count",
+                                    kCounters))
         .build(rest);
     return success();
   }

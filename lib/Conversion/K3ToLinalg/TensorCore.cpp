@@ -66,3 +66,20 @@ scf::ForOp mlir::k3::warpRingLoop(
         scf::YieldOp::create(b, loc, compute(i, carried));
       });
 }
+
+memref::GlobalOp mlir::k3::deviceCounters(ModuleOp module, StringRef name,
+                                          int64_t n) {
+  if (auto g = module.lookupSymbol<memref::GlobalOp>(name))
+    return g;
+  OpBuilder b = OpBuilder::atBlockBegin(module.getBody());
+  Attribute global =
+      gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Global);
+  auto type =
+      MemRefType::get({n}, b.getI32Type(), MemRefLayoutAttrInterface(), global);
+  return memref::GlobalOp::create(
+      b, module.getLoc(), b.getStringAttr(name), b.getStringAttr("private"),
+      TypeAttr::get(type),
+      DenseElementsAttr::get(RankedTensorType::get({n}, b.getI32Type()),
+                             ArrayRef<Attribute>{b.getI32IntegerAttr(0)}),
+      /*constant=*/UnitAttr(), b.getI64IntegerAttr(4));
+}

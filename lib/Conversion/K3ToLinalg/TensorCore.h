@@ -35,6 +35,12 @@ memref::GlobalOp workgroupBuffer(ModuleOp module, StringRef name,
                                  ArrayRef<int64_t> shape,
                                  Type element = nullptr);
 
+/// The private `memref.global` `name` of `module`: `n` i32 counters in
+/// device memory, zero when the module is loaded (each kernel's module gets
+/// its own copy at outlining). A split-K kernel counts its finished blocks
+/// per output tile there, and the last block resets the count.
+memref::GlobalOp deviceCounters(ModuleOp module, StringRef name, int64_t n);
+
 /// The k loop of a warp that streams its operands through a cp.async ring
 /// of `stages` stages (the copies of steps 0 .. stages - 2 issued before):
 /// step i waits until every lane is done with the stage that step
