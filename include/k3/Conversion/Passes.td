@@ -217,7 +217,11 @@ def K3GPUMMAPass : Pass<"k3-gpu-mma", "::mlir::ModuleOp"> {
            "Fewest rows (tokens in the step) that take the tensor-core kernel">,
     Option<"sm", "sm", "int64_t", "90",
            "Oldest compute capability the library targets (x10); below 80 "
-           "there is no bf16 mma.sync and the pass changes nothing">
+           "there is no bf16 mma.sync and the pass changes nothing">,
+    Option<"fuseSlices", "fuse-slices", "bool", "false",
+           "Split products: the last block of each tile adds the slices (a "
+           "counter per tile) instead of a second kernel; not yet measured "
+           "on a GPU: off by default">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::arith::ArithDialect",

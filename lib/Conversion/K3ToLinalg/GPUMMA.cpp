@@ -15,7 +15,12 @@
 // before. A product with fewer than kTargetBlocks tiles (a decode batch: a
 // few dozen rows against a long W) is split over K as well, into slices of
 // at least kMinSliceSteps k steps: each block writes its slice's partial
-// tile, and a second loop adds the slices in order (deterministic).
+// tile, and a second loop adds the slices in order (deterministic). With
+// the `fuse-slices` option (off until measured on a GPU) there is no second
+// kernel: the tile's last block to finish, found with a counter per tile as
+// in k3-gpu-skinny-mma's split, adds C and the slices in the same order
+// (batch-64 decode, eleventh session: the passes after the products took
+// 0.96 ms against their 4.29 ms).
 //
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16" with
 // .bf16): lane = 4 g + t; A (16 x 16, row) a0 = A[g][2t, 2t+1],
@@ -142,13 +147,25 @@ bool isBF16Product(linalg::GenericOp op) {
 /// Builds the tensor-core kernel for `op` (X, W, C) in the current block.
 class MMAKernel : k3::IndexMath {
 public:
+  /// `counters` (fuse-slices): the last block of a tile adds the slices;
+  /// null: a second kernel does.
   MMAKernel(OpBuilder &b, Location loc, Value x, Value w, Value c,
-            memref::GlobalOp xRing, memref::GlobalOp wRing)
-      : IndexMath{b, loc}, x(x), w(w), c(c), xRing(xRing), wRing(wRing) {}
+            memref::GlobalOp xRing, memref::GlobalOp wRing,
+            memref::GlobalOp counters)
+      : IndexMath{b, loc}, x(x), w(w), c(c), xRing(xRing), wRing(wRing),
+        counters(counters) {}
 
   void build(Value rows, Value cols, Value depth);
 
 private:
+  /// C[m][n] += the slices' partial tiles in slice order, for this
+  /// thread's `count` elements (`at(i)`: m, n, in bounds; built in a loop,
+  /// so that they are not held in registers from the stores), by the last
+  /// block of the tile to finish (fuse-slices; the pattern of
+  /// k3-gpu-skinny-mma's split).
+  void addSlicesInBlock(int64_t count,
+                        function_ref<std::array<Value, 3>(Value)> at,
+                        Value partial, Value slices, Value tile, Value ring);
 
   /// Copies this thread's 16-byte pieces of rows [r0, r0 + 64) x
   /// [k0, k0 + 32) of `src` into stage `stage` of `tile` with cp.async
@@ -159,9 +176,83 @@ private:
   Value pair(Value tile, Value stage, Value row, Value col);
 
   Value x, w, c;
-  memref::GlobalOp xRing, wRing;
+  memref::GlobalOp xRing, wRing, counters;
   Value tid;
 };
+
+void MMAKernel::addSlicesInBlock(int64_t count,
+                                 function_ref<std::array<Value, 3>(Value)> at,
+                                 Value partial, Value slices, Value tile,
+                                 Value ring) {
+  // Every thread's partial tile is visible on the GPU before the count.
+  NVVM::MembarOp::create(b, loc, NVVM::MemScopeKind::GPU);
+  gpu::BarrierOp::create(b, loc);
+  Value counts = memref::GetGlobalOp::create(b, loc, counters.getType(),
+                                             counters.getSymName());
+  Value first = eq(tid, idx(0));
+  auto bf16 = b.getBF16Type();
+  SmallVector<Value> flagAt(3, idx(0));
+  // Thread 0 counts the block and tells the others through the X ring
+  // (whose reads are done) whether it was the tile's last.
+  scf::IfOp::create(b, loc, first, [&](OpBuilder &fb, Location) {
+    OpBuilder::InsertionGuard inner(b);
+    b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
+    Value one = arith::ConstantIntOp::create(b, loc, b.getI32Type(), 1);
+    Value before = memref::AtomicRMWOp::create(
+        b, loc, arith::AtomicRMWKind::addi, one, counts, ValueRange{tile});
+    Value need = arith::IndexCastOp::create(b, loc, b.getI32Type(),
+                                            sub(slices, idx(1)));
+    Value last = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                       before, need);
+    Value flag = pick(
+        last, arith::ConstantOp::create(b, loc, b.getFloatAttr(bf16, 1.0)),
+        arith::ConstantOp::create(b, loc, b.getFloatAttr(bf16, 0.0)));
+    memref::StoreOp::create(b, loc, flag, ring, flagAt);
+    scf::YieldOp::create(b, loc);
+  });
+  gpu::BarrierOp::create(b, loc);
+  Value isLast = arith::CmpFOp::create(
+      b, loc, arith::CmpFPredicate::OEQ,
+      memref::LoadOp::create(b, loc, ring, flagAt),
+      arith::ConstantOp::create(b, loc, b.getFloatAttr(bf16, 1.0)));
+  scf::IfOp::create(b, loc, isLast, [&](OpBuilder &lb, Location) {
+    OpBuilder::InsertionGuard inner(b);
+    b.setInsertionPoint(lb.getInsertionBlock(), lb.getInsertionPoint());
+    // The other blocks' partial tiles after their counts.
+    NVVM::MembarOp::create(b, loc, NVVM::MemScopeKind::GPU);
+    scf::ForOp::create(
+        b, loc, idx(0), idx(count), idx(1), ValueRange{},
+        [&](OpBuilder &eb, Location, Value i, ValueRange) {
+      OpBuilder::InsertionGuard in1(b);
+      b.setInsertionPoint(eb.getInsertionBlock(), eb.getInsertionPoint());
+      auto [m, n, in] = at(i);
+      scf::IfOp::create(b, loc, in, [&](OpBuilder &tb, Location) {
+        OpBuilder::InsertionGuard in2(b);
+        b.setInsertionPoint(tb.getInsertionBlock(), tb.getInsertionPoint());
+        Value sum = memref::LoadOp::create(b, loc, c, ValueRange{m, n});
+        auto adds = scf::ForOp::create(
+            b, loc, idx(0), slices, idx(1), ValueRange{sum},
+            [&](OpBuilder &fb, Location fl, Value z, ValueRange acc) {
+              Value v = memref::LoadOp::create(fb, fl, partial,
+                                               ValueRange{z, m, n});
+              scf::YieldOp::create(
+                  fb, fl, ValueRange{arith::AddFOp::create(fb, fl, acc[0], v)});
+            });
+        memref::StoreOp::create(b, loc, adds.getResult(0), c,
+                                ValueRange{m, n});
+        scf::YieldOp::create(b, loc);
+      });
+      scf::YieldOp::create(b, loc);
+    });
+    // The count back to zero for the next launch (stream order).
+    scf::IfOp::create(b, loc, first, [&](OpBuilder &zb, Location zl) {
+      Value zero = arith::ConstantIntOp::create(zb, zl, zb.getI32Type(), 0);
+      memref::StoreOp::create(zb, zl, zero, counts, ValueRange{tile});
+      scf::YieldOp::create(zb, zl);
+    });
+    scf::YieldOp::create(b, loc);
+  });
+}
 
 constexpr int64_t kPieces = kTileM * kTileK / 8 / kThreads; // per thread
 
@@ -351,7 +442,27 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
           scf::YieldOp::create(tb, l);
         });
       }
+  if (counters) {
+    auto fused = scf::IfOp::create(b, loc, split, /*withElse=*/false);
+    OpBuilder::InsertionGuard inner(b);
+    b.setInsertionPoint(fused.thenBlock()->getTerminator());
+    // Element i = (mi, ni, e) of the thread's tiles, as stored above.
+    auto at = [&](Value i) -> std::array<Value, 3> {
+      Value e = rem(i, 4);
+      Value m = add(add(add(m0, wm), g),
+                    add(mul(div(i, 4 * tilesN), 16), mul(div(e, 2), 8)));
+      Value n = add(add(add(n0, wn), t2),
+                    add(mul(rem(div(i, 4), tilesN), 8), rem(e, 2)));
+      return {m, n, both(lt(m, rows), lt(n, cols))};
+    };
+    addSlicesInBlock(tilesM * tilesN * 4, at, partial, slices,
+                     add(mul(launch.getBlockIds().x, gridY),
+                         launch.getBlockIds().y),
+                     xs);
+  }
   gpu::TerminatorOp::create(b, loc);
+  if (counters)
+    return;
 
   // C[m][n] += the slices' partial tiles, in slice order (a parallel loop
   // that the GPU mapping makes a kernel).
@@ -438,7 +549,13 @@ struct K3GPUMMAPass : k3::impl::K3GPUMMAPassBase<K3GPUMMAPass> {
       return k3::workgroupBuffer(getOperation(), name,
                                  {kStages, kTileM, kTileK + kPad});
     };
-    MMAKernel(b, loc, x, w, c, ring("k3k_mma_x"), ring("k3k_mma_w"))
+    // fuse-slices: a split product has fewer than kTargetBlocks tiles, each
+    // with a counter.
+    memref::GlobalOp counters;
+    if (fuseSlices)
+      counters = k3::deviceCounters(getOperation(), "k3k_mma_count",
+                                    kTargetBlocks);
+    MMAKernel(b, loc, x, w, c, ring("k3k_mma_x"), ring("k3k_mma_w"), counters)
         .build(rows, cols, depth);
   }
 };

@@ -1,6 +1,7 @@
 // RUN: k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma)' | FileCheck %s
 // RUN: k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{min-rows=64})' | FileCheck %s --check-prefix=ROWS
 // RUN: not k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{min-rows=0})' 2>&1 | FileCheck %s --check-prefix=BAD
+// RUN: k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{fuse-slices=1},canonicalize,cse)' | FileCheck %s --check-prefix=FUSED
 // RUN: k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{sm=75})' | FileCheck %s --check-prefix=OLD
 // OLD-NOT: gpu.launch
 // OLD-NOT: nvvm.mma.sync
@@ -108,6 +109,40 @@ func.func private @widen(%a: bf16) -> f32 {
 // CHECK:   linalg.generic
 // CHECK:     func.call @widen
 // CHECK: }
+// fuse-slices (off by default until measured on a GPU): no second kernel;
+// with a split each block stores its partial tile, counts itself in its
+// tile's counter (zeroed device memory, an atomic add between fences), and
+// the tile's last block adds C and the slices in slice order, as the
+// second kernel did, then resets the counter.
+// FUSED-DAG: memref.global "private" @k3k_mma_count : memref<1056xi32, #gpu.address_space<global>> = dense<0> {alignment = 4 : i64}
+// FUSED-LABEL: func.func @matmul
+// FUSED-SAME: %{{[^:]+}}: memref<?x?xbf16>, %{{[^:]+}}: memref<?x?xbf16>, %[[C:[^:]+]]: memref<?x?xf32>
+// FUSED: %[[SPLIT:.+]] = arith.cmpi ugt, %[[S:.+]], %c1 : index
+// FUSED: %[[P:.+]] = memref.alloc
+// FUSED: gpu.launch blocks(%[[BX:[^,]+]], %[[BY:[^,]+]], %{{[^)]+}}) in (%{{[^=]+}}= %{{[^,]+}}, %{{[^=]+}}= %[[GY:[^,]+]],
+// FUSED: %[[XS:.+]] = memref.get_global @k3k_mma_x
+// FUSED: memref.store %{{.+}}, %[[P]]
+// FUSED: %[[ROW:.+]] = arith.muli %[[BX]], %[[GY]]
+// FUSED-NEXT: %[[TILE:.+]] = arith.addi %[[ROW]], %[[BY]]
+// FUSED-NEXT: nvvm.memory.barrier <gpu>
+// FUSED-NEXT: gpu.barrier
+// FUSED-NEXT: %[[CNT:.+]] = memref.get_global @k3k_mma_count
+// FUSED: memref.atomic_rmw addi %c1_i32, %[[CNT]][%[[TILE]]]
+// FUSED: memref.store %{{.+}}, %[[XS]][%c0, %c0, %c0]
+// FUSED: gpu.barrier
+// FUSED-NEXT: %[[FLAG:.+]] = memref.load %[[XS]][%c0, %c0, %c0]
+// FUSED-NEXT: %[[LAST:.+]] = arith.cmpf oeq, %[[FLAG]]
+// FUSED-NEXT: scf.if %[[LAST]] {
+// FUSED-NEXT: nvvm.memory.barrier <gpu>
+// FUSED: %[[C0V:.+]] = memref.load %[[C]]
+// FUSED-NEXT: %[[SUM:.+]] = scf.for %[[Z:.+]] = %c0 to %[[S]] step %c1 iter_args(%[[A:.+]] = %[[C0V]]) -> (f32)
+// FUSED-NEXT: %[[V:.+]] = memref.load %[[P]][%[[Z]],
+// FUSED-NEXT: arith.addf %[[A]], %[[V]]
+// FUSED: memref.store %[[SUM]], %[[C]]
+// FUSED: memref.store %c0_i32, %[[CNT]][%[[TILE]]]
+// FUSED: gpu.terminator
+// FUSED-NOT: scf.parallel
+// FUSED: linalg.generic
 func.func @matmul(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %c: memref<?x?xf32>) {
   linalg.generic {indexing_maps = [#map_mk, #map_nk, #map_mn],
                   iterator_types = ["parallel", "parallel", "reduction"]}
