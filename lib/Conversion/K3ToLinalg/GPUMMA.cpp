@@ -184,73 +184,37 @@ void MMAKernel::addSlicesInBlock(int64_t count,
                                  function_ref<std::array<Value, 3>(Value)> at,
                                  Value partial, Value slices, Value tile,
                                  Value ring) {
-  // Every thread's partial tile is visible on the GPU before the count.
-  NVVM::MembarOp::create(b, loc, NVVM::MemScopeKind::GPU);
-  gpu::BarrierOp::create(b, loc);
-  Value counts = memref::GetGlobalOp::create(b, loc, counters.getType(),
-                                             counters.getSymName());
-  Value first = eq(tid, idx(0));
-  auto bf16 = b.getBF16Type();
+  // The verdict goes through the X ring, whose reads are done.
   SmallVector<Value> flagAt(3, idx(0));
-  // Thread 0 counts the block and tells the others through the X ring
-  // (whose reads are done) whether it was the tile's last.
-  scf::IfOp::create(b, loc, first, [&](OpBuilder &fb, Location) {
-    OpBuilder::InsertionGuard inner(b);
-    b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
-    Value one = arith::ConstantIntOp::create(b, loc, b.getI32Type(), 1);
-    Value before = memref::AtomicRMWOp::create(
-        b, loc, arith::AtomicRMWKind::addi, one, counts, ValueRange{tile});
-    Value need = arith::IndexCastOp::create(b, loc, b.getI32Type(),
-                                            sub(slices, idx(1)));
-    Value last = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
-                                       before, need);
-    Value flag = pick(
-        last, arith::ConstantOp::create(b, loc, b.getFloatAttr(bf16, 1.0)),
-        arith::ConstantOp::create(b, loc, b.getFloatAttr(bf16, 0.0)));
-    memref::StoreOp::create(b, loc, flag, ring, flagAt);
-    scf::YieldOp::create(b, loc);
-  });
-  gpu::BarrierOp::create(b, loc);
-  Value isLast = arith::CmpFOp::create(
-      b, loc, arith::CmpFPredicate::OEQ,
-      memref::LoadOp::create(b, loc, ring, flagAt),
-      arith::ConstantOp::create(b, loc, b.getFloatAttr(bf16, 1.0)));
-  scf::IfOp::create(b, loc, isLast, [&](OpBuilder &lb, Location) {
-    OpBuilder::InsertionGuard inner(b);
-    b.setInsertionPoint(lb.getInsertionBlock(), lb.getInsertionPoint());
-    // The other blocks' partial tiles after their counts.
-    NVVM::MembarOp::create(b, loc, NVVM::MemScopeKind::GPU);
+  k3::finishSplitTile(
+      b, loc, counters, tile, slices, [&] { return eq(tid, idx(0)); }, ring,
+      flagAt, [&] {
     scf::ForOp::create(
         b, loc, idx(0), idx(count), idx(1), ValueRange{},
         [&](OpBuilder &eb, Location, Value i, ValueRange) {
-      OpBuilder::InsertionGuard in1(b);
-      b.setInsertionPoint(eb.getInsertionBlock(), eb.getInsertionPoint());
-      auto [m, n, in] = at(i);
-      scf::IfOp::create(b, loc, in, [&](OpBuilder &tb, Location) {
-        OpBuilder::InsertionGuard in2(b);
-        b.setInsertionPoint(tb.getInsertionBlock(), tb.getInsertionPoint());
-        Value sum = memref::LoadOp::create(b, loc, c, ValueRange{m, n});
-        auto adds = scf::ForOp::create(
-            b, loc, idx(0), slices, idx(1), ValueRange{sum},
-            [&](OpBuilder &fb, Location fl, Value z, ValueRange acc) {
-              Value v = memref::LoadOp::create(fb, fl, partial,
-                                               ValueRange{z, m, n});
-              scf::YieldOp::create(
-                  fb, fl, ValueRange{arith::AddFOp::create(fb, fl, acc[0], v)});
-            });
-        memref::StoreOp::create(b, loc, adds.getResult(0), c,
-                                ValueRange{m, n});
-        scf::YieldOp::create(b, loc);
-      });
-      scf::YieldOp::create(b, loc);
-    });
-    // The count back to zero for the next launch (stream order).
-    scf::IfOp::create(b, loc, first, [&](OpBuilder &zb, Location zl) {
-      Value zero = arith::ConstantIntOp::create(zb, zl, zb.getI32Type(), 0);
-      memref::StoreOp::create(zb, zl, zero, counts, ValueRange{tile});
-      scf::YieldOp::create(zb, zl);
-    });
-    scf::YieldOp::create(b, loc);
+          OpBuilder::InsertionGuard in1(b);
+          b.setInsertionPoint(eb.getInsertionBlock(), eb.getInsertionPoint());
+          auto [m, n, in] = at(i);
+          scf::IfOp::create(b, loc, in, [&](OpBuilder &tb, Location) {
+            OpBuilder::InsertionGuard in2(b);
+            b.setInsertionPoint(tb.getInsertionBlock(),
+                                tb.getInsertionPoint());
+            Value sum = memref::LoadOp::create(b, loc, c, ValueRange{m, n});
+            auto adds = scf::ForOp::create(
+                b, loc, idx(0), slices, idx(1), ValueRange{sum},
+                [&](OpBuilder &fb, Location fl, Value z, ValueRange acc) {
+                  Value v = memref::LoadOp::create(fb, fl, partial,
+                                                   ValueRange{z, m, n});
+                  scf::YieldOp::create(
+                      fb, fl,
+                      ValueRange{arith::AddFOp::create(fb, fl, acc[0], v)});
+                });
+            memref::StoreOp::create(b, loc, adds.getResult(0), c,
+                                    ValueRange{m, n});
+            scf::YieldOp::create(b, loc);
+          });
+          scf::YieldOp::create(b, loc);
+        });
   });
 }
 

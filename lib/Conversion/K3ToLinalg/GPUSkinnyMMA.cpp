@@ -341,51 +341,19 @@ void SkinnyKernel::combine(ArrayRef<std::array<Value, 3>> entries,
       b, loc, cmp(arith::CmpIPredicate::ugt, slices, c1), /*withElse=*/false);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPoint(split.thenBlock()->getTerminator());
-  // Every thread's sums are visible on the GPU before the count (the
-  // release side of the CUDA programming guide's threadfence reduction).
-  NVVM::MembarOp::create(b, loc, NVVM::MemScopeKind::GPU);
-  gpu::BarrierOp::create(b, loc);
-  Value counts = memref::GetGlobalOp::create(b, loc, countGlobal.getType(),
-                                             countGlobal.getSymName());
-  Value first = cmp(arith::CmpIPredicate::eq,
-                    add(mul(warp, 32), lane), idx(0));
-  auto bf16 = b.getBF16Type();
-  Value flagAt[] = {idx(0), idx(0), idx(0), idx(0)};
-  // Thread 0 counts this block and tells the block (through the ring,
-  // whose reads are done) whether it was the last of its row block.
-  scf::IfOp::create(b, loc, first, [&](OpBuilder &fb, Location l) {
-    OpBuilder::InsertionGuard inner(b);
-    b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
-    Value one = arith::ConstantIntOp::create(b, loc, b.getI32Type(), 1);
-    Value before = memref::AtomicRMWOp::create(
-        b, loc, arith::AtomicRMWKind::addi, one, counts, ValueRange{rowBlock});
-    Value need = arith::IndexCastOp::create(b, loc, b.getI32Type(),
-                                            sub(slices, c1));
-    Value last = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
-                                       before, need);
-    Value flag = arith::SelectOp::create(
-        b, loc, last,
-        arith::ConstantOp::create(b, loc, b.getFloatAttr(bf16, 1.0)),
-        arith::ConstantOp::create(b, loc, b.getFloatAttr(bf16, 0.0)));
-    memref::StoreOp::create(b, loc, flag, ring, flagAt);
-    scf::YieldOp::create(b, loc);
-  });
-  gpu::BarrierOp::create(b, loc);
-  Value flag = memref::LoadOp::create(b, loc, ring, flagAt);
-  Value isLast = arith::CmpFOp::create(
-      b, loc, arith::CmpFPredicate::OEQ, flag,
-      arith::ConstantOp::create(b, loc, b.getFloatAttr(bf16, 1.0)));
-  scf::IfOp::create(b, loc, isLast, [&](OpBuilder &lb, Location l) {
-    OpBuilder::InsertionGuard inner(b);
-    b.setInsertionPoint(lb.getInsertionBlock(), lb.getInsertionPoint());
-    // The acquire side: the other blocks' sums after their counts.
-    NVVM::MembarOp::create(b, loc, NVVM::MemScopeKind::GPU);
+  auto first = [&] {
+    return cmp(arith::CmpIPredicate::eq, add(mul(warp, 32), lane), idx(0));
+  };
+  SmallVector<Value> flagAt(4, idx(0));
+  // The verdict goes through the ring, whose reads are done.
+  k3::finishSplitTile(b, loc, countGlobal, rowBlock, slices, first, ring,
+                      flagAt, [&] {
     for (const std::array<Value, 3> &e : entries) {
       Value tok = e[1], row = e[2];
       scf::IfOp::create(
           b, loc, cmp(arith::CmpIPredicate::ult, tok, tokens),
           [&](OpBuilder &tb, Location) {
-            OpBuilder::InsertionGuard in2(b);
+            OpBuilder::InsertionGuard inner(b);
             b.setInsertionPoint(tb.getInsertionBlock(), tb.getInsertionPoint());
             // Slices added in slice order, from slice 0's sum.
             Value s0 = memref::LoadOp::create(b, loc, partial,
@@ -405,13 +373,6 @@ void SkinnyKernel::combine(ArrayRef<std::array<Value, 3>> entries,
             scf::YieldOp::create(b, loc);
           });
     }
-    // The count back to zero for the next launch (stream order).
-    scf::IfOp::create(b, loc, first, [&](OpBuilder &zb, Location zl) {
-      Value zero = arith::ConstantIntOp::create(zb, zl, zb.getI32Type(), 0);
-      memref::StoreOp::create(zb, zl, zero, counts, ValueRange{rowBlock});
-      scf::YieldOp::create(zb, zl);
-    });
-    scf::YieldOp::create(b, loc);
   });
 }
 

@@ -7,6 +7,7 @@
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 
 using namespace mlir;
 
@@ -82,4 +83,53 @@ memref::GlobalOp mlir::k3::deviceCounters(ModuleOp module, StringRef name,
       DenseElementsAttr::get(RankedTensorType::get({n}, b.getI32Type()),
                              ArrayRef<Attribute>{b.getI32IntegerAttr(0)}),
       /*constant=*/UnitAttr(), b.getI64IntegerAttr(4));
+}
+
+void mlir::k3::finishSplitTile(OpBuilder &b, Location loc,
+                               memref::GlobalOp counters, Value tile,
+                               Value slices, function_ref<Value()> isFirst,
+                               Value flag, ValueRange flagAt,
+                               function_ref<void()> last) {
+  // Every thread's sums are visible on the GPU before the count.
+  NVVM::MembarOp::create(b, loc, NVVM::MemScopeKind::GPU);
+  gpu::BarrierOp::create(b, loc);
+  Value counts = memref::GetGlobalOp::create(b, loc, counters.getType(),
+                                             counters.getSymName());
+  Value first = isFirst();
+  auto bf16 = b.getBF16Type();
+  scf::IfOp::create(b, loc, first, [&](OpBuilder &fb, Location fl) {
+    Value one = arith::ConstantIntOp::create(fb, fl, fb.getI32Type(), 1);
+    Value before = memref::AtomicRMWOp::create(
+        fb, fl, arith::AtomicRMWKind::addi, one, counts, ValueRange{tile});
+    Value need = arith::IndexCastOp::create(
+        fb, fl, fb.getI32Type(),
+        arith::SubIOp::create(fb, fl, slices,
+                              arith::ConstantIndexOp::create(fb, fl, 1)));
+    Value isLast = arith::CmpIOp::create(fb, fl, arith::CmpIPredicate::eq,
+                                         before, need);
+    Value verdict = arith::SelectOp::create(
+        fb, fl, isLast,
+        arith::ConstantOp::create(fb, fl, fb.getFloatAttr(bf16, 1.0)),
+        arith::ConstantOp::create(fb, fl, fb.getFloatAttr(bf16, 0.0)));
+    memref::StoreOp::create(fb, fl, verdict, flag, flagAt);
+    scf::YieldOp::create(fb, fl);
+  });
+  gpu::BarrierOp::create(b, loc);
+  Value isLast = arith::CmpFOp::create(
+      b, loc, arith::CmpFPredicate::OEQ,
+      memref::LoadOp::create(b, loc, flag, flagAt),
+      arith::ConstantOp::create(b, loc, b.getFloatAttr(bf16, 1.0)));
+  scf::IfOp::create(b, loc, isLast, [&](OpBuilder &lb, Location ll) {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(lb.getInsertionBlock(), lb.getInsertionPoint());
+    // The other blocks' sums after their counts.
+    NVVM::MembarOp::create(b, loc, NVVM::MemScopeKind::GPU);
+    last();
+    scf::IfOp::create(b, loc, first, [&](OpBuilder &zb, Location zl) {
+      Value zero = arith::ConstantIntOp::create(zb, zl, zb.getI32Type(), 0);
+      memref::StoreOp::create(zb, zl, zero, counts, ValueRange{tile});
+      scf::YieldOp::create(zb, zl);
+    });
+    scf::YieldOp::create(b, loc);
+  });
 }

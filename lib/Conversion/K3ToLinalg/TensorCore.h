@@ -41,6 +41,20 @@ memref::GlobalOp workgroupBuffer(ModuleOp module, StringRef name,
 /// per output tile there, and the last block resets the count.
 memref::GlobalOp deviceCounters(ModuleOp module, StringRef name, int64_t n);
 
+/// The end of a split-K block, after its partial sums are stored: fences
+/// them, counts the block in element `tile` of `counters` (a
+/// deviceCounters global), and in the block that finished its output tile
+/// last (`slices` blocks per tile) fences again and builds `last` for every
+/// thread, then resets the count for the next launch. Thread 0 (`isFirst`
+/// builds the test) counts and passes the verdict to the block as a bf16 at
+/// `flagAt` of `flag`, workgroup memory the block no longer reads. (The
+/// CUDA programming guide's "threadfence reduction", with fences on both
+/// sides.)
+void finishSplitTile(OpBuilder &b, Location loc, memref::GlobalOp counters,
+                     Value tile, Value slices, function_ref<Value()> isFirst,
+                     Value flag, ValueRange flagAt,
+                     function_ref<void()> last);
+
 /// The k loop of a warp that streams its operands through a cp.async ring
 /// of `stages` stages (the copies of steps 0 .. stages - 2 issued before):
 /// step i waits until every lane is done with the stage that step
