@@ -200,17 +200,10 @@ void MMAKernel::addSlicesInBlock(int64_t count,
             b.setInsertionPoint(tb.getInsertionBlock(),
                                 tb.getInsertionPoint());
             Value sum = memref::LoadOp::create(b, loc, c, ValueRange{m, n});
-            auto adds = scf::ForOp::create(
-                b, loc, idx(0), slices, idx(1), ValueRange{sum},
-                [&](OpBuilder &fb, Location fl, Value z, ValueRange acc) {
-                  Value v = memref::LoadOp::create(fb, fl, partial,
-                                                   ValueRange{z, m, n});
-                  scf::YieldOp::create(
-                      fb, fl,
-                      ValueRange{arith::AddFOp::create(fb, fl, acc[0], v)});
-                });
-            memref::StoreOp::create(b, loc, adds.getResult(0), c,
-                                    ValueRange{m, n});
+            memref::StoreOp::create(
+                b, loc,
+                k3::addSlices(b, loc, partial, idx(0), slices, sum, m, n), c,
+                ValueRange{m, n});
             scf::YieldOp::create(b, loc);
           });
           scf::YieldOp::create(b, loc);
@@ -438,16 +431,10 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
         tb, l, ValueRange{c0, c0}, ValueRange{rows, cols},
         ValueRange{one, one}, [&](OpBuilder &pb, Location pl, ValueRange ij) {
           Value sum = memref::LoadOp::create(pb, pl, c, ij);
-          auto adds = scf::ForOp::create(
-              pb, pl, c0, slices, one, ValueRange{sum},
-              [&](OpBuilder &fb, Location fl, Value z, ValueRange acc) {
-                Value v = memref::LoadOp::create(
-                    fb, fl, partial, ValueRange{z, ij[0], ij[1]});
-                scf::YieldOp::create(
-                    fb, fl,
-                    ValueRange{arith::AddFOp::create(fb, fl, acc[0], v)});
-              });
-          memref::StoreOp::create(pb, pl, adds.getResult(0), c, ij);
+          memref::StoreOp::create(
+              pb, pl,
+              k3::addSlices(pb, pl, partial, c0, slices, sum, ij[0], ij[1]), c,
+              ij);
         });
     scf::YieldOp::create(tb, l);
   });

@@ -358,17 +358,9 @@ void SkinnyKernel::combine(ArrayRef<std::array<Value, 3>> entries,
             // Slices added in slice order, from slice 0's sum.
             Value s0 = memref::LoadOp::create(b, loc, partial,
                                               ValueRange{idx(0), tok, row});
-            auto loop = scf::ForOp::create(
-                b, loc, c1, slices, c1, ValueRange{s0},
-                [&](OpBuilder &fb, Location fl, Value s, ValueRange acc) {
-                  Value p = memref::LoadOp::create(fb, fl, partial,
-                                                   ValueRange{s, tok, row});
-                  scf::YieldOp::create(
-                      fb, fl,
-                      ValueRange{arith::AddFOp::create(fb, fl, acc[0], p)});
-                });
-            Value r = func::CallOp::create(b, loc, outFn, loop.getResult(0))
-                          .getResult(0);
+            Value total =
+                k3::addSlices(b, loc, partial, c1, slices, s0, tok, row);
+            Value r = func::CallOp::create(b, loc, outFn, total).getResult(0);
             memref::StoreOp::create(b, loc, r, out, ValueRange{tok, row});
             scf::YieldOp::create(b, loc);
           });

@@ -133,3 +133,16 @@ void mlir::k3::finishSplitTile(OpBuilder &b, Location loc,
     scf::YieldOp::create(b, loc);
   });
 }
+
+Value mlir::k3::addSlices(OpBuilder &b, Location loc, Value partial,
+                          Value from, Value to, Value init, Value i, Value j) {
+  Value one = arith::ConstantIndexOp::create(b, loc, 1);
+  auto loop = scf::ForOp::create(
+      b, loc, from, to, one, ValueRange{init},
+      [&](OpBuilder &fb, Location fl, Value z, ValueRange acc) {
+        Value v = memref::LoadOp::create(fb, fl, partial, ValueRange{z, i, j});
+        scf::YieldOp::create(
+            fb, fl, ValueRange{arith::AddFOp::create(fb, fl, acc[0], v)});
+      });
+  return loop.getResult(0);
+}

@@ -55,6 +55,11 @@ void finishSplitTile(OpBuilder &b, Location loc, memref::GlobalOp counters,
                      Value flag, ValueRange flagAt,
                      function_ref<void()> last);
 
+/// `init` + partial[from, i, j] + ... + partial[to - 1, i, j], added in
+/// slice order (the split-K kernels' deterministic sum of their slices).
+Value addSlices(OpBuilder &b, Location loc, Value partial, Value from,
+                Value to, Value init, Value i, Value j);
+
 /// The k loop of a warp that streams its operands through a cp.async ring
 /// of `stages` stages (the copies of steps 0 .. stages - 2 issued before):
 /// step i waits until every lane is done with the stage that step
