@@ -266,13 +266,7 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
   Value split =
       arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, slices, c1);
   // The partial tiles [slices, rows, cols] (empty without a split).
-  Value parts = arith::SelectOp::create(b, loc, split, slices, idx(0));
-  Value partial = memref::AllocOp::create(
-      b, loc,
-      MemRefType::get({ShapedType::kDynamic, ShapedType::kDynamic,
-                       ShapedType::kDynamic},
-                      b.getF32Type()),
-      ValueRange{parts, rows, cols});
+  Value partial = k3::sliceBuffer(b, loc, split, slices, rows, cols);
   auto launch = gpu::LaunchOp::create(b, loc, gridX, gridY, slices,
                                       idx(kThreads), c1, c1);
   launch->setAttr("k3.tile_sizes",

@@ -223,15 +223,9 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   slices = arith::MaxUIOp::create(
       b, loc, min(div(idx(kTargetBlocks), rowBlocks), div(chunks, kWarps)),
       c1);
-  // The slices' sums [S, T, N] (empty without a split, as k3-gpu-mma's).
-  Value parts = pick(cmp(arith::CmpIPredicate::ugt, slices, c1), slices,
-                     idx(0));
-  partial = memref::AllocOp::create(
-      b, loc,
-      MemRefType::get({ShapedType::kDynamic, ShapedType::kDynamic,
-                       ShapedType::kDynamic},
-                      b.getF32Type()),
-      ValueRange{parts, tokens, rows});
+  // The slices' sums [S, T, N] (empty without a split).
+  partial = k3::sliceBuffer(b, loc, cmp(arith::CmpIPredicate::ugt, slices, c1),
+                            slices, tokens, rows);
   auto launch = gpu::LaunchOp::create(b, loc, rowBlocks, slices, c1,
                                       idx(kWarps * 32), c1, c1);
   launch->setAttr("k3.mma_shape", b.getDenseI64ArrayAttr({16, 8, 16}));

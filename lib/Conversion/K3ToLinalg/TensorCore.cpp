@@ -146,3 +146,14 @@ Value mlir::k3::addSlices(OpBuilder &b, Location loc, Value partial,
       });
   return loop.getResult(0);
 }
+
+Value mlir::k3::sliceBuffer(OpBuilder &b, Location loc, Value split,
+                            Value slices, Value rows, Value cols) {
+  Value parts = arith::SelectOp::create(
+      b, loc, split, slices, arith::ConstantIndexOp::create(b, loc, 0));
+  auto type = MemRefType::get(
+      {ShapedType::kDynamic, ShapedType::kDynamic, ShapedType::kDynamic},
+      b.getF32Type());
+  return memref::AllocOp::create(b, loc, type,
+                                 ValueRange{parts, rows, cols});
+}

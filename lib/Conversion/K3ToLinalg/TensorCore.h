@@ -55,6 +55,11 @@ void finishSplitTile(OpBuilder &b, Location loc, memref::GlobalOp counters,
                      Value flag, ValueRange flagAt,
                      function_ref<void()> last);
 
+/// The f32 workspace [slices, rows, cols] of a split product's partial
+/// sums, empty without a split (`split`: slices > 1).
+Value sliceBuffer(OpBuilder &b, Location loc, Value split, Value slices,
+                  Value rows, Value cols);
+
 /// `init` + partial[from, i, j] + ... + partial[to - 1, i, j], added in
 /// slice order (the split-K kernels' deterministic sum of their slices).
 Value addSlices(OpBuilder &b, Location loc, Value partial, Value from,
