@@ -198,9 +198,13 @@ private:
   /// Copies unit `u` (groups 4u .. 4u + 3; nothing past the last unit) of
   /// this warp's rows into stage u % kStages, as one cp.async group.
   Value issue(Value u);
-  /// Group j of unit `u` from its stage: the words and scales as in
-  /// loadOne.
-  Loaded fromStage(Value u, int64_t j);
+  /// The 4-byte scale words of unit `u` (its 4 groups) per matrix and row,
+  /// read once from the unit's stage.
+  SmallVector<std::array<Value, 2>> stageScales(Value u);
+  /// Group j of unit `u` from its stage, with the unit's `scaleWords`: the
+  /// words and scales as in loadOne.
+  Loaded fromStage(Value u, int64_t j,
+                   ArrayRef<std::array<Value, 2>> scaleWords);
   SmallVector<Value> accumulate(const Loaded &in, ValueRange acc);
 
   const Stage &st;
@@ -358,7 +362,22 @@ Value ExpertsKernel::issue(Value u) {
       b, loc, nvgpu::DeviceAsyncTokenType::get(b.getContext()), tokens);
 }
 
-ExpertsKernel::Loaded ExpertsKernel::fromStage(Value u, int64_t j) {
+SmallVector<std::array<Value, 2>> ExpertsKernel::stageScales(Value u) {
+  auto i8x4 = VectorType::get({4}, b.getI8Type());
+  Value stage = rem(u, kStages);
+  SmallVector<std::array<Value, 2>> words(st.matrices.size());
+  for (size_t m = 0; m < st.matrices.size(); ++m)
+    for (int r = 0; r < 2; ++r)
+      words[m][r] = vector::LoadOp::create(
+          b, loc, i8x4, scaleRing,
+          ValueRange{warp, stage, idx(m), add(g, 8 * r), idx(0)},
+          /*nontemporal=*/false, llvm::MaybeAlign(4));
+  return words;
+}
+
+ExpertsKernel::Loaded
+ExpertsKernel::fromStage(Value u, int64_t j,
+                         ArrayRef<std::array<Value, 2>> scaleWords) {
   Loaded in;
   in.x.push_back(loadX(add(mul(u, kStageGroups), j)));
   auto i8x4 = VectorType::get({4}, b.getI8Type());
@@ -368,10 +387,8 @@ ExpertsKernel::Loaded ExpertsKernel::fromStage(Value u, int64_t j) {
     std::array<Value, 2> w, s;
     for (int r = 0; r < 2; ++r) {
       Value row = add(g, 8 * r);
-      Value sc = vector::LoadOp::create(
-          b, loc, i8x4, scaleRing, ValueRange{warp, stage, idx(m), row, idx(0)},
-          /*nontemporal=*/false, llvm::MaybeAlign(4));
-      s[r] = vector::ExtractOp::create(b, loc, sc, ArrayRef<int64_t>{j});
+      s[r] = vector::ExtractOp::create(b, loc, scaleWords[m][r],
+                                       ArrayRef<int64_t>{j});
       Value slot = arith::XOrIOp::create(b, loc, idx(j), rem(div(row, 2), 4));
       Value bytes = vector::LoadOp::create(
           b, loc, i8x4, codes,
@@ -460,9 +477,10 @@ ExpertsKernel::units4(Value groups, ValueRange acc) {
     scf::ForOp loop = k3::warpRingLoop(
         b, loc, units, acc, kStages, [&](Value u) { return issue(u); },
         [&](Value u, ValueRange sums) {
+          SmallVector<std::array<Value, 2>> scaleWords = stageScales(u);
           SmallVector<Value> next(sums);
           for (int64_t j = 0; j < kStageGroups; ++j)
-            next = accumulate(fromStage(u, j), next);
+            next = accumulate(fromStage(u, j, scaleWords), next);
           return next;
         });
     // (cp.async.wait_group 0: the token only orders the op.)

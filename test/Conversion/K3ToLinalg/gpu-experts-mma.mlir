@@ -38,13 +38,15 @@
 // STAGED: %[[G:.+]] = nvgpu.device_async_create_group
 // STAGED-NEXT: nvgpu.device_async_wait %[[G]] {numGroups = 3 : i32}
 // STAGED-NEXT: nvvm.bar.warp.sync
-// The unit from its stage, group by group (fewer live registers): the
-// activations paired (0, 4), (1, 5), ... from global memory, the row's
-// scales (one 4-byte read) and a lane's word of each row in one (group j's
-// 16 bytes of row r at piece j ^ (r / 2 % 4)); then as without the rings.
+// The unit from its stage: each row's 4 scales once (one 4-byte read per
+// matrix and row), then group by group (fewer live registers) the
+// activations paired (0, 4), (1, 5), ... from global memory and a lane's
+// word of each row in one read (group j's 16 bytes of row r at piece
+// j ^ (r / 2 % 4)); then as without the rings.
+// STAGED-COUNT-4: vector.load %[[SCALES]]{{.*}} {alignment = 4 : i64} : memref<4x4x2x16x4xi8, #gpu.address_space<workgroup>>, vector<4xi8>
+// STAGED-NOT: vector.load %[[SCALES]]
 // STAGED: vector.load %[[X]]{{.*}} : memref<?x?xbf16>, vector<8xbf16>
 // STAGED: vector.shuffle {{.*}} [0, 4, 1, 5, 2, 6, 3, 7]
-// STAGED: vector.load %[[SCALES]]{{.*}} {alignment = 4 : i64} : memref<4x4x2x16x4xi8, #gpu.address_space<workgroup>>, vector<4xi8>
 // STAGED: vector.load %[[CODES]]{{.*}} {alignment = 4 : i64} : memref<4x4x2x16x64xi8, #gpu.address_space<workgroup>>, vector<4xi8>
 // STAGED: nvvm.mma.sync
 // STAGED: arith.xori %c1{{[_0-9]*}}, %
