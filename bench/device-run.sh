@@ -20,12 +20,14 @@
 #           the launch trace of a batch-1 step                        ~330 s
 #   f32     agreement of the f32 library with the f32 peer            ~40 s
 #   trace64 the launch trace of a batch-64 step                       ~30 s
-#   prof    per-kernel profile of batch-1 and batch-8 steps, no peers  ~40 s
+#   prof    per-kernel profile of batch-1 and batch-8 steps (PROFB="1,8"),
+#           no peers, of each variant in PROF="new ..." (as in ab)  ~40 s each
 #   same    whether the A/B pair computes the same bits: for each LIB of
 #           k3-group and k3-wide with build/gpu-bench/LIB-base.so and
 #           LIB.so, test/e2e/compare.py self (prefill of 40 tokens, 4 decode
 #           steps, logits and states, --rtol 0) with the e2e pack's k3-run
-#           (needs build/e2e-pack)                                   ~30 s
+#           (needs build/e2e-pack); SAME="V ..." also compares LIB-V.so
+#           with LIB-base.so                                  ~30 s per pair
 # Results go to OUT/results.tgz (OUT: the device tool's $OUT).
 set -u
 dest=${1:?usage: bench/device-run.sh OUT [PARTS]}
@@ -91,21 +93,30 @@ fi
 
 if has prof; then
   say prof
-  timeout 100 "${bench[@]}" --lib "$gb/k3-group.so" --batches 1,8 --prefill "" --reps 3 \
-    --compare-prompt 0 --profile --json "$out/profile-b1-b8.json" > "$out/profile-b1-b8.txt" 2>&1
-  echo "rc=$?"; grep "median\|kernels:\|Error" "$out/profile-b1-b8.txt"
+  for v in ${PROF:-new}; do
+    so=$gb/k3-group-$v.so
+    [ "$v" = new ] && so=$gb/k3-group.so
+    [ -f "$so" ] || continue
+    f=profile-$v-b${PROFB:-1,8}
+    timeout 100 "${bench[@]}" --lib "$so" --batches "${PROFB:-1,8}" --prefill "" --reps 3 \
+      --compare-prompt 0 --profile --json "$out/$f.json" > "$out/$f.txt" 2>&1
+    echo "$v rc=$?"; grep "median\|kernels:\|Error" "$out/$f.txt"
+  done
 fi
 
 if has same && [ -f build/e2e-pack/gpu-e2e.tar.xz ]; then
   say "same (A/B pair, bit for bit)"
   [ -d build/gpu-e2e ] || tar -C build -xJf build/e2e-pack/gpu-e2e.tar.xz
   for lib in k3-group k3-wide; do
-    [ -f "$gb/$lib-base.so" ] && [ -f "$gb/$lib.so" ] || continue
-    LD_LIBRARY_PATH=$PWD/build/gpu-e2e/lib timeout 120 python3 test/e2e/compare.py self \
-      --k3-run build/gpu-e2e/bin/k3-run --lib "$gb/$lib-base.so" --lib-b "$gb/$lib.so" \
-      --weights seed:7 --prompt "$(seq -s, 3 42)" --decode 5,6,7,8 --chunks-a 40 \
-      --chunks-b 40 --rtol 0 --states > "$out/same-$lib.txt" 2>&1
-    echo "$lib: rc=$? $(tail -1 "$out/same-$lib.txt")"
+    for b in "$gb/$lib.so" ${SAME:+$(printf "$gb/$lib-%s.so " $SAME)}; do
+      [ -f "$gb/$lib-base.so" ] && [ -f "$b" ] || continue
+      name=$(basename "$b" .so)
+      LD_LIBRARY_PATH=$PWD/build/gpu-e2e/lib timeout 120 python3 test/e2e/compare.py self \
+        --k3-run build/gpu-e2e/bin/k3-run --lib "$gb/$lib-base.so" --lib-b "$b" \
+        --weights seed:7 --prompt "$(seq -s, 3 42)" --decode 5,6,7,8 --chunks-a 40 \
+        --chunks-b 40 --rtol 0 --states > "$out/same-$name.txt" 2>&1
+      echo "$name: rc=$? $(tail -1 "$out/same-$name.txt")"
+    done
   done
 fi
 
