@@ -96,6 +96,7 @@ LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
   skinny.sm = mma.sm;
   pm.addPass(createK3GPUSkinnyMMAPass(skinny));
   pm.addNestedPass<func::FuncOp>(createK3GPUKDARecurrentPass());
+  pm.addPass(createK3GPUAttnResNormPass());
   K3GPUMLAMMAPassOptions mla;
   mla.sm = mma.sm;
   pm.addNestedPass<func::FuncOp>(createK3GPUMLAMMAPass(mla));

@@ -22,6 +22,9 @@ def ConvertK3ToLinalgPass : Pass<"convert-k3-to-linalg", "::mlir::ModuleOp"> {
     KDA is lowered in both forms (token recurrence for T = 1, chunked WY/UT
     form with the op's chunk size otherwise); MLA in the naive form for
     T > 1 and the weight-absorbed form for T = 1.
+    An RMSNorm whose input is an AttnRes used only there (K3_SPEC §3.2: the
+    input of every mixer and FFN, and the output) becomes one call of
+    @k3k_attn_res_norm.
   }];
   let dependentDialects = [
     "::mlir::arith::ArithDialect",
@@ -184,29 +187,29 @@ def K3GPUMMAPass : Pass<"k3-gpu-mma", "::mlir::ModuleOp"> {
     `C[i, j] += extf(X[i, k]) * extf(W[j, k])` with bf16 X [T, K] and W [N, K]
     and f32 C (a linear layer of a bf16 library; `extf` directly or through a
     function that is only `arith.extf`) gets a second kernel, chosen at run
-    time by `scf.if`: when T >= `min-rows`, K % 32 == 0 and X and W are
+    time by `scf.if`: when T >= `min-rows`, K % 64 == 0 and X and W are
     16-byte aligned, a `gpu.launch` with one block of 128 threads per 64 x 64
-    tile of C, the 64 x 32 tiles of X and W copied into three-stage rings in
-    workgroup memory (16-byte aligned `memref.global`s, rows padded to 40
+    tile of C, the 64 x 64 tiles of X and W copied into two-stage rings in
+    workgroup memory (16-byte aligned `memref.global`s, rows padded to 72
     elements against bank conflicts) with `nvgpu.device_async_copy`
-    (cp.async, 16 bytes per thread, zeros past the last row; two k steps in
-    flight while the current one's mma run), and each warp computing 32 x 32
+    (cp.async, 16 bytes per thread, zeros past the last row; the next k step
+    in flight while the current one's mma run), and each warp computing 32 x 32
     of C with `nvvm.mma.sync` m16n8k16 (bf16 operands, f32 accumulators);
     otherwise the generic as before (a decode step's few rows go to
     `k3-gpu-warp-reduce`). bf16 mma.sync needs sm_80: with `sm` below 80
-    (the oldest target of the library) nothing changes. The launch records `k3.tile_sizes = [64, 64, 32]`
+    (the oldest target of the library) nothing changes. The launch records `k3.tile_sizes = [64, 64, 64]`
     and `k3.mma_shape = [16, 8, 16]`. The products are exact in f32; the f32
     sums are taken in a different order than the scalar kernel's.
 
     ```mlir
     linalg.generic {C[i, j] += extf(X[i, k]) * extf(W[j, k])}
     // becomes
-    scf.if %T >= 16 && %K % 32 == 0 && aligned(X) && aligned(W) {
+    scf.if %T >= 16 && %K % 64 == 0 && aligned(X) && aligned(W) {
       gpu.launch blocks(ceil(T / 64), ceil(N / 64), 1) threads(128, 1, 1)
-          workgroup(%xs : memref<64x40xbf16, 3>, %ws : memref<64x40xbf16, 3>) {
-        scf.for %k0 = 0 to %K step 32 { stage X, W; barrier; 16 mma.sync; barrier }
+          workgroup(%xs : memref<64x72xbf16, 3>, %ws : memref<64x72xbf16, 3>) {
+        scf.for %k0 = 0 to %K step 64 { stage X, W; barrier; 32 mma.sync; barrier }
         C[m, n] += D  (inside the bounds)
-      } {k3.tile_sizes = array<i64: 64, 64, 32>}
+      } {k3.tile_sizes = array<i64: 64, 64, 64>}
     } else {
       linalg.generic ...
     }
@@ -287,6 +290,35 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma", "::mlir::ModuleOp"> {
                            "::mlir::LLVM::LLVMDialect",
                            "::mlir::NVVM::NVVMDialect",
                            "::mlir::nvgpu::NVGPUDialect",
+                           "::mlir::memref::MemRefDialect",
+                           "::mlir::vector::VectorDialect",
+                           "::mlir::scf::SCFDialect"];
+}
+
+def K3GPUAttnResNormPass : Pass<"k3-gpu-attn-res-norm", "::mlir::ModuleOp"> {
+  let summary = "AttnRes and the RMSNorm after it in one kernel per token";
+  let description = [{
+    A function marked `k3.attn_res_norm = {widen = @w, narrow = @n, round =
+    @r}` (`Kernels/Dense.mlir`: @k3k_attn_res_norm_rows) with arguments the
+    candidates v `[n, T, D]`, γ `[D]`, p `[1, D]`, eps, the norm's γ `[D]`,
+    its eps and the output `[T, D]` computes RMSNorm(AttnRes(v)) (K3_SPEC
+    §3.1, §2) as the two generic kernels: about ten launches, each of a few
+    blocks, per sublayer of a decode step. The pass gives it a second body,
+    chosen at run time by `scf.if` (D a multiple of 16 bytes of activations,
+    n <= 32, the buffers aligned for 16-byte loads): a `gpu.launch` with one
+    block of 1024 threads per token. Per candidate the threads sum v² and
+    (γ ⊙ p)·v over their elements, then an xor-shuffle tree per warp and
+    thread 0 over the warps in order give the score; thread 0 takes the
+    softmax; each thread mixes its elements of h in candidate order, stores
+    round(h) and sums its squares (the same reduction), and normalises what
+    it stored. The element operations are the generic kernels' (@w, @n, @r
+    for the activation dtype); only the order of the three sums over D
+    differs (docs/NUMERICS.md). Other shapes keep the generic kernels.
+  }];
+  let dependentDialects = ["::mlir::gpu::GPUDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::func::FuncDialect",
+                           "::mlir::math::MathDialect",
                            "::mlir::memref::MemRefDialect",
                            "::mlir::vector::VectorDialect",
                            "::mlir::scf::SCFDialect"];

@@ -63,17 +63,7 @@ private:
       r.push_back(vector::ExtractOp::create(b, loc, v, ArrayRef<int64_t>{e}));
     return r;
   }
-  /// The sum of `v` over the warp's lanes, in every lane.
-  Value warpSum(Value v) {
-    Value width = arith::ConstantIntOp::create(b, loc, kLanes, 32);
-    for (int64_t offset = kLanes / 2; offset > 0; offset /= 2) {
-      Value off = arith::ConstantIntOp::create(b, loc, offset, 32);
-      v = fadd(v, gpu::ShuffleOp::create(b, loc, v, off, width,
-                                         gpu::ShuffleMode::XOR)
-                      .getShuffleResult());
-    }
-    return v;
-  }
+  Value warpSum(Value v) { return k3::warpSum(b, loc, v); }
 
   Value qn, kn, vf, gg, bb, pool, slots, o;
 };

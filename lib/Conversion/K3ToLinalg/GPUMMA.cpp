@@ -5,10 +5,10 @@
 // bf16 W [N, K] and f32 C [T, N] (k3k_matmul_f32). At decode (a few rows)
 // k3-gpu-warp-reduce streams W through the warps; a prefill of many rows
 // re-reads W per row that way. This pass gives the product a second kernel,
-// taken at run time when T >= min-rows, K % 32 == 0 and X and W are 16-byte
+// taken at run time when T >= min-rows, K % 64 == 0 and X and W are 16-byte
 // aligned: one block per 64x64 tile of C, four warps of 32x32, the X and W
-// tiles (64 x 32 each) copied into three-stage rings in shared memory with
-// cp.async (two k steps in flight while the current one's mma run), and
+// tiles (64 x 64 each) copied into two-stage rings in shared memory with
+// cp.async (the next k step in flight while the current one's mma run), and
 // the products on the tensor cores with mma.sync m16n8k16 (bf16 in, f32
 // accumulate: bf16 x bf16 products are exact in f32, so only the order of
 // the f32 sums differs from the scalar kernel). Otherwise the generic runs as
@@ -55,18 +55,21 @@ using namespace mlir;
 
 namespace {
 // Block tile (rows of X, rows of W, K step), warps, shared row padding.
-constexpr int64_t kTileM = 64, kTileN = 64, kTileK = 32;
+constexpr int64_t kTileM = 64, kTileN = 64, kTileK = 64;
 constexpr int64_t kThreads = 128;
 constexpr int64_t kWarpM = 32, kWarpN = 32;
-// Shared rows of 40 bf16 (80 bytes): the 8 rows a fragment load touches fall
-// in distinct banks, and every row stays 16-byte aligned.
+// Shared rows of 72 bf16 (144 bytes): the 8 rows a fragment load touches
+// fall in distinct banks, and every row stays 16-byte aligned.
 constexpr int64_t kPad = 8;
-// Stages of the X and W rings (cp.async): two k steps in flight while the
-// third one's mma run; 3 x 2 x 5 KB of workgroup memory.
-constexpr int64_t kStages = 3;
+// Stages of the X and W rings (cp.async): one k step in flight while the
+// other one's mma run; 2 x 2 x 9 KB of workgroup memory (static: 48 KB at
+// most, so three stages do not fit). Against k steps of 32 in three stages
+// (the same bytes in flight, twice the barriers), a batch-64 decode step's
+// products took 4.26 ms instead of 4.98 (BENCHMARKS.md, twelfth session).
+constexpr int64_t kStages = 2;
 // Split-K: blocks to aim for, and the fewest k steps of a slice. A block
-// has two 4 KB W tiles in flight (cp.async: batch-64 decode step 34.3 ->
-// 33.3 ms, BENCHMARKS.md ninth session; one tile through registers before),
+// has 8 KB of W in flight (cp.async: batch-64 decode step 34.3 -> 33.3 ms,
+// BENCHMARKS.md ninth session; 4 KB through registers before),
 // so a decode batch's product is bound by the blocks in flight: eight per
 // SM of an H200 (288 before: batch-64 decode step 53.6 -> 52.3 ms, seventh
 // session; 2112 was no better).
@@ -461,7 +464,7 @@ struct K3GPUMMAPass : k3::impl::K3GPUMMAPassBase<K3GPUMMAPass> {
       rewrite(op);
   }
 
-  /// if (T >= min-rows && K % 32 == 0 && X, W 16-byte aligned) tensor cores
+  /// if (T >= min-rows && K % 64 == 0 && X, W 16-byte aligned) tensor cores
   /// else the generic.
   void rewrite(linalg::GenericOp op) {
     OpBuilder b(op);

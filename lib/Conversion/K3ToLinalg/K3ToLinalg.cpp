@@ -473,6 +473,46 @@ struct UnusedWeightLowering : OpConversionPattern<UnusedWeightOp> {
   }
 };
 
+/// §3.2: each mixer's and FFN's input and the output are RMSNorm(AttnRes).
+/// Where the norm is the AttnRes output's only use, the two kernel calls
+/// become one call of @k3k_attn_res_norm (on a GPU one kernel per token,
+/// k3-gpu-attn-res-norm; elsewhere the two kernels). The kernel library's
+/// own functions (k3k_*) are left alone.
+static void joinAttnResNorm(ModuleOp module) {
+  SmallVector<func::CallOp> norms;
+  for (auto fn : module.getOps<func::FuncOp>())
+    if (!fn.getSymName().starts_with("k3k_"))
+      fn.walk([&](func::CallOp c) {
+        if (c.getCallee() == "k3k_rms_norm")
+          norms.push_back(c);
+      });
+  for (func::CallOp norm : norms) {
+    SmallVector<Operation *> joined = {norm};
+    Value h = norm.getOperand(0);
+    while (auto cast = h.getDefiningOp<tensor::CastOp>()) {
+      joined.push_back(cast);
+      h = cast.getSource();
+    }
+    auto res = h.getDefiningOp<func::CallOp>();
+    if (!res || res.getCallee() != "k3k_attn_res" ||
+        llvm::any_of(joined, [&](Operation *op) {
+          return op != norm && !op->hasOneUse();
+        }) ||
+        !res->hasOneUse())
+      continue;
+    joined.push_back(res);
+    OpBuilder b(norm);
+    SmallVector<Value> args(res.getOperands());
+    args.append({norm.getOperand(1), norm.getOperand(2)});
+    auto call = func::CallOp::create(
+        b, b.getFusedLoc({res.getLoc(), norm.getLoc()}), "k3k_attn_res_norm",
+        norm.getResultTypes(), args);
+    norm.replaceAllUsesWith(call.getResults());
+    for (Operation *op : joined)
+      op->erase();
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // The pass
 //===----------------------------------------------------------------------===//
@@ -514,7 +554,8 @@ struct ConvertK3ToLinalgPass
     populateCallOpTypeConversionPattern(patterns, converter);
     populateReturnOpTypeConversionPattern(patterns, converter);
     if (failed(applyPartialConversion(module, target, std::move(patterns))))
-      signalPassFailure();
+      return signalPassFailure();
+    joinAttnResNorm(module);
   }
 };
 } // namespace

@@ -30,6 +30,18 @@ std::array<Value, 4> mlir::k3::mmaSyncBF16(OpBuilder &b, Location loc,
   return d;
 }
 
+Value mlir::k3::warpSum(OpBuilder &b, Location loc, Value v) {
+  Value width = arith::ConstantIntOp::create(b, loc, 32, 32);
+  for (int64_t offset = 16; offset > 0; offset /= 2) {
+    Value off = arith::ConstantIntOp::create(b, loc, offset, 32);
+    v = arith::AddFOp::create(
+        b, loc, v,
+        gpu::ShuffleOp::create(b, loc, v, off, width, gpu::ShuffleMode::XOR)
+            .getShuffleResult());
+  }
+  return v;
+}
+
 memref::GlobalOp mlir::k3::workgroupBuffer(ModuleOp module, StringRef name,
                                            ArrayRef<int64_t> shape,
                                            Type element) {

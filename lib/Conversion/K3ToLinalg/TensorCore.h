@@ -77,6 +77,10 @@ scf::ForOp warpRingLoop(
     function_ref<Value(Value)> issue,
     function_ref<SmallVector<Value>(Value, ValueRange)> compute);
 
+/// The f32 sum of `v` over a warp's 32 lanes by an xor-shuffle tree, the
+/// same in every lane.
+Value warpSum(OpBuilder &b, Location loc, Value v);
+
 /// Index arithmetic at a builder's insertion point, for the address
 /// computations of the kernels these passes build.
 struct IndexMath {

@@ -36,6 +36,41 @@ func.func @dense(%tok: tensor<?xi32>, %e: tensor<64x16xbf16>, %g: tensor<16xbf16
 
 // -----
 
+// §3.2: an RMSNorm whose input is an AttnRes used only there is one call of
+// @k3k_attn_res_norm; an AttnRes with another use keeps both calls. The
+// library's own @k3k_attn_res_norm_rows is the two kernels.
+// CHECK-LABEL: func.func @joined
+// CHECK: tensor.insert_slice {{.*}} into tensor<2x?x16xbf16>
+// CHECK: %[[Y:.+]] = call @k3k_attn_res_norm({{.*}}) : (tensor<?x?x?xbf16>, tensor<?xbf16>, tensor<?x?xbf16>, f32, tensor<?xbf16>, f32) -> tensor<?x?xbf16>
+// CHECK-NOT: call @k3k_attn_res(
+// CHECK-NOT: call @k3k_rms_norm(
+// CHECK: return
+// CHECK-LABEL: func.func @shared
+// CHECK: call @k3k_attn_res(
+// CHECK: call @k3k_rms_norm(
+// CHECK-NOT: call @k3k_attn_res_norm(
+// CHECK: return
+// CHECK-LABEL: func.func private @k3k_attn_res_norm_rows
+// CHECK-SAME: attributes {k3.attn_res_norm = {narrow = @k3k_narrow, round = @k3k_round, widen = @k3k_widen}}
+// CHECK: call @k3k_attn_res(
+// CHECK: call @k3k_rms_norm(
+func.func @joined(%x: tensor<?x16xbf16>, %s: tensor<?x16xbf16>, %g: tensor<16xbf16>, %p: tensor<1x16xbf16>,
+                  %gn: tensor<16xbf16>) -> tensor<?x16xbf16> {
+  %h = k3.attn_res %x, %s norm %g proj %p {eps = 1.0e-5 : f64}
+      : (tensor<?x16xbf16>, tensor<?x16xbf16>, tensor<16xbf16>, tensor<1x16xbf16>) -> tensor<?x16xbf16>
+  %n = k3.rms_norm %h, %gn {eps = 1.0e-6 : f64} : (tensor<?x16xbf16>, tensor<16xbf16>) -> tensor<?x16xbf16>
+  return %n : tensor<?x16xbf16>
+}
+func.func @shared(%x: tensor<?x16xbf16>, %s: tensor<?x16xbf16>, %g: tensor<16xbf16>, %p: tensor<1x16xbf16>,
+                  %gn: tensor<16xbf16>) -> (tensor<?x16xbf16>, tensor<?x16xbf16>) {
+  %h = k3.attn_res %x, %s norm %g proj %p {eps = 1.0e-5 : f64}
+      : (tensor<?x16xbf16>, tensor<?x16xbf16>, tensor<16xbf16>, tensor<1x16xbf16>) -> tensor<?x16xbf16>
+  %n = k3.rms_norm %h, %gn {eps = 1.0e-6 : f64} : (tensor<?x16xbf16>, tensor<16xbf16>) -> tensor<?x16xbf16>
+  return %h, %n : tensor<?x16xbf16>, tensor<?x16xbf16>
+}
+
+// -----
+
 // KDA: a state converts 1:2 (docs/ABI.md): the pool of every sequence's
 // state ([S, H, V, K] f32 value-first, [S, C, W-1] conv tails; strided, as
 // slots of the runtime's slot memory) and the call's slots; both are updated

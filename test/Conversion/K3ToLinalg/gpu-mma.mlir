@@ -20,17 +20,17 @@ func.func private @widen(%a: bf16) -> f32 {
 }
 
 // k3k_matmul_f32 of a bf16 library: chosen at run time, tensor cores for
-// 16 rows or more (K a multiple of 32, X and W 16-byte aligned), else the
+// 16 rows or more (K a multiple of 64, X and W 16-byte aligned), else the
 // generic unchanged.
-// CHECK-DAG: memref.global "private" @k3k_mma_w : memref<3x64x40xbf16, #gpu.address_space<workgroup>> {alignment = 16 : i64}
-// CHECK-DAG: memref.global "private" @k3k_mma_x : memref<3x64x40xbf16, #gpu.address_space<workgroup>> {alignment = 16 : i64}
+// CHECK-DAG: memref.global "private" @k3k_mma_w : memref<2x64x72xbf16, #gpu.address_space<workgroup>> {alignment = 16 : i64}
+// CHECK-DAG: memref.global "private" @k3k_mma_x : memref<2x64x72xbf16, #gpu.address_space<workgroup>> {alignment = 16 : i64}
 // CHECK-LABEL: func.func @matmul
 // CHECK-SAME: (%[[X:.+]]: memref<?x?xbf16>, %[[W:.+]]: memref<?x?xbf16>, %[[C:.+]]: memref<?x?xf32>)
 // CHECK-DAG: %[[T:.+]] = memref.dim %[[X]], %c0
 // CHECK-DAG: %[[K:.+]] = memref.dim %[[X]], %c1
 // CHECK-DAG: %[[N:.+]] = memref.dim %[[W]], %c0
 // CHECK: arith.cmpi sge, %[[T]], %c16 : index
-// CHECK: arith.remui %[[K]], %c32
+// CHECK: arith.remui %[[K]], %c64
 // CHECK: memref.extract_aligned_pointer_as_index %[[X]]
 // CHECK: memref.extract_aligned_pointer_as_index %[[W]]
 // CHECK: scf.if %[[OK:.+]] {
@@ -38,53 +38,52 @@ func.func private @widen(%a: bf16) -> f32 {
 // CHECK:   %[[GY:.+]] = arith.ceildivui %[[N]], %c64
 // Split-K: slices = max(min(ceil(1056 / tiles), k steps / 8), 1), rounded to
 // whole k steps; the partial tiles [slices, T, N] only with a split.
-// CHECK:   %[[STEPS:.+]] = arith.ceildivui %[[K]], %c32{{[_0-9]*}}
+// CHECK:   %[[STEPS:.+]] = arith.ceildivui %[[K]], %c64{{[_0-9]*}}
 // CHECK:   %[[TILES:.+]] = arith.muli %[[GX]], %[[GY]]
 // CHECK:   %[[WANT:.+]] = arith.ceildivui %c1056, %[[TILES]]
 // CHECK:   %[[MOST:.+]] = arith.divui %[[STEPS]], %c8
 // CHECK:   %[[MIN:.+]] = arith.minui %[[WANT]], %[[MOST]]
 // CHECK:   %[[S0:.+]] = arith.maxui %[[MIN]], %c1{{[_0-9]*}}
 // CHECK:   %[[PER:.+]] = arith.ceildivui %[[STEPS]], %[[S0]]
-// CHECK:   %[[SK:.+]] = arith.muli %[[PER]], %c32{{[_0-9]*}}
+// CHECK:   %[[SK:.+]] = arith.muli %[[PER]], %c64{{[_0-9]*}}
 // CHECK:   %[[S:.+]] = arith.ceildivui %[[K]], %[[SK]]
 // CHECK:   %[[SPLIT:.+]] = arith.cmpi ugt, %[[S]], %c1{{[_0-9]*}}
 // CHECK:   %[[NP:.+]] = arith.select %[[SPLIT]], %[[S]], %c0{{[_0-9]*}}
 // CHECK:   %[[P:.+]] = memref.alloc(%[[NP]], %[[T]], %[[N]]) : memref<?x?x?xf32>
 // CHECK:   gpu.launch blocks({{[^,]*}}, {{[^,]*}}, %[[Z:[^)]+]]) in ({{[^)]*}} = %[[GX]], {{[^)]*}} = %[[GY]], {{[^)]*}} = %[[S]]) threads({{[^)]*}}) in ({{[^)]*}} = %c128, {{[^)]*}})
-// Three stages of X and W tiles in workgroup memory (16-byte aligned
-// globals, the rows padded to 40).
-// CHECK:   %[[XS:.+]] = memref.get_global @k3k_mma_x : memref<3x64x40xbf16, #gpu.address_space<workgroup>>
-// CHECK:   %[[WS:.+]] = memref.get_global @k3k_mma_w : memref<3x64x40xbf16, #gpu.address_space<workgroup>>
+// Two stages of X and W tiles (64 x 64) in workgroup memory (16-byte
+// aligned globals, the rows padded to 72).
+// CHECK:   %[[XS:.+]] = memref.get_global @k3k_mma_x : memref<2x64x72xbf16, #gpu.address_space<workgroup>>
+// CHECK:   %[[WS:.+]] = memref.get_global @k3k_mma_w : memref<2x64x72xbf16, #gpu.address_space<workgroup>>
 // The block's slice of K.
 // CHECK:   %[[KB:.+]] = arith.muli %[[Z]], %[[SK]]
 // CHECK:   %[[KE0:.+]] = arith.addi %[[KB]], %[[SK]]
 // CHECK:   %[[KE:.+]] = arith.minui %[[KE0]], %[[K]]
-// The first two k steps copied before the loop: two 16-byte pieces of X
-// and two of W per thread (cp.async, no bytes read past the last row or
-// the slice: zeros).
+// The first k step copied before the loop: four 16-byte pieces of X and
+// four of W per thread (cp.async, no bytes read past the last row or the
+// slice: zeros).
 // CHECK:   arith.minui
-// CHECK:   nvgpu.device_async_copy %[[X]][{{.*}}], %[[XS]][{{.*}}], 8, %{{.+}} {bypassL1} : memref<?x?xbf16> to memref<3x64x40xbf16, #gpu.address_space<workgroup>>
-// CHECK:   nvgpu.device_async_copy %[[X]]
+// CHECK:   nvgpu.device_async_copy %[[X]][{{.*}}], %[[XS]][{{.*}}], 8, %{{.+}} {bypassL1} : memref<?x?xbf16> to memref<2x64x72xbf16, #gpu.address_space<workgroup>>
+// CHECK-COUNT-3: nvgpu.device_async_copy %[[X]]
 // CHECK:   nvgpu.device_async_copy %[[W]][{{.*}}], %[[WS]]
-// CHECK:   nvgpu.device_async_copy %[[W]]
-// CHECK:   nvgpu.device_async_create_group
-// CHECK-COUNT-4: nvgpu.device_async_copy
+// CHECK-COUNT-3: nvgpu.device_async_copy %[[W]]
+// CHECK-NOT: nvgpu.device_async_copy
 // CHECK:   %[[LAST:.+]] = nvgpu.device_async_create_group
 // 32 accumulators per lane (2 x 4 tiles of 16 x 8, 4 per lane each).
 // CHECK: scf.for %[[K0:.+]] = %[[KB]] to %[[KE]] step %{{.+}} iter_args({{.*}}) -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32) {
-// Every thread done with the stage that step + 2 refills, its copies, then
-// this step's stage complete (at most two groups pending) and seen by all.
+// Every thread done with the stage that step + 1 refills, its copies, then
+// this step's stage complete (at most one group pending) and seen by all.
 // CHECK:   gpu.barrier
-// CHECK-COUNT-4: nvgpu.device_async_copy
+// CHECK-COUNT-8: nvgpu.device_async_copy
 // CHECK:   %[[G:.+]] = nvgpu.device_async_create_group
-// CHECK:   nvgpu.device_async_wait %[[G]] {numGroups = 2 : i32}
+// CHECK:   nvgpu.device_async_wait %[[G]] {numGroups = 1 : i32}
 // CHECK:   gpu.barrier
-// CHECK:   %[[STAGE:.+]] = arith.remui %{{.+}}, %c3
+// CHECK:   %[[STAGE:.+]] = arith.remui %{{.+}}, %c2
 // Fragments: two adjacent bf16 of a shared row per register.
-// CHECK:   vector.load %[[XS]][%[[STAGE]], {{.*}}] {alignment = 4 : i64} : memref<3x64x40xbf16, #gpu.address_space<workgroup>>, vector<2xbf16>
+// CHECK:   vector.load %[[XS]][%[[STAGE]], {{.*}}] {alignment = 4 : i64} : memref<2x64x72xbf16, #gpu.address_space<workgroup>>, vector<2xbf16>
 // CHECK:   vector.bitcast %{{.+}} : vector<2xbf16> to vector<1xi32>
 // CHECK-COUNT-8: nvvm.mma.sync A[{{.*}}] B[{{.*}}] C[{{.*}}] {layoutA = #nvvm.mma_layout<row>, layoutB = #nvvm.mma_layout<col>, multiplicandAPtxType = #nvvm.mma_type<bf16>, multiplicandBPtxType = #nvvm.mma_type<bf16>, shape = #nvvm.shape<m = 16, n = 8, k = 16>}
-// CHECK-COUNT-8: nvvm.mma.sync
+// CHECK-COUNT-24: nvvm.mma.sync
 // CHECK-NOT: nvvm.mma.sync
 // CHECK:   scf.yield
 // CHECK: nvgpu.device_async_wait %[[LAST]] {numGroups = 0 : i32}
@@ -97,7 +96,7 @@ func.func private @widen(%a: bf16) -> f32 {
 // CHECK:     arith.addf
 // CHECK:     memref.store %{{.+}}, %[[C]]
 // CHECK: gpu.terminator
-// CHECK: } {k3.mma_shape = array<i64: 16, 8, 16>, k3.tile_sizes = array<i64: 64, 64, 32>}
+// CHECK: } {k3.mma_shape = array<i64: 16, 8, 16>, k3.tile_sizes = array<i64: 64, 64, 64>}
 // With a split: C += the partial tiles, slice by slice in order.
 // CHECK: scf.if %[[SPLIT]] {
 // CHECK:   scf.parallel (%[[I:.+]], %[[J:.+]]) = ({{.*}}) to (%[[T]], %[[N]])

@@ -535,6 +535,35 @@ func.func private @k3k_attn_res(%v: tensor<?x?x?x!act>, %g: tensor<?xbf16>, %p: 
   return %res : tensor<?x?x!act>
 }
 
+// k3.attn_res and the k3.rms_norm of its result (§3.1, §2): the norm before
+// each mixer and FFN and the final norm, joined by k3-to-linalg where the
+// norm is the AttnRes output's only use. The two kernels, in order.
+func.func private @k3k_attn_res_norm(%v: tensor<?x?x?x!act>, %g: tensor<?xbf16>, %p: tensor<?x?xbf16>, %eps: f32,
+                                     %gn: tensor<?xbf16>, %eps2: f32) -> tensor<?x?x!act> {
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %t = tensor.dim %v, %c1 : tensor<?x?x?x!act>
+  %d = tensor.dim %v, %c2 : tensor<?x?x?x!act>
+  %out = memref.alloc(%t, %d) : memref<?x?x!act>
+  func.call @k3k_attn_res_norm_rows(%v, %g, %p, %eps, %gn, %eps2, %out)
+      : (tensor<?x?x?x!act>, tensor<?xbf16>, tensor<?x?xbf16>, f32, tensor<?xbf16>, f32, memref<?x?x!act>) -> ()
+  %y = bufferization.to_tensor %out restrict : memref<?x?x!act> to tensor<?x?x!act>
+  return %y : tensor<?x?x!act>
+}
+
+// The same into %out (`k3.attn_res_norm`: on a GPU, k3-gpu-attn-res-norm
+// gives each token one block that reads its candidates and writes only the
+// normalised row; the body below is what runs elsewhere).
+func.func private @k3k_attn_res_norm_rows(%v: tensor<?x?x?x!act>, %g: tensor<?xbf16>, %p: tensor<?x?xbf16>, %eps: f32,
+                                          %gn: tensor<?xbf16>, %eps2: f32, %out: memref<?x?x!act>)
+    attributes {k3.attn_res_norm = {widen = @k3k_widen, narrow = @k3k_narrow, round = @k3k_round}} {
+  %h = func.call @k3k_attn_res(%v, %g, %p, %eps) : (tensor<?x?x?x!act>, tensor<?xbf16>, tensor<?x?xbf16>, f32) -> tensor<?x?x!act>
+  %y = func.call @k3k_rms_norm(%h, %gn, %eps2) : (tensor<?x?x!act>, tensor<?xbf16>, f32) -> tensor<?x?x!act>
+  %ym = bufferization.to_buffer %y read_only : tensor<?x?x!act> to memref<?x?x!act>
+  memref.copy %ym, %out : memref<?x?x!act> to memref<?x?x!act>
+  return
+}
+
 // AttnRes score of candidate %i for token %t (§3.1): the projection onto
 // γ ⊙ p over the candidate's RMS, s = dot / sqrt(mean(v²) + eps).
 func.func private @k3k_attn_res_score(%ss: memref<?x?xf32>, %dot: memref<?x?xf32>, %i: index, %t: index,

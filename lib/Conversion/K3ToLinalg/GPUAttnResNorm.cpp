@@ -1,0 +1,362 @@
+//===- GPUAttnResNorm.cpp - AttnRes and its RMSNorm, a block per token ----===//
+//
+// K3_SPEC §3.2 normalises every AttnRes output (§3.1) before the mixer or
+// FFN that reads it, and the last one before the head. The generic kernels
+// (Kernels/Dense.mlir, @k3k_attn_res_norm_rows, marked `k3.attn_res_norm`)
+// take ten launches of one to a few blocks for it, 16.5 us per sublayer of
+// a batch-1 step on the H200 (BENCHMARKS.md, eleventh session's trace):
+// the candidates' two sums, the mix, the norm's sum of squares and the
+// norm. This pass gives the function a second body, chosen at run time: one
+// block of 1024 threads per token, each thread holding 16-byte pieces of
+// the row. Per candidate the block sums v² and (γ ⊙ p)·v; with the scores
+// every thread takes the softmax itself (the same in every thread), mixes
+// its pieces of h in candidate order, stores round(h), sums its squares,
+// and after the block's sum normalises what it stored. A block sum is each
+// thread's terms in order, then an xor-shuffle tree over the warp and one
+// over the 32 warps' sums (the same in every lane: each step adds the same
+// two values in both lanes of a pair); the element operations are the generic
+// kernels', through the library's widen / narrow / round functions.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TensorCore.h"
+#include "k3/Conversion/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/SymbolTable.h"
+
+#include <cmath>
+
+namespace mlir::k3 {
+#define GEN_PASS_DEF_K3GPUATTNRESNORMPASS
+#include "k3/Conversion/Passes.h.inc"
+} // namespace mlir::k3
+
+using namespace mlir;
+
+namespace {
+// One thread per lane of the warps' sums in blockSums: 32 warps.
+constexpr int64_t kThreads = 1024, kWarps = kThreads / 32;
+// Candidates a block keeps scores for (K3: at most 93 / 12 + 2 = 9).
+constexpr int64_t kMaxCandidates = 32;
+constexpr llvm::StringLiteral kAttr = "k3.attn_res_norm";
+
+/// The library's conversions of the activation dtype (Kernels/Prelude.*).
+struct Conversions {
+  func::FuncOp widen, narrow, round;
+};
+
+class AttnResNormKernel : k3::IndexMath {
+public:
+  AttnResNormKernel(OpBuilder &b, Location loc, Block &body, Conversions fns,
+                    memref::GlobalOp sums, memref::GlobalOp scores)
+      : IndexMath{b, loc}, v(body.getArgument(0)), g(body.getArgument(1)),
+        p(body.getArgument(2)), eps(body.getArgument(3)),
+        gn(body.getArgument(4)), eps2(body.getArgument(5)),
+        out(body.getArgument(6)), fns(fns), sumsGlobal(sums),
+        scoresGlobal(scores) {
+    act = cast<MemRefType>(v.getType()).getElementType();
+    per = 16 / (act.getIntOrFloatBitWidth() / 8);
+  }
+
+  void build(SmallVectorImpl<Operation *> &rest);
+
+private:
+  void kernel(Value n, Value tokens, Value d);
+  Value fadd(Value l, Value r) { return arith::AddFOp::create(b, loc, l, r); }
+  Value fmul(Value l, Value r) { return arith::MulFOp::create(b, loc, l, r); }
+  Value fdiv(Value l, Value r) { return arith::DivFOp::create(b, loc, l, r); }
+  Value f32(double x) {
+    return arith::ConstantFloatOp::create(b, loc, b.getF32Type(),
+                                          APFloat(static_cast<float>(x)));
+  }
+  Value call(func::FuncOp f, Value x) {
+    return func::CallOp::create(b, loc, f, x).getResult(0);
+  }
+  /// `per` consecutive elements of `m` at `at` (one aligned vector load).
+  SmallVector<Value> load(Value m, ValueRange at) {
+    Type e = cast<MemRefType>(m.getType()).getElementType();
+    Value vec = vector::LoadOp::create(
+        b, loc, VectorType::get({per}, e), m, at, /*nontemporal=*/false,
+        llvm::MaybeAlign(per * e.getIntOrFloatBitWidth() / 8));
+    SmallVector<Value> r;
+    for (int64_t i = 0; i < per; ++i)
+      r.push_back(vector::ExtractOp::create(b, loc, vec, ArrayRef<int64_t>{i}));
+    return r;
+  }
+  void store(ValueRange elems, ValueRange at) {
+    Value vec = vector::FromElementsOp::create(
+        b, loc, VectorType::get({per}, act), elems);
+    vector::StoreOp::create(b, loc, vec, out, at, /*nontemporal=*/false,
+                            llvm::MaybeAlign(16));
+  }
+  /// The block's sums of `parts` (one term per thread each), in every
+  /// thread: a warp tree, then in every warp the tree over the 32 warps'
+  /// sums. Starts with a barrier (the previous sums' reads are done).
+  SmallVector<Value> blockSums(ValueRange parts);
+  /// 1 / sqrt(ss / D + eps), as the generic kernels compute it.
+  Value invRMS(Value ss, Value e) {
+    Value m = fdiv(ss, df);
+    return fdiv(f32(1.0), math::SqrtOp::create(b, loc, fadd(m, e)));
+  }
+  /// An scf.for over [lb, ub) by `step` carrying `init`, its body built by
+  /// `body` (induction variable, carried values) -> yielded values.
+  scf::ForOp loop(Value lb, Value ub, Value step, ValueRange init,
+                  function_ref<SmallVector<Value>(Value, ValueRange)> body);
+  /// The loop over this thread's pieces [j0, j0 + per) of a row.
+  scf::ForOp pieces(ValueRange init,
+                    function_ref<SmallVector<Value>(Value, ValueRange)> body) {
+    return loop(mul(tid, per), d, idx(kThreads * per), init, body);
+  }
+  /// The loop over the candidates, carrying one value.
+  Value candidates(Value n, Value init, function_ref<Value(Value, Value)> step) {
+    return loop(idx(0), n, idx(1), init,
+                [&](Value i, ValueRange acc) {
+                  return SmallVector<Value>{step(i, acc[0])};
+                })
+        .getResult(0);
+  }
+
+  Value v, g, p, eps, gn, eps2, out;
+  Conversions fns;
+  memref::GlobalOp sumsGlobal, scoresGlobal;
+  Type act;
+  int64_t per;
+  // In the kernel.
+  Value tid, token, d, df, sums, scores;
+};
+
+void AttnResNormKernel::build(SmallVectorImpl<Operation *> &rest) {
+  Value c0 = idx(0), c1 = idx(1), c2 = idx(2);
+  Value n = memref::DimOp::create(b, loc, v, c0);
+  Value tokens = memref::DimOp::create(b, loc, v, c1);
+  Value dim = memref::DimOp::create(b, loc, v, c2);
+  // Whole 16-byte pieces, aligned; at least one token; the scores fit.
+  Value ok = both(rem0(dim, per), lt(c0, tokens));
+  ok = both(ok, both(lt(c0, n), lt(n, idx(kMaxCandidates + 1))));
+  ok = both(ok, both(aligned(v), aligned(out)));
+  for (Value w : {g, p, gn})
+    ok = both(ok, aligned(w, 2 * per));
+  auto ifOp = scf::IfOp::create(b, loc, ok, /*withElseRegion=*/true);
+  for (Operation *op : rest)
+    op->moveBefore(ifOp.elseBlock()->getTerminator());
+  b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
+  kernel(n, tokens, dim);
+}
+
+SmallVector<Value> AttnResNormKernel::blockSums(ValueRange parts) {
+  Value lane = rem(tid, 32), warp = div(tid, 32);
+  gpu::BarrierOp::create(b, loc);
+  SmallVector<Value> warpSums;
+  for (Value part : parts)
+    warpSums.push_back(k3::warpSum(b, loc, part));
+  scf::IfOp::create(b, loc, eq(lane, idx(0)), [&](OpBuilder &tb, Location l) {
+    for (auto [k, s] : llvm::enumerate(warpSums))
+      memref::StoreOp::create(tb, l, s, sums, ValueRange{idx(k), warp});
+    scf::YieldOp::create(tb, l);
+  });
+  gpu::BarrierOp::create(b, loc);
+  SmallVector<Value> totals;
+  for (size_t k = 0; k < parts.size(); ++k)
+    totals.push_back(k3::warpSum(
+        b, loc, memref::LoadOp::create(b, loc, sums, ValueRange{idx(k), lane})));
+  return totals;
+}
+
+scf::ForOp AttnResNormKernel::loop(
+    Value lb, Value ub, Value step, ValueRange init,
+    function_ref<SmallVector<Value>(Value, ValueRange)> body) {
+  auto l = scf::ForOp::create(b, loc, lb, ub, step, init);
+  OpBuilder::InsertionGuard guard(b);
+  Block *block = l.getBody();
+  if (!block->empty()) // the terminator a loop without results gets
+    block->back().erase();
+  b.setInsertionPointToEnd(block);
+  scf::YieldOp::create(b, loc,
+                       body(l.getInductionVar(), l.getRegionIterArgs()));
+  return l;
+}
+
+void AttnResNormKernel::kernel(Value n, Value tokens, Value dim) {
+  Value c0 = idx(0), c1 = idx(1);
+  auto launch = gpu::LaunchOp::create(b, loc, tokens, c1, c1, idx(kThreads),
+                                      c1, c1);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(&launch.getBody().front());
+  tid = launch.getThreadIds().x;
+  token = launch.getBlockIds().x;
+  d = dim;
+  df = arith::SIToFPOp::create(
+      b, loc, b.getF32Type(),
+      arith::IndexCastOp::create(b, loc, b.getI64Type(), d));
+  sums = memref::GetGlobalOp::create(b, loc, sumsGlobal.getType(),
+                                     sumsGlobal.getSymName());
+  scores = memref::GetGlobalOp::create(b, loc, scoresGlobal.getType(),
+                                       scoresGlobal.getSymName());
+  Value zero = f32(0.0);
+  auto widenW = [&](Value w) {
+    return arith::ExtFOp::create(b, loc, b.getF32Type(), w).getResult();
+  };
+
+  // Scores s_i = ((γ ⊙ p)·v_i) / sqrt(mean(v_i²) + eps), kept by thread 0.
+  loop(c0, n, c1, {}, [&](Value i, ValueRange) {
+    auto partial = pieces({zero, zero}, [&](Value j0, ValueRange acc) {
+      SmallVector<Value> x = load(v, {i, token, j0});
+      SmallVector<Value> gw = load(g, {j0}), pw = load(p, {c0, j0});
+      Value ss = acc[0], dot = acc[1];
+      for (int64_t e = 0; e < per; ++e) {
+        Value a = call(fns.widen, x[e]);
+        ss = fadd(ss, fmul(a, a));
+        dot = fadd(dot, fmul(fmul(widenW(gw[e]), widenW(pw[e])), a));
+      }
+      return SmallVector<Value>{ss, dot};
+    });
+    SmallVector<Value> t = blockSums(partial.getResults());
+    Value s = fmul(t[1], invRMS(t[0], eps));
+    scf::IfOp::create(b, loc, eq(tid, c0), [&](OpBuilder &tb, Location l) {
+      memref::StoreOp::create(tb, l, s, scores, ValueRange{i});
+      scf::YieldOp::create(tb, l);
+    });
+    return SmallVector<Value>{};
+  });
+  gpu::BarrierOp::create(b, loc);
+
+  // α = softmax(s) in every thread, as the generic kernel: the maximum, the
+  // sum of exp(s_i - max), then exp(s_i - max) / sum per candidate.
+  auto score = [&](Value i) {
+    return memref::LoadOp::create(b, loc, scores, ValueRange{i}).getResult();
+  };
+  Value mx = candidates(n, f32(-INFINITY), [&](Value i, Value m) {
+    return arith::MaximumFOp::create(b, loc, score(i), m).getResult();
+  });
+  auto ex = [&](Value i) {
+    return math::ExpOp::create(b, loc,
+                               arith::SubFOp::create(b, loc, score(i), mx))
+        .getResult();
+  };
+  Value total = candidates(n, zero, [&](Value i, Value s) {
+    return fadd(s, ex(i));
+  });
+
+  // h = round(Σ_i α_i v_i), stored; the sum of its squares.
+  auto mixed = pieces({zero}, [&](Value j0, ValueRange acc) {
+    SmallVector<Value> h(per, zero);
+    auto mix = loop(c0, n, c1, h, [&](Value i, ValueRange hs) {
+      Value alpha = fdiv(ex(i), total);
+      SmallVector<Value> x = load(v, {i, token, j0});
+      SmallVector<Value> next;
+      for (int64_t e = 0; e < per; ++e)
+        next.push_back(fadd(hs[e], fmul(alpha, call(fns.widen, x[e]))));
+      return next;
+    });
+    SmallVector<Value> hn;
+    Value ss = acc[0];
+    for (Value x : mix.getResults()) {
+      hn.push_back(call(fns.narrow, x));
+      Value a = call(fns.widen, hn.back());
+      ss = fadd(ss, fmul(a, a));
+    }
+    store(hn, {token, j0});
+    return SmallVector<Value>{ss};
+  });
+  Value inv = invRMS(blockSums(mixed.getResults())[0], eps2);
+
+  // y = round(round(h · inv) · γ) over what this thread stored.
+  pieces({}, [&](Value j0, ValueRange) {
+    SmallVector<Value> h = load(out, {token, j0}), w = load(gn, {j0});
+    SmallVector<Value> y;
+    for (int64_t e = 0; e < per; ++e) {
+      Value r = call(fns.round, fmul(call(fns.widen, h[e]), inv));
+      y.push_back(call(fns.narrow, fmul(r, widenW(w[e]))));
+    }
+    store(y, {token, j0});
+    return SmallVector<Value>{};
+  });
+  gpu::TerminatorOp::create(b, loc);
+}
+
+struct K3GPUAttnResNormPass
+    : k3::impl::K3GPUAttnResNormPassBase<K3GPUAttnResNormPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    SmallVector<func::FuncOp> marked;
+    getOperation()->walk([&](func::FuncOp f) {
+      if (f->hasAttr(kAttr) && !f.isExternal())
+        marked.push_back(f);
+    });
+    for (func::FuncOp f : marked)
+      if (failed(rewrite(f)))
+        return signalPassFailure();
+  }
+
+  LogicalResult rewrite(func::FuncOp f) {
+    auto fail = [&](const Twine &why) {
+      return f.emitError() << kAttr << ": " << why;
+    };
+    Block &body = f.getBody().front();
+    auto memref = [&](unsigned a, int64_t rank) -> MemRefType {
+      auto t = dyn_cast<MemRefType>(body.getArgument(a).getType());
+      return t && t.getRank() == rank && t.getLayout().isIdentity() ? t
+                                                                   : nullptr;
+    };
+    auto isF32 = [&](unsigned a) {
+      return body.getArgument(a).getType().isF32();
+    };
+    if (body.getNumArguments() != 7)
+      return fail("expected (v [n, T, D], γ [D], p [1, D], eps, norm γ [D], "
+                  "norm eps, output [T, D]) arguments");
+    MemRefType v = memref(0, 3), g = memref(1, 1), p = memref(2, 2),
+               gn = memref(4, 1), out = memref(6, 2);
+    if (!v || !g || !p || !gn || !out || !isF32(3) || !isF32(5))
+      return fail("expected identity-layout memrefs v [n, T, D], γ [D], "
+                  "p [1, D], norm γ [D], output [T, D] and f32 eps");
+    Type act = v.getElementType();
+    if (out.getElementType() != act || !(act.isBF16() || act.isF32()) ||
+        !g.getElementType().isBF16() || !p.getElementType().isBF16() ||
+        !gn.getElementType().isBF16())
+      return fail("expected bf16 or f32 activations and bf16 weights");
+    auto spec = f->getAttrOfType<DictionaryAttr>(kAttr);
+    if (!spec)
+      return fail("must be a dictionary {widen, narrow, round}");
+    Builder t(f.getContext());
+    Type f32 = t.getF32Type();
+    auto lookup = [&](StringRef key, Type in, Type res) -> func::FuncOp {
+      auto ref = spec.getAs<FlatSymbolRefAttr>(key);
+      auto fn = ref ? SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(f, ref)
+                    : nullptr;
+      return fn && fn.getFunctionType() == t.getFunctionType({in}, {res})
+                 ? fn
+                 : nullptr;
+    };
+    Conversions fns{lookup("widen", act, f32), lookup("narrow", f32, act),
+                    lookup("round", f32, f32)};
+    if (!fns.widen || !fns.narrow || !fns.round)
+      return fail("'widen', 'narrow' and 'round' must name functions "
+                  "(act) -> f32, (f32) -> act and (f32) -> f32");
+    if (!body.mightHaveTerminator() ||
+        !isa<func::ReturnOp>(body.getTerminator()) ||
+        body.getTerminator()->getNumOperands() != 0)
+      return fail("the function must return nothing");
+    SmallVector<Operation *> rest;
+    for (Operation &op : body.without_terminator())
+      rest.push_back(&op);
+    OpBuilder b(f.getContext());
+    b.setInsertionPointToStart(&body);
+    ModuleOp module = getOperation();
+    AttnResNormKernel(
+        b, f.getLoc(), body, fns,
+        k3::workgroupBuffer(module, "k3k_attn_res_sums", {2, kWarps}, f32),
+        k3::workgroupBuffer(module, "k3k_attn_res_scores", {kMaxCandidates},
+                            f32))
+        .build(rest);
+    return success();
+  }
+};
+} // namespace

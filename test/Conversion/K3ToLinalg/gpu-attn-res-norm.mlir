@@ -1,0 +1,204 @@
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-attn-res-norm,canonicalize,cse)' | FileCheck %s
+
+// @k3k_attn_res_norm_rows after bufferization: candidates v [n, T, D], γ,
+// p [1, D], eps, the norm's γ, its eps, the output [T, D]; the library's
+// widen / narrow / round of the activation dtype.
+// CHECK-LABEL: memref.global "private" @k3k_attn_res_sums : memref<2x32xf32, #gpu.address_space<workgroup>>
+// CHECK: memref.global "private" @k3k_attn_res_scores : memref<32xf32, #gpu.address_space<workgroup>>
+// CHECK-LABEL: func.func @arn
+// CHECK-SAME: (%[[V:[^:]+]]: memref<?x?x?xbf16>, %[[G:[^:]+]]: memref<?xbf16>, %[[P:[^:]+]]: memref<?x?xbf16>, %[[EPS:[^:]+]]: f32, %[[GN:[^:]+]]: memref<?xbf16>, %[[EPS2:[^:]+]]: f32, %[[OUT:[^:]+]]: memref<?x?xbf16>)
+// Run-time choice: D a multiple of 8 (16-byte pieces), T >= 1, 1 <= n <= 32,
+// every buffer 16-byte aligned.
+// CHECK-DAG: %[[N:.+]] = memref.dim %[[V]], %c0
+// CHECK-DAG: %[[T:.+]] = memref.dim %[[V]], %c1
+// CHECK-DAG: %[[D:.+]] = memref.dim %[[V]], %c2
+// CHECK-DAG: arith.cmpi ugt, %[[T]], %c0
+// CHECK-DAG: arith.remui %[[D]], %c8
+// CHECK-DAG: arith.cmpi ult, %[[N]], %c33
+// CHECK-DAG: arith.cmpi ugt, %[[N]], %c0
+// CHECK-DAG: memref.extract_aligned_pointer_as_index %[[V]]
+// CHECK-DAG: memref.extract_aligned_pointer_as_index %[[OUT]]
+// CHECK-DAG: memref.extract_aligned_pointer_as_index %[[G]]
+// CHECK-DAG: memref.extract_aligned_pointer_as_index %[[P]]
+// CHECK-DAG: memref.extract_aligned_pointer_as_index %[[GN]]
+// CHECK: scf.if
+// One block of 1024 threads per token.
+// CHECK: gpu.launch blocks(%[[TOK:[^,]+]], {{.*}} in (%{{.+}} = %[[T]], %{{.+}} = %c1, %{{.+}} = %c1) threads(%[[TID:[^,]+]], {{.*}} in (%{{.+}} = %c1024,
+// CHECK: %[[DF:.+]] = arith.sitofp
+// CHECK: %[[SUMS:.+]] = memref.get_global @k3k_attn_res_sums
+// CHECK: %[[SC:.+]] = memref.get_global @k3k_attn_res_scores
+// Per candidate: the thread's pieces (16-byte loads of v, γ and p) ...
+// CHECK: scf.for %[[I:.+]] = %c0 to %[[N]] step %c1 {
+// CHECK: %[[J0:.+]] = arith.muli %[[TID]], %c8
+// CHECK: scf.for %[[J:.+]] = %[[J0]] to %[[D]] step %c8192 iter_args
+// CHECK: vector.load %[[V]][%[[I]], %[[TOK]], %[[J]]] {alignment = 16 : i64} : memref<?x?x?xbf16>, vector<8xbf16>
+// CHECK: vector.load %[[G]][%[[J]]] {alignment = 16 : i64}
+// CHECK: vector.load %[[P]][%c0, %[[J]]] {alignment = 16 : i64}
+// CHECK: %[[A:.+]] = func.call @widen(
+// CHECK: arith.mulf %[[A]], %[[A]]
+// CHECK-COUNT-7: func.call @widen(
+// CHECK: scf.yield
+// ... then the block's two sums: warp trees, lane 0 of each warp stores its
+// warp's, and every warp takes the tree over the 32 ...
+// CHECK: gpu.barrier
+// CHECK-COUNT-10: gpu.shuffle xor
+// CHECK: scf.if
+// CHECK: memref.store %{{.+}}, %[[SUMS]][%c0, %[[WARP:.+]]] :
+// CHECK: memref.store %{{.+}}, %[[SUMS]][%c1, %[[WARP]]] :
+// CHECK: gpu.barrier
+// CHECK: memref.load %[[SUMS]][%c0, %[[LANE:.+]]] :
+// CHECK-COUNT-5: gpu.shuffle xor
+// CHECK: memref.load %[[SUMS]][%c1, %[[LANE]]] :
+// CHECK-COUNT-5: gpu.shuffle xor
+// ... and the score dot / sqrt(ss / D + eps), kept by thread 0.
+// CHECK: %[[M:.+]] = arith.divf %{{.+}}, %[[DF]]
+// CHECK: %[[ME:.+]] = arith.addf %[[M]], %[[EPS]]
+// CHECK: %[[R:.+]] = math.sqrt %[[ME]]
+// CHECK: %[[INV:.+]] = arith.divf %{{.+}}, %[[R]]
+// CHECK: %[[S:.+]] = arith.mulf %{{.+}}, %[[INV]]
+// CHECK: arith.cmpi eq, %[[TID]], %c0
+// CHECK: memref.store %[[S]], %[[SC]][%[[I]]]
+// CHECK: gpu.barrier
+// The softmax in every thread: the maximum, the sum of exponentials ...
+// CHECK: %[[MX:.+]] = scf.for
+// CHECK: arith.maximumf
+// CHECK: %[[TOT:.+]] = scf.for
+// CHECK: math.exp
+// ... h = Σ α_i v_i per piece, rounded, stored, its squares summed ...
+// CHECK: scf.for %[[J:.+]] = %{{.+}} to %[[D]] step %c8192 iter_args
+// CHECK: scf.for %[[I:.+]] = %c0 to %[[N]] step %c1 iter_args
+// CHECK: %[[EX:.+]] = math.exp
+// CHECK: %[[AL:.+]] = arith.divf %[[EX]], %[[TOT]]
+// CHECK: vector.load %[[V]][%[[I]], %[[TOK]], %[[J]]]
+// CHECK: %[[X:.+]] = func.call @widen(
+// CHECK: arith.mulf %[[AL]], %[[X]]
+// CHECK: func.call @narrow(
+// CHECK: vector.store %{{.+}}, %[[OUT]][%[[TOK]], %[[J]]] {alignment = 16 : i64}
+// CHECK: gpu.barrier
+// CHECK-COUNT-5: gpu.shuffle xor
+// CHECK: gpu.barrier
+// CHECK-COUNT-5: gpu.shuffle xor
+// ... and the norm of what the thread stored: round(round(h · inv) · γ).
+// CHECK: %[[M2:.+]] = arith.divf %{{.+}}, %[[DF]]
+// CHECK: arith.addf %[[M2]], %[[EPS2]]
+// CHECK: scf.for %[[J:.+]] = %{{.+}} to %[[D]] step %c8192 {
+// CHECK: vector.load %[[OUT]][%[[TOK]], %[[J]]]
+// CHECK: vector.load %[[GN]][%[[J]]]
+// CHECK: %[[H:.+]] = func.call @widen(
+// CHECK: %[[HN:.+]] = arith.mulf %[[H]],
+// CHECK: %[[RD:.+]] = func.call @round(%[[HN]])
+// CHECK: %[[W:.+]] = arith.extf
+// CHECK: %[[Y:.+]] = arith.mulf %[[RD]], %[[W]]
+// CHECK: func.call @narrow(%[[Y]])
+// CHECK: vector.store %{{.+}}, %[[OUT]][%[[TOK]], %[[J]]]
+// Otherwise the generic kernels.
+// CHECK: } else {
+// CHECK: memref.store %{{.+}}, %[[OUT]][%c0, %c0]
+// CHECK: return
+func.func private @widen(%a: bf16) -> f32 {
+  %r = arith.extf %a : bf16 to f32
+  return %r : f32
+}
+func.func private @narrow(%a: f32) -> bf16 {
+  %r = arith.truncf %a : f32 to bf16
+  return %r : bf16
+}
+func.func private @round(%a: f32) -> f32 {
+  %n = arith.truncf %a : f32 to bf16
+  %r = arith.extf %n : bf16 to f32
+  return %r : f32
+}
+func.func @arn(%v: memref<?x?x?xbf16>, %g: memref<?xbf16>, %p: memref<?x?xbf16>, %eps: f32,
+               %gn: memref<?xbf16>, %eps2: f32, %out: memref<?x?xbf16>)
+    attributes {k3.attn_res_norm = {widen = @widen, narrow = @narrow, round = @round}} {
+  %c0 = arith.constant 0 : index
+  %z = arith.constant 0.0 : bf16
+  memref.store %z, %out[%c0, %c0] : memref<?x?xbf16>
+  return
+}
+
+// -----
+
+// f32 activations: pieces of 4 (16 bytes), the bf16 weights' 8 bytes.
+// CHECK-LABEL: func.func @arn_f32
+// CHECK: arith.remui %{{.+}}, %c4
+// CHECK: gpu.launch
+// CHECK: vector.load {{.*}} {alignment = 16 : i64} : memref<?x?x?xf32>, vector<4xf32>
+// CHECK: vector.load {{.*}} {alignment = 8 : i64} : memref<?xbf16>, vector<4xbf16>
+// CHECK: vector.store {{.*}} {alignment = 16 : i64} : memref<?x?xf32>, vector<4xf32>
+func.func private @id(%a: f32) -> f32 {
+  return %a : f32
+}
+func.func @arn_f32(%v: memref<?x?x?xf32>, %g: memref<?xbf16>, %p: memref<?x?xbf16>, %eps: f32,
+                   %gn: memref<?xbf16>, %eps2: f32, %out: memref<?x?xf32>)
+    attributes {k3.attn_res_norm = {widen = @id, narrow = @id, round = @id}} {
+  return
+}
+
+// -----
+
+// An unmarked function is left alone.
+// CHECK-LABEL: func.func @plain
+// CHECK-NOT: gpu.launch
+// CHECK: return
+func.func @plain(%v: memref<?x?x?xbf16>) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{k3.attn_res_norm: expected identity-layout memrefs v [n, T, D], γ [D], p [1, D], norm γ [D], output [T, D] and f32 eps}}
+func.func @strided(%v: memref<?x?x?xbf16, strided<[?, ?, 1], offset: ?>>, %g: memref<?xbf16>, %p: memref<?x?xbf16>, %eps: f32,
+                   %gn: memref<?xbf16>, %eps2: f32, %out: memref<?x?xbf16>)
+    attributes {k3.attn_res_norm = {}} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{k3.attn_res_norm: expected bf16 or f32 activations and bf16 weights}}
+func.func @mixed(%v: memref<?x?x?xbf16>, %g: memref<?xbf16>, %p: memref<?x?xbf16>, %eps: f32,
+                 %gn: memref<?xbf16>, %eps2: f32, %out: memref<?x?xf32>)
+    attributes {k3.attn_res_norm = {}} {
+  return
+}
+
+// -----
+
+func.func private @widen(%a: bf16) -> f32 {
+  %r = arith.extf %a : bf16 to f32
+  return %r : f32
+}
+// expected-error @+1 {{k3.attn_res_norm: 'widen', 'narrow' and 'round' must name functions (act) -> f32, (f32) -> act and (f32) -> f32}}
+func.func @no_round(%v: memref<?x?x?xbf16>, %g: memref<?xbf16>, %p: memref<?x?xbf16>, %eps: f32,
+                    %gn: memref<?xbf16>, %eps2: f32, %out: memref<?x?xbf16>)
+    attributes {k3.attn_res_norm = {widen = @widen, narrow = @widen}} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{k3.attn_res_norm: expected (v [n, T, D], γ [D], p [1, D], eps, norm γ [D], norm eps, output [T, D]) arguments}}
+func.func @short(%v: memref<?x?x?xbf16>) attributes {k3.attn_res_norm = {}} {
+  return
+}
+
+// -----
+
+func.func private @widen(%a: bf16) -> f32 {
+  %r = arith.extf %a : bf16 to f32
+  return %r : f32
+}
+func.func private @narrow(%a: f32) -> bf16 {
+  %r = arith.truncf %a : f32 to bf16
+  return %r : bf16
+}
+// expected-error @+1 {{k3.attn_res_norm: the function must return nothing}}
+func.func @returns(%v: memref<?x?x?xbf16>, %g: memref<?xbf16>, %p: memref<?x?xbf16>, %eps: f32,
+                   %gn: memref<?xbf16>, %eps2: f32, %out: memref<?x?xbf16>) -> f32
+    attributes {k3.attn_res_norm = {widen = @widen, narrow = @narrow, round = @widen_f}} {
+  return %eps : f32
+}
+func.func private @widen_f(%a: f32) -> f32 {
+  return %a : f32
+}
