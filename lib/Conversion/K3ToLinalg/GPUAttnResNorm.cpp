@@ -286,12 +286,7 @@ struct K3GPUAttnResNormPass
   using Base::Base;
 
   void runOnOperation() override {
-    SmallVector<func::FuncOp> marked;
-    getOperation()->walk([&](func::FuncOp f) {
-      if (f->hasAttr(kAttr) && !f.isExternal())
-        marked.push_back(f);
-    });
-    for (func::FuncOp f : marked)
+    for (func::FuncOp f : k3::markedFunctions(getOperation(), kAttr))
       if (failed(rewrite(f)))
         return signalPassFailure();
   }
@@ -340,13 +335,9 @@ struct K3GPUAttnResNormPass
     if (!fns.widen || !fns.narrow || !fns.round)
       return fail("'widen', 'narrow' and 'round' must name functions "
                   "(act) -> f32, (f32) -> act and (f32) -> f32");
-    if (!body.mightHaveTerminator() ||
-        !isa<func::ReturnOp>(body.getTerminator()) ||
-        body.getTerminator()->getNumOperands() != 0)
+    if (!k3::returnsNothing(body))
       return fail("the function must return nothing");
-    SmallVector<Operation *> rest;
-    for (Operation &op : body.without_terminator())
-      rest.push_back(&op);
+    SmallVector<Operation *> rest = k3::bodyOps(body);
     OpBuilder b(f.getContext());
     b.setInsertionPointToStart(&body);
     ModuleOp module = getOperation();

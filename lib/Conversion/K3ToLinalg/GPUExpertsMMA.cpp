@@ -603,12 +603,7 @@ struct K3GPUExpertsMMAPass
   using Base::Base;
 
   void runOnOperation() override {
-    SmallVector<func::FuncOp> stages;
-    getOperation()->walk([&](func::FuncOp f) {
-      if (f->hasAttr(kAttr) && !f.isExternal())
-        stages.push_back(f);
-    });
-    for (func::FuncOp f : stages) {
+    for (func::FuncOp f : k3::markedFunctions(getOperation(), kAttr)) {
       auto spec = f->getAttrOfType<DictionaryAttr>(kAttr);
       if (!spec) {
         f.emitError() << kAttr << " must be a dictionary {scale, out}";
@@ -623,15 +618,11 @@ struct K3GPUExpertsMMAPass
       if (!src.getElementType().isBF16() || sm < 80)
         continue;
       Block &body = f.getBody().front();
-      if (!body.mightHaveTerminator() ||
-          !isa<func::ReturnOp>(body.getTerminator()) ||
-          body.getTerminator()->getNumOperands() != 0) {
+      if (!k3::returnsNothing(body)) {
         f.emitError() << kAttr << ": the stage must return nothing";
         return signalPassFailure();
       }
-      SmallVector<Operation *> rest;
-      for (Operation &op : body.without_terminator())
-        rest.push_back(&op);
+      SmallVector<Operation *> rest = k3::bodyOps(body);
       OpBuilder b(f.getContext());
       b.setInsertionPointToStart(&body);
       // The warps' rings (16-byte aligned workgroup buffers, one pair per

@@ -201,13 +201,9 @@ struct K3GPUKDARecurrentPass
              .isInteger(32))
       return fail("expected (q, k, v, g [T, H, D], beta [T, H], f32 pool "
                   "[S, H, V, K], i32 slots, o [T, H, V], ...) memrefs");
-    if (!body.mightHaveTerminator() ||
-        !isa<func::ReturnOp>(body.getTerminator()) ||
-        body.getTerminator()->getNumOperands() != 0)
+    if (!k3::returnsNothing(body))
       return fail("the function must return nothing");
-    SmallVector<Operation *> rest;
-    for (Operation &op : body.without_terminator())
-      rest.push_back(&op);
+    SmallVector<Operation *> rest = k3::bodyOps(body);
     OpBuilder builder(f.getContext());
     builder.setInsertionPointToStart(&body);
     RecurrentKernel(builder, f.getLoc(), body).build(rest);

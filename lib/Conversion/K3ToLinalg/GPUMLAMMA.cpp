@@ -496,9 +496,7 @@ struct K3GPUMLAMMAPass : k3::impl::K3GPUMLAMMAPassBase<K3GPUMLAMMAPass> {
     // ISA: mma.sync with .bf16 operands and cvt.rn.bf16x2.f32 need sm_80.
     if (!cast<MemRefType>(type(1)).getElementType().isBF16() || sm < 80)
       return;
-    SmallVector<Operation *> rest;
-    for (Operation &op : body.without_terminator())
-      rest.push_back(&op);
+    SmallVector<Operation *> rest = k3::bodyOps(body);
     OpBuilder builder(f.getContext());
     builder.setInsertionPointToStart(&body);
     if (scores)

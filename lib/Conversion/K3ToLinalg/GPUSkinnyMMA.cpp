@@ -367,13 +367,7 @@ struct K3GPUSkinnyMMAPass
   using Base::Base;
 
   void runOnOperation() override {
-    ModuleOp module = getOperation();
-    SmallVector<func::FuncOp> marked;
-    module.walk([&](func::FuncOp f) {
-      if (f->hasAttr(kAttr) && !f.isExternal())
-        marked.push_back(f);
-    });
-    for (func::FuncOp f : marked)
+    for (func::FuncOp f : k3::markedFunctions(getOperation(), kAttr))
       if (failed(rewrite(f)))
         return signalPassFailure();
   }
@@ -405,17 +399,13 @@ struct K3GPUSkinnyMMAPass
                                         {out.getElementType()}))
       return fail("'out' must name a function (f32) -> the output's "
                   "element type");
-    if (!body.mightHaveTerminator() ||
-        !isa<func::ReturnOp>(body.getTerminator()) ||
-        body.getTerminator()->getNumOperands() != 0)
+    if (!k3::returnsNothing(body))
       return fail("the function must return nothing");
     // bf16 activations only (an f32 library keeps its CUDA-core kernels);
     // PTX ISA: mma.sync with .bf16 operands needs sm_80.
     if (!x.getElementType().isBF16() || sm < 80)
       return success();
-    SmallVector<Operation *> rest;
-    for (Operation &op : body.without_terminator())
-      rest.push_back(&op);
+    SmallVector<Operation *> rest = k3::bodyOps(body);
     OpBuilder builder(f.getContext());
     builder.setInsertionPointToStart(&body);
     SkinnyKernel(builder, f.getLoc(), body.getArgument(0),

@@ -2,6 +2,7 @@
 
 #include "TensorCore.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -28,6 +29,28 @@ std::array<Value, 4> mlir::k3::mmaSyncBF16(OpBuilder &b, Location loc,
     d[e] = LLVM::ExtractValueOp::create(b, loc, mma.getResult(),
                                         ArrayRef<int64_t>{e});
   return d;
+}
+
+SmallVector<func::FuncOp> mlir::k3::markedFunctions(Operation *root,
+                                                    StringRef attr) {
+  SmallVector<func::FuncOp> marked;
+  root->walk([&](func::FuncOp f) {
+    if (f->hasAttr(attr) && !f.isExternal())
+      marked.push_back(f);
+  });
+  return marked;
+}
+
+bool mlir::k3::returnsNothing(Block &body) {
+  return body.mightHaveTerminator() && isa<func::ReturnOp>(body.getTerminator()) &&
+         body.getTerminator()->getNumOperands() == 0;
+}
+
+SmallVector<Operation *> mlir::k3::bodyOps(Block &body) {
+  SmallVector<Operation *> ops;
+  for (Operation &op : body.without_terminator())
+    ops.push_back(&op);
+  return ops;
 }
 
 Value mlir::k3::warpSum(OpBuilder &b, Location loc, Value v) {

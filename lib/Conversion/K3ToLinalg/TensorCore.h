@@ -1,9 +1,10 @@
 //===- TensorCore.h - helpers of the tensor-core passes ---------*- C++ -*-===//
 //
 // What the kernel-building passes (k3-gpu-mma, -experts-mma, -skinny-mma,
-// -kda-recurrent, -mla-mma) build alike: the bf16 mma.sync instruction, the
-// 16-byte aligned workgroup buffers their cp.async copies fill, the k loop
-// of a warp's cp.async ring, and index arithmetic.
+// -kda-recurrent, -mla-mma, -attn-res-norm) build alike: the marked kernel
+// functions they rewrite, the bf16 mma.sync instruction, the 16-byte
+// aligned workgroup buffers their cp.async copies fill, the k loop of a
+// warp's cp.async ring, warp sums, and index arithmetic.
 //
 //===----------------------------------------------------------------------===//
 
@@ -11,6 +12,7 @@
 #define K3_CONVERSION_K3TOLINALG_TENSORCORE_H
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/Builders.h"
@@ -19,6 +21,17 @@
 #include <array>
 
 namespace mlir::k3 {
+
+/// The functions under `root` that carry attribute `attr` and have a body
+/// (the kernel library's functions a kernel-building pass rewrites).
+SmallVector<func::FuncOp> markedFunctions(Operation *root, StringRef attr);
+
+/// Whether function body `body` ends in a `func.return` of nothing.
+bool returnsNothing(Block &body);
+
+/// The operations of `body` before its terminator: the generic body that a
+/// kernel-building pass moves into the `else` of its run-time choice.
+SmallVector<Operation *> bodyOps(Block &body);
 
 /// d = a · b + c with one `nvvm.mma.sync` m16n8k16, bf16 operands and f32
 /// accumulators (PTX ISA, "Matrix Fragments for mma.m16n8k16"): `a` four
