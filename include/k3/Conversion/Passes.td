@@ -308,10 +308,10 @@ def K3GPUAttnResNormPass : Pass<"k3-gpu-attn-res-norm", "::mlir::ModuleOp"> {
     n <= 32, the buffers aligned for 16-byte loads): a `gpu.launch` with one
     block of 1024 threads per token. Per candidate the threads sum v² and
     (γ ⊙ p)·v over their elements, then an xor-shuffle tree per warp and
-    thread 0 over the warps in order give the score; thread 0 takes the
-    softmax; each thread mixes its elements of h in candidate order, stores
-    round(h) and sums its squares (the same reduction), and normalises what
-    it stored. The element operations are the generic kernels' (@w, @n, @r
+    one over the 32 warps' sums give the score in every thread (thread 0
+    keeps it in workgroup memory); every thread takes the softmax itself,
+    mixes its elements of h in candidate order, stores round(h) and sums
+    its squares (the same reduction), and normalises what it stored. The element operations are the generic kernels' (@w, @n, @r
     for the activation dtype); only the order of the three sums over D
     differs (docs/NUMERICS.md). Other shapes keep the generic kernels.
   }];

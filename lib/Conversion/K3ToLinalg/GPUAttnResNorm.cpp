@@ -14,8 +14,8 @@
 // and after the block's sum normalises what it stored. A block sum is each
 // thread's terms in order, then an xor-shuffle tree over the warp and one
 // over the 32 warps' sums (the same in every lane: each step adds the same
-// two values in both lanes of a pair); the element operations are the generic
-// kernels', through the library's widen / narrow / round functions.
+// two values in both lanes of a pair). The element operations are the
+// generic kernels', through the library's widen / narrow / round functions.
 //
 //===----------------------------------------------------------------------===//
 
@@ -115,7 +115,8 @@ private:
     return loop(mul(tid, per), d, idx(kThreads * per), init, body);
   }
   /// The loop over the candidates, carrying one value.
-  Value candidates(Value n, Value init, function_ref<Value(Value, Value)> step) {
+  Value candidates(Value n, Value init,
+                   function_ref<Value(Value, Value)> step) {
     return loop(idx(0), n, idx(1), init,
                 [&](Value i, ValueRange acc) {
                   return SmallVector<Value>{step(i, acc[0])};
@@ -165,7 +166,8 @@ SmallVector<Value> AttnResNormKernel::blockSums(ValueRange parts) {
   SmallVector<Value> totals;
   for (size_t k = 0; k < parts.size(); ++k)
     totals.push_back(k3::warpSum(
-        b, loc, memref::LoadOp::create(b, loc, sums, ValueRange{idx(k), lane})));
+        b, loc,
+        memref::LoadOp::create(b, loc, sums, ValueRange{idx(k), lane})));
   return totals;
 }
 
@@ -185,8 +187,8 @@ scf::ForOp AttnResNormKernel::loop(
 
 void AttnResNormKernel::kernel(Value n, Value tokens, Value dim) {
   Value c0 = idx(0), c1 = idx(1);
-  auto launch = gpu::LaunchOp::create(b, loc, tokens, c1, c1, idx(kThreads),
-                                      c1, c1);
+  auto launch =
+      gpu::LaunchOp::create(b, loc, tokens, c1, c1, idx(kThreads), c1, c1);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&launch.getBody().front());
   tid = launch.getThreadIds().x;
@@ -240,9 +242,8 @@ void AttnResNormKernel::kernel(Value n, Value tokens, Value dim) {
                                arith::SubFOp::create(b, loc, score(i), mx))
         .getResult();
   };
-  Value total = candidates(n, zero, [&](Value i, Value s) {
-    return fadd(s, ex(i));
-  });
+  Value total =
+      candidates(n, zero, [&](Value i, Value s) { return fadd(s, ex(i)); });
 
   // h = round(Σ_i α_i v_i), stored; the sum of its squares.
   auto mixed = pieces({zero}, [&](Value j0, ValueRange acc) {
@@ -299,7 +300,7 @@ struct K3GPUAttnResNormPass
     auto memref = [&](unsigned a, int64_t rank) -> MemRefType {
       auto t = dyn_cast<MemRefType>(body.getArgument(a).getType());
       return t && t.getRank() == rank && t.getLayout().isIdentity() ? t
-                                                                   : nullptr;
+                                                                    : nullptr;
     };
     auto isF32 = [&](unsigned a) {
       return body.getArgument(a).getType().isF32();

@@ -42,7 +42,8 @@ SmallVector<func::FuncOp> mlir::k3::markedFunctions(Operation *root,
 }
 
 bool mlir::k3::returnsNothing(Block &body) {
-  return body.mightHaveTerminator() && isa<func::ReturnOp>(body.getTerminator()) &&
+  return body.mightHaveTerminator() &&
+         isa<func::ReturnOp>(body.getTerminator()) &&
          body.getTerminator()->getNumOperands() == 0;
 }
 
