@@ -223,8 +223,8 @@ def K3GPUMMAPass : Pass<"k3-gpu-mma", "::mlir::ModuleOp"> {
            "there is no bf16 mma.sync and the pass changes nothing">,
     Option<"fuseSlices", "fuse-slices", "bool", "false",
            "Split products: the last block of each tile adds the slices (a "
-           "counter per tile) instead of a second kernel; not yet measured "
-           "on a GPU: off by default">
+           "counter per tile) instead of a second kernel (H200: slower, "
+           "BENCHMARKS.md twelfth session; off)">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::arith::ArithDialect",
@@ -260,7 +260,7 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma", "::mlir::ModuleOp"> {
     32-element group is two mma steps from a zero accumulator, scaled and
     added to the row sums in group order. A lane reads its words of 4
     groups at a time (when 4 divides the groups) straight from global
-    memory, or with `staged` (off until measured on a GPU) each
+    memory, or with `staged` (slower on the H200: off by default) each
     warp streams its 16 rows in units of 4 groups through a 4-stage ring in
     workgroup memory (`memref.global`s of i8, 16-byte aligned: per stage
     and matrix 16 x 64 bytes of codes, group j of row r at 16-byte piece
@@ -272,8 +272,13 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma", "::mlir::ModuleOp"> {
     the code's bits placed as a bf16 of value E2M1 · 2^-126 and multiplied
     by 2^126, exact), and its entry's 8 activations of the same elements
     with one 16-byte load; the mma's k order is permuted alike in both
-    operands. An expert's weights are read once per segment instead of
-    once per entry. The launch records `k3.mma_shape = [16, 8, 16]`, as
+    operands. With `fold-scales` (off by default) a warp whose rows' scale
+    bytes are all in [2, 127] (one pass over its scale words, `nvvm.vote`
+    all) takes a second loop that folds each scale into the decode (the
+    bf16 2^(e-1) instead of 2^126) and lets the mma accumulate the row
+    sums across groups, without the E8M0 decode. An expert's weights are
+    read once per segment instead of once per entry. The launch records
+    `k3.mma_shape = [16, 8, 16]`, as
     k3-gpu-mma's. Other functions and bodies are left alone (f32
     activations: no change). Needs sm_80 (bf16 mma.sync): with `sm` below
     80 nothing changes.
@@ -283,7 +288,12 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma", "::mlir::ModuleOp"> {
            "Oldest compute capability the library targets (x10)">,
     Option<"staged", "staged", "bool", "false",
            "Stream each warp's rows through cp.async rings in workgroup "
-           "memory (not yet measured on a GPU: off by default)">
+           "memory (H200: slower, BENCHMARKS.md twelfth session; off)">,
+    Option<"foldScales", "fold-scales", "bool", "false",
+           "Where every scale of a warp's 4-group unit is in [2, 127], fold "
+           "the scales into the codes' decode and let the mma accumulate "
+           "across groups (fewer instructions per weight byte; a different "
+           "order of the row's sum; not yet measured on a GPU: off)">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::arith::ArithDialect",

@@ -15,9 +15,23 @@
 // was slower: BENCHMARKS.md eleventh session). With the pass's `staged`
 // option each warp copies its rows into a ring in workgroup memory with
 // cp.async, units of 4 groups, three in flight, and reads its words from
-// there; the decode, products and group order are the same, so the outputs
-// should be too. It is off until measured on a GPU (written in the
-// eleventh session, when the session's device time was spent).
+// there; the decode, products and group order are the same, and so were
+// the outputs on the H200, but it was slower (gate/up at B = 1 0.430
+// against 0.398 ms, B = 64 13.19 against 12.64: BENCHMARKS.md twelfth
+// session), so it is off.
+//
+// Instructions: the kernel issues 0.25 warp instructions per weight byte,
+// about 55% of them the decode and 15% the E8M0 scales (Nsight Compute,
+// B = 1 gate/up: issue slots 49% busy, 1.07 eligible warps per scheduler).
+// With the pass's `fold-scales` option a warp whose scale bytes are all in
+// [2, 127] (every real or generated weight; the test is one pass over its
+// rows' scale words and a vote) folds each scale into the decode's
+// multiply: the bf16 2^(e-1) instead of 2^126 gives E2M1 · 2^(e-127),
+// exact and normal, so the mma accumulates the row sums across groups and
+// the E8M0 decode and the per-group scaling go (586 -> 499 PTX
+// instructions per unit of 4 groups of the up stage). The row's sum is then
+// taken in the tensor cores' order across groups, not group by group. Off
+// until measured on a GPU (written in the twelfth session).
 //
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16", .bf16):
 // lane = 4 g + t; A (16 x 16, row) a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1],
@@ -76,7 +90,7 @@ constexpr int64_t kBlockRows = kRowsPerWarp * kWarps;
 // flight while the fourth is computed (a warp of the up stage keeps 6 KB of
 // weights in flight without holding them in registers).
 constexpr int64_t kStageGroups = 4, kStages = 4;
-// Without the rings (the default until measured): groups whose loads are
+// Without the rings (the default): groups whose loads are
 // issued together (over the weight matrices), so that a warp has 2 KB of
 // weights in flight.
 constexpr int64_t kGroupsInFlight = 8;
@@ -158,9 +172,10 @@ class ExpertsKernel : k3::IndexMath {
 public:
   /// With null globals the rows are read straight from global memory.
   ExpertsKernel(OpBuilder &b, Location loc, const Stage &st,
-                memref::GlobalOp codesGlobal, memref::GlobalOp scalesGlobal)
+                memref::GlobalOp codesGlobal, memref::GlobalOp scalesGlobal,
+                bool fold)
       : IndexMath{b, loc}, st(st), codesGlobal(codesGlobal),
-        scalesGlobal(scalesGlobal) {}
+        scalesGlobal(scalesGlobal), fold(fold) {}
 
   /// scf.if (runnable) { kernel } else { `rest` }: `rest` is moved there.
   void build(SmallVectorImpl<Operation *> &rest);
@@ -172,8 +187,9 @@ private:
 
   /// (token, slot, expert) of the entry at position `q` of `order`.
   std::array<Value, 3> entry(Value q);
-  /// The bf16 pair of elements 8t+j, 8t+j+4 of a lane's word (see top).
-  Value decodePair(Value word, int64_t j);
+  /// The bf16 pair of elements 8t+j, 8t+j+4 of a lane's word (see top),
+  /// times `scale` (a bf16 pair; null: 2^126, the plain codes).
+  Value decodePair(Value word, int64_t j, Value scale = nullptr);
 
   /// What a lane needs for consecutive groups: per group the B registers
   /// (steps 0 and 1), per matrix and group the words and scales of rows g
@@ -181,6 +197,8 @@ private:
   struct Loaded {
     SmallVector<std::array<Value, 4>> x;
     SmallVector<SmallVector<std::array<Value, 2>>> word, scale;
+    /// loadFour: per matrix, rows g and g+8's 4 scales as one i32.
+    SmallVector<std::array<Value, 2>> scaleWord;
   };
   /// The entry's B registers for `group`.
   std::array<Value, 4> loadX(Value group);
@@ -206,12 +224,20 @@ private:
   Loaded fromStage(Value u, int64_t j,
                    ArrayRef<std::array<Value, 2>> scaleWords);
   SmallVector<Value> accumulate(const Loaded &in, ValueRange acc);
+  /// `fold-scales`: whether every scale byte of the warp's rows (of the
+  /// first 4 * floor(groups / 4) groups) is in [2, 127], in every lane.
+  Value foldable(Value groups);
+  /// accumulate() with each scale folded into its codes' decode (the
+  /// bf16 2^(e-1) instead of 2^126: E2M1 · 2^(e-127), exact for e in
+  /// [2, 127]), the mma accumulating the row's sums across groups.
+  SmallVector<Value> accumulateFolded(const Loaded &in, ValueRange acc);
 
   const Stage &st;
   // Inside the launch.
   memref::GlobalOp codesGlobal, scalesGlobal;
   Value t, expert, row0, row1, srcToken, srcSlot;
   Value warp, lane, g, rowBase, units, codes, scaleRing;
+  bool fold;
 };
 
 std::array<Value, 3> ExpertsKernel::entry(Value q) {
@@ -225,7 +251,7 @@ std::array<Value, 3> ExpertsKernel::entry(Value q) {
   return {token, slot, e};
 }
 
-Value ExpertsKernel::decodePair(Value word, int64_t j) {
+Value ExpertsKernel::decodePair(Value word, int64_t j, Value scale) {
   Value v = j == 3 ? word
                    : arith::ShLIOp::create(b, loc, word, i32(12 - 4 * j));
   Value sign = arith::AndIOp::create(b, loc, v, i32(0x80008000));
@@ -237,7 +263,8 @@ Value ExpertsKernel::decodePair(Value word, int64_t j) {
   // arithmetic of the pipeline is expanded to integer code (arith-expand).
   return LLVM::InlineAsmOp::create(
              b, loc, b.getI32Type(),
-             ValueRange{tiny, i32(0x7E807E80), i32(0x80008000)},
+             ValueRange{tiny, scale ? scale : i32(0x7E807E80),
+                        i32(0x80008000)},
              "fma.rn.bf16x2 $0, $1, $2, $3;", "=r,r,r,r",
              /*has_side_effects=*/false, /*is_align_stack=*/false,
              LLVM::tailcallkind::TailCallKind::None,
@@ -300,6 +327,7 @@ ExpertsKernel::Loaded ExpertsKernel::loadFour(Value c0) {
   auto i32x1 = VectorType::get({1}, b.getI32Type());
   for (auto [packed, scales] : st.matrices) {
     SmallVector<std::array<Value, 2>> w(4), s(4);
+    std::array<Value, 2> sw;
     for (int r = 0; r < 2; ++r) {
       Value row = r ? row1 : row0;
       for (int64_t u = 0; u < 4; ++u) {
@@ -318,9 +346,13 @@ ExpertsKernel::Loaded ExpertsKernel::loadFour(Value c0) {
                                         llvm::MaybeAlign(4));
       for (int64_t u = 0; u < 4; ++u)
         s[u][r] = vector::ExtractOp::create(b, loc, sc, ArrayRef<int64_t>{u});
+      sw[r] = vector::ExtractOp::create(
+          b, loc, vector::BitCastOp::create(b, loc, i32x1, sc),
+          ArrayRef<int64_t>{0});
     }
     in.word.push_back(w);
     in.scale.push_back(s);
+    in.scaleWord.push_back(sw);
   }
   return in;
 }
@@ -437,6 +469,88 @@ SmallVector<Value> ExpertsKernel::accumulate(const Loaded &in,
   return next;
 }
 
+Value ExpertsKernel::foldable(Value groups) {
+  // A byte is outside [2, 127] iff it is below 2 ((x - 2) borrows into bit
+  // 7 while x's bit 7 is clear: "hasless", Anderson's Bit Twiddling Hacks)
+  // or its bit 7 is set; a borrow out of a byte below 2 can only flag more.
+  // Lane t reads words t, t + 4, ... of rows g and g + 8 of each matrix.
+  auto i8x4 = VectorType::get({4}, b.getI8Type());
+  auto i32x1 = VectorType::get({1}, b.getI32Type());
+  auto scan = scf::ForOp::create(
+      b, loc, t, div(groups, 4), idx(4), ValueRange{i32(0)},
+      [&](OpBuilder &fb, Location, Value q, ValueRange acc) {
+        OpBuilder::InsertionGuard inner(b);
+        b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
+        Value bad = acc[0];
+        for (auto [packed, scales] : st.matrices)
+          for (Value row : {row0, row1}) {
+            Value s = vector::ExtractOp::create(
+                b, loc,
+                vector::BitCastOp::create(
+                    b, loc, i32x1,
+                    vector::LoadOp::create(b, loc, i8x4, scales,
+                                           ValueRange{expert, row, mul(q, 4)},
+                                           /*nontemporal=*/false,
+                                           llvm::MaybeAlign(4))),
+                ArrayRef<int64_t>{0});
+            Value below = arith::AndIOp::create(
+                b, loc, arith::SubIOp::create(b, loc, s, i32(0x02020202)),
+                arith::XOrIOp::create(b, loc, s, i32(-1)));
+            bad = arith::OrIOp::create(
+                b, loc, bad, arith::OrIOp::create(b, loc, below, s));
+          }
+        scf::YieldOp::create(b, loc, bad);
+      });
+  Value bad =
+      arith::AndIOp::create(b, loc, scan.getResult(0), i32(0x80808080));
+  Value mine =
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, bad, i32(0));
+  return NVVM::VoteSyncOp::create(b, loc, b.getI1Type(), i32(-1), mine,
+                                  NVVM::VoteSyncKind::all);
+}
+
+SmallVector<Value> ExpertsKernel::accumulateFolded(const Loaded &in,
+                                                   ValueRange acc) {
+  SmallVector<Value> next(acc);
+  for (size_t m = 0; m < st.matrices.size(); ++m) {
+    // Per row, the 4 groups' bf16 2^(e-1) = (e + 126) << 7 in both halves:
+    // bytes e + 126 (no carry: e <= 127), byte c put at bytes 1 and 3 and
+    // zeros at bytes 0 and 2 (prmt selector 4 c 4 c), shifted down by one.
+    std::array<Value, 2> biased;
+    for (int64_t r = 0; r < 2; ++r)
+      biased[r] =
+          arith::AddIOp::create(b, loc, in.scaleWord[m][r], i32(0x7E7E7E7E));
+    for (size_t c = 0; c < in.x.size(); ++c) {
+      std::array<Value, 2> scale;
+      for (int64_t r = 0; r < 2; ++r) {
+        Value both16 = LLVM::InlineAsmOp::create(
+                           b, loc, b.getI32Type(),
+                           ValueRange{biased[r], i32(0),
+                                      i32(0x0404 + 0x1010 * c)},
+                           "prmt.b32 $0, $1, $2, $3;", "=r,r,r,r",
+                           /*has_side_effects=*/false,
+                           /*is_align_stack=*/false,
+                           LLVM::tailcallkind::TailCallKind::None,
+                           LLVM::AsmDialectAttr(), ArrayAttr())
+                           .getResult(0);
+        scale[r] = arith::ShRUIOp::create(b, loc, both16, i32(1));
+      }
+      const std::array<Value, 2> &w = in.word[m][c];
+      SmallVector<Value> d(next.begin() + m * 4, next.begin() + m * 4 + 4);
+      for (int64_t step = 0; step < 2; ++step) {
+        std::array<Value, 4> a = {decodePair(w[0], 2 * step, scale[0]),
+                                  decodePair(w[1], 2 * step, scale[1]),
+                                  decodePair(w[0], 2 * step + 1, scale[0]),
+                                  decodePair(w[1], 2 * step + 1, scale[1])};
+        std::array<Value, 2> bx = {in.x[c][2 * step], in.x[c][2 * step + 1]};
+        llvm::copy(k3::mmaSyncBF16(b, loc, a, bx, d), d.begin());
+      }
+      llvm::copy(d, next.begin() + m * 4);
+    }
+  }
+  return next;
+}
+
 std::pair<SmallVector<Value>, Value>
 ExpertsKernel::units4(Value groups, ValueRange acc) {
   if (!codesGlobal) {
@@ -445,20 +559,36 @@ ExpertsKernel::units4(Value groups, ValueRange acc) {
                                            (int64_t)st.matrices.size());
     Value whole =
         pick(rem0(groups, 4), mul(div(groups, 4 * per), 4 * per), idx(0));
-    auto loop = scf::ForOp::create(
-        b, loc, idx(0), whole, idx(4 * per), acc,
-        [&](OpBuilder &fb, Location, Value c0, ValueRange sums) {
-          OpBuilder::InsertionGuard inner(b);
-          b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
-          SmallVector<Loaded> in;
-          for (int64_t u = 0; u < per; ++u)
-            in.push_back(loadFour(add(c0, 4 * u)));
-          SmallVector<Value> next(sums);
-          for (const Loaded &l : in)
-            next = accumulate(l, next);
-          scf::YieldOp::create(b, loc, next);
-        });
-    return {SmallVector<Value>(loop.getResults()), whole};
+    auto unitLoop = [&](bool folded) {
+      return scf::ForOp::create(
+          b, loc, idx(0), whole, idx(4 * per), acc,
+          [&](OpBuilder &fb, Location, Value c0, ValueRange sums) {
+            OpBuilder::InsertionGuard inner(b);
+            b.setInsertionPoint(fb.getInsertionBlock(),
+                                fb.getInsertionPoint());
+            SmallVector<Loaded, 2> in;
+            for (int64_t u = 0; u < per; ++u)
+              in.push_back(loadFour(add(c0, 4 * u)));
+            SmallVector<Value> next(sums);
+            for (const Loaded &l : in)
+              next = folded ? accumulateFolded(l, next) : accumulate(l, next);
+            scf::YieldOp::create(b, loc, next);
+          });
+    };
+    if (!fold)
+      return {SmallVector<Value>(unitLoop(false).getResults()), whole};
+    // fold-scales: one loop or the other for the whole row block, as the
+    // warp's scales allow (two loops, so that neither holds the other's
+    // registers).
+    auto choice = scf::IfOp::create(b, loc, acc.getTypes(),
+                                    foldable(groups), /*withElse=*/true);
+    for (bool folded : {true, false}) {
+      OpBuilder::InsertionGuard branch(b);
+      b.setInsertionPointToStart(folded ? choice.thenBlock()
+                                        : choice.elseBlock());
+      scf::YieldOp::create(b, loc, unitLoop(folded).getResults());
+    }
+    return {SmallVector<Value>(choice.getResults()), whole};
   }
   // Through the rings: copies issued three units ahead.
   units = pick(rem0(groups, kStageGroups), div(groups, kStageGroups), idx(0));
@@ -640,7 +770,8 @@ struct K3GPUExpertsMMAPass
             module, "k3k_experts_scales" + suffix,
             {kWarps, kStages, 2, kRowsPerWarp, kStageGroups}, b.getI8Type());
       }
-      ExpertsKernel(b, f.getLoc(), *st, codes, scales).build(rest);
+      ExpertsKernel(b, f.getLoc(), *st, codes, scales, foldScales)
+          .build(rest);
     }
   }
 };

@@ -16,11 +16,11 @@
 // few dozen rows against a long W) is split over K as well, into slices of
 // at least kMinSliceSteps k steps: each block writes its slice's partial
 // tile, and a second loop adds the slices in order (deterministic). With
-// the `fuse-slices` option (off until measured on a GPU) there is no second
-// kernel: the tile's last block to finish, found with a counter per tile as
-// in k3-gpu-skinny-mma's split, adds C and the slices in the same order
-// (batch-64 decode, eleventh session: the passes after the products took
-// 0.96 ms against their 4.29 ms).
+// the `fuse-slices` option there is no second kernel: the tile's last block
+// to finish, found with a counter per tile as in k3-gpu-skinny-mma's split,
+// adds C and the slices in the same order. It computes the same bits but
+// was much slower on the H200 (batch-64 products 7.76 against 4.97 ms,
+// BENCHMARKS.md twelfth session), so it is off.
 //
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16" with
 // .bf16): lane = 4 g + t; A (16 x 16, row) a0 = A[g][2t, 2t+1],

@@ -2,12 +2,43 @@
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{sm=75})' | FileCheck %s --check-prefix=OLD
 // RUN: %python %S/Inputs/e2m1_bf16_decode.py | FileCheck %s --check-prefix=DECODE
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{staged=1})' | FileCheck %s --check-prefix=STAGED
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{fold-scales=1})' | FileCheck %s --check-prefix=FOLD
+// RUN: %python %S/Inputs/e2m1_bf16_fold.py | FileCheck %s --check-prefix=FOLDMATH
 // CHECK-NOT: k3k_experts_codes
 // OLD-NOT: gpu.launch
 // OLD-NOT: nvvm.mma.sync
 // The decode's bit arithmetic (the constants below), exact for every code
 // pair at every position:
 // DECODE: e2m1 -> bf16: 1024 code pairs exact
+
+// With `fold-scales` (off by default until measured on a GPU): each warp
+// first tests its rows' scale bytes (lane t: words t, t + 4, ... of rows g
+// and g + 8; in [2, 127] iff ((s - 0x02020202) & ~s | s) & 0x80808080 is
+// 0) and takes one of two loops for all of them: the scales folded into
+// the decode (bytes + 0x7E7E7E7E, byte c to bytes 1 and 3 by prmt 0x0404 +
+// 0x1010 c, shifted down one: the bf16 2^(e-1) that replaces 2^126), the
+// mma accumulating the row sums across groups, no E8M0 decode; or the
+// default loop.
+// FOLDMATH: fold-scales: 6144 scale words tested, 126 scales x 16 codes exact
+// FOLD-LABEL: func.func @up
+// FOLD: scf.for {{.*}} iter_args(%{{.+}} = %c0_i32) -> (i32) {
+// FOLD: arith.subi %{{.+}}, %c33686018_i32
+// FOLD: arith.xori %{{.+}}, %c-1_i32
+// FOLD: nvvm.vote.sync  all
+// FOLD-NEXT: scf.if %{{.+}} -> (f32, f32, f32, f32, f32, f32, f32, f32) {
+// FOLD: scf.for %{{.+}} iter_args(%[[A0:[^ ]+]] = %cst, %[[A1:[^ ]+]] = %cst, %[[A2:[^ ]+]] = %cst, %[[A3:[^ ]+]] = %cst,
+// FOLD-NOT: func.call @e8m0
+// FOLD: arith.addi %{{.+}}, %c2122219134_i32
+// FOLD: llvm.inline_asm "prmt.b32 $0, $1, $2, $3;", "=r,r,r,r" %{{.+}}, %{{.+}}, %c1028_i32
+// FOLD: arith.shrui
+// FOLD: llvm.inline_asm "fma.rn.bf16x2
+// FOLD: nvvm.mma.sync A[{{.*}}]  B[{{.*}}]  C[%[[A0]], %[[A1]], %[[A2]], %[[A3]]]
+// FOLD: %c5140_i32
+// FOLD: %c9252_i32
+// FOLD-NOT: func.call @e8m0
+// FOLD: } else {
+// FOLD: scf.for
+// FOLD: func.call @e8m0
 
 // With `staged` (off by default until measured on a GPU): the warps'
 // rings, 4 warps x 4 stages x 2 matrices x 16 rows x (64 bytes of codes, 4
