@@ -473,11 +473,14 @@ Value ExpertsKernel::foldable(Value groups) {
   // A byte is outside [2, 127] iff it is below 2 ((x - 2) borrows into bit
   // 7 while x's bit 7 is clear: "hasless", Anderson's Bit Twiddling Hacks)
   // or its bit 7 is set; a borrow out of a byte below 2 can only flag more.
-  // Lane t reads words t, t + 4, ... of rows g and g + 8 of each matrix.
+  // Lane t reads words t, t + 4, ... of rows g and g + 8 of each matrix
+  // (none unless 4 | groups: the rows' words are 4-byte aligned then, and
+  // the unit loops run).
   auto i8x4 = VectorType::get({4}, b.getI8Type());
   auto i32x1 = VectorType::get({1}, b.getI32Type());
+  Value words = pick(rem0(groups, 4), div(groups, 4), idx(0));
   auto scan = scf::ForOp::create(
-      b, loc, t, div(groups, 4), idx(4), ValueRange{i32(0)},
+      b, loc, t, words, idx(4), ValueRange{i32(0)},
       [&](OpBuilder &fb, Location, Value q, ValueRange acc) {
         OpBuilder::InsertionGuard inner(b);
         b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
