@@ -144,10 +144,7 @@ void AttnResNormKernel::build(SmallVectorImpl<Operation *> &rest) {
   ok = both(ok, both(aligned(v), aligned(out)));
   for (Value w : {g, p, gn})
     ok = both(ok, aligned(w, 2 * per));
-  auto ifOp = scf::IfOp::create(b, loc, ok, /*withElseRegion=*/true);
-  for (Operation *op : rest)
-    op->moveBefore(ifOp.elseBlock()->getTerminator());
-  b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
+  k3::guardBody(b, loc, rest, ok);
   kernel(n, tokens, dim);
 }
 

@@ -223,6 +223,12 @@ private:
   /// words and scales as in loadOne.
   Loaded fromStage(Value u, int64_t j,
                    ArrayRef<std::array<Value, 2>> scaleWords);
+  /// One group of rows g, g+8 (words `w`) against the entries' B registers
+  /// `x`: its two mma steps into `d`, the codes decoded with `scales` per
+  /// row (empty: the plain 2^126).
+  SmallVector<Value> groupProduct(const std::array<Value, 2> &w,
+                                  const std::array<Value, 4> &x,
+                                  ArrayRef<Value> scales, SmallVector<Value> d);
   SmallVector<Value> accumulate(const Loaded &in, ValueRange acc);
   /// `fold-scales`: whether every scale byte of the warp's rows (of the
   /// first 4 * floor(groups / 4) groups) is in [2, 127], in every lane.
@@ -436,6 +442,22 @@ ExpertsKernel::fromStage(Value u, int64_t j,
   return in;
 }
 
+SmallVector<Value> ExpertsKernel::groupProduct(const std::array<Value, 2> &w,
+                                               const std::array<Value, 4> &x,
+                                               ArrayRef<Value> scales,
+                                               SmallVector<Value> d) {
+  auto scale = [&](int64_t r) { return scales.empty() ? Value() : scales[r]; };
+  for (int64_t step = 0; step < 2; ++step) {
+    std::array<Value, 4> a = {decodePair(w[0], 2 * step, scale(0)),
+                              decodePair(w[1], 2 * step, scale(1)),
+                              decodePair(w[0], 2 * step + 1, scale(0)),
+                              decodePair(w[1], 2 * step + 1, scale(1))};
+    std::array<Value, 2> bx = {x[2 * step], x[2 * step + 1]};
+    llvm::copy(k3::mmaSyncBF16(b, loc, a, bx, d), d.begin());
+  }
+  return d;
+}
+
 SmallVector<Value> ExpertsKernel::accumulate(const Loaded &in,
                                              ValueRange acc) {
   Value zero =
@@ -443,15 +465,8 @@ SmallVector<Value> ExpertsKernel::accumulate(const Loaded &in,
   SmallVector<Value> next(acc);
   for (size_t c = 0; c < in.x.size(); ++c)
     for (size_t m = 0; m < st.matrices.size(); ++m) {
-      const std::array<Value, 2> &w = in.word[m][c];
-      SmallVector<Value> d(4, zero);
-      for (int64_t step = 0; step < 2; ++step) {
-        std::array<Value, 4> a = {
-            decodePair(w[0], 2 * step), decodePair(w[1], 2 * step),
-            decodePair(w[0], 2 * step + 1), decodePair(w[1], 2 * step + 1)};
-        std::array<Value, 2> bx = {in.x[c][2 * step], in.x[c][2 * step + 1]};
-        llvm::copy(k3::mmaSyncBF16(b, loc, a, bx, d), d.begin());
-      }
+      SmallVector<Value> d =
+          groupProduct(in.word[m][c], in.x[c], {}, SmallVector<Value>(4, zero));
       // sum += scale · group sum (a power of two: the product is exact).
       for (int64_t r = 0; r < 2; ++r) {
         Value s = func::CallOp::create(b, loc, st.scale, in.scale[m][c][r])
@@ -538,16 +553,9 @@ SmallVector<Value> ExpertsKernel::accumulateFolded(const Loaded &in,
                            .getResult(0);
         scale[r] = arith::ShRUIOp::create(b, loc, both16, i32(1));
       }
-      const std::array<Value, 2> &w = in.word[m][c];
-      SmallVector<Value> d(next.begin() + m * 4, next.begin() + m * 4 + 4);
-      for (int64_t step = 0; step < 2; ++step) {
-        std::array<Value, 4> a = {decodePair(w[0], 2 * step, scale[0]),
-                                  decodePair(w[1], 2 * step, scale[1]),
-                                  decodePair(w[0], 2 * step + 1, scale[0]),
-                                  decodePair(w[1], 2 * step + 1, scale[1])};
-        std::array<Value, 2> bx = {in.x[c][2 * step], in.x[c][2 * step + 1]};
-        llvm::copy(k3::mmaSyncBF16(b, loc, a, bx, d), d.begin());
-      }
+      SmallVector<Value> d = groupProduct(
+          in.word[m][c], in.x[c], scale,
+          SmallVector<Value>(next.begin() + m * 4, next.begin() + m * 4 + 4));
       llvm::copy(d, next.begin() + m * 4);
     }
   }
@@ -641,10 +649,7 @@ void ExpertsKernel::build(SmallVectorImpl<Operation *> &rest) {
     Value half = memref::DimOp::create(b, loc, packed, 2);
     ok = both(ok, cmp(arith::CmpIPredicate::eq, mul(half, idx(2)), depth));
   }
-  auto ifOp = scf::IfOp::create(b, loc, ok, /*withElseRegion=*/true);
-  for (Operation *op : rest)
-    op->moveBefore(ifOp.elseBlock()->getTerminator());
-  b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
+  k3::guardBody(b, loc, rest, ok);
 
   Value c1 = idx(1);
   Value gridY = arith::CeilDivUIOp::create(b, loc, rows, idx(kBlockRows));

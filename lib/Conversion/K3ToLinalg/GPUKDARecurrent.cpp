@@ -85,10 +85,7 @@ void RecurrentKernel::build(SmallVectorImpl<Operation *> &rest) {
     ok = both(ok, aligned(m));
   Value is64 = eq(dk, idx(64)), is128 = eq(dk, idx(128));
   ok = both(ok, arith::OrIOp::create(b, loc, is64, is128));
-  auto ifOp = scf::IfOp::create(b, loc, ok, /*withElseRegion=*/true);
-  for (Operation *op : rest)
-    op->moveBefore(ifOp.elseBlock()->getTerminator());
-  b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
+  k3::guardBody(b, loc, rest, ok);
 
   // The pool with a static unit stride for the rows (vector loads).
   SmallVector<OpFoldResult> sizes, strides;

@@ -208,14 +208,6 @@ void storeParts(OpBuilder &b, Location loc, Value x, Value buf, ValueRange ix) {
 
 /// Moves `rest` (the function's original operations) into the else branch
 /// of `scf.if cond` and leaves the builder at the start of the then branch.
-void guardBody(OpBuilder &b, Location loc, ArrayRef<Operation *> rest,
-               Value cond) {
-  auto ifOp = scf::IfOp::create(b, loc, cond, /*withElseRegion=*/true);
-  for (Operation *op : rest)
-    op->moveBefore(ifOp.elseBlock()->getTerminator());
-  b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
-}
-
 /// Scores: qt [T, W, HP] f32, pool [rows, W] bf16, rows [T, CAP] index,
 /// ntk [T] index, p [T, NH, CAP] f32, scale f32.
 void buildScores(OpBuilder &builder, Location loc, Block &body,
@@ -232,7 +224,7 @@ void buildScores(OpBuilder &builder, Location loc, Block &body,
   Value width = memref::DimOp::create(b, loc, pool, 1);
   Value ok = k.both(k.rem0(width, 32), k.aligned(pool));
   ok = k.both(ok, k.rem0(cap, kScoreRows * kScoreWarps));
-  guardBody(b, loc, rest, ok);
+  k3::guardBody(b, loc, rest, ok);
 
   // The q̂ parts, heads padded to 32 (a padded head repeats the last).
   Value padded = k.mul(k.ceilDiv(heads, k.idx(kWarpHeads)), kWarpHeads);
@@ -336,7 +328,7 @@ void buildSums(OpBuilder &builder, Location loc, Block &body,
   Value width = memref::DimOp::create(b, loc, pool, 1);
   Value ok = k.both(k.rem0(columns, kSumColumns), k.rem0(width, 8));
   ok = k.both(ok, k.aligned(pool));
-  guardBody(b, loc, rest, ok);
+  k3::guardBody(b, loc, rest, ok);
 
   Value padded = k.mul(k.ceilDiv(heads, k.idx(kWarpHeads)), kWarpHeads);
   // Warps of 64 columns, 4 per block where they divide evenly (a block per

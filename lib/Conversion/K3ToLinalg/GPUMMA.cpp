@@ -489,9 +489,7 @@ struct K3GPUMMAPass : k3::impl::K3GPUMMAPassBase<K3GPUMMAPass> {
       ok = arith::AndIOp::create(
           b, loc, ok,
           eq0(memref::ExtractAlignedPointerAsIndexOp::create(b, loc, m), 16));
-    auto ifOp = scf::IfOp::create(b, loc, ok, /*withElseRegion=*/true);
-    op->moveBefore(ifOp.elseBlock()->getTerminator());
-    b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
+    k3::guardBody(b, loc, {op.getOperation()}, ok);
     // Rings of X and W tiles in workgroup memory.
     auto ring = [&](StringRef name) {
       return k3::workgroupBuffer(getOperation(), name,

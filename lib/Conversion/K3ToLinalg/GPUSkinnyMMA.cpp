@@ -211,10 +211,7 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   ok = both(ok, cmp(arith::CmpIPredicate::eq,
                     memref::DimOp::create(b, loc, w, 1), depth));
   ok = both(ok, both(aligned(x), aligned(w)));
-  auto ifOp = scf::IfOp::create(b, loc, ok, /*withElseRegion=*/true);
-  for (Operation *op : rest)
-    op->moveBefore(ifOp.elseBlock()->getTerminator());
-  b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
+  k3::guardBody(b, loc, rest, ok);
 
   // S = kTargetBlocks / row blocks (one wave), at most chunks / 4, at
   // least 1.

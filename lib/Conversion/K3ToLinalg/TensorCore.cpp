@@ -54,6 +54,14 @@ SmallVector<Operation *> mlir::k3::bodyOps(Block &body) {
   return ops;
 }
 
+void mlir::k3::guardBody(OpBuilder &b, Location loc,
+                         ArrayRef<Operation *> rest, Value cond) {
+  auto ifOp = scf::IfOp::create(b, loc, cond, /*withElseRegion=*/true);
+  for (Operation *op : rest)
+    op->moveBefore(ifOp.elseBlock()->getTerminator());
+  b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
+}
+
 Value mlir::k3::warpSum(OpBuilder &b, Location loc, Value v) {
   Value width = arith::ConstantIntOp::create(b, loc, 32, 32);
   for (int64_t offset = 16; offset > 0; offset /= 2) {

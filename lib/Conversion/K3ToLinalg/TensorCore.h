@@ -33,6 +33,11 @@ bool returnsNothing(Block &body);
 /// kernel-building pass moves into the `else` of its run-time choice.
 SmallVector<Operation *> bodyOps(Block &body);
 
+/// The run-time choice: `scf.if cond { ... } else { rest }`, with `rest`
+/// moved into the `else` and `b` left at the end of the `then` block.
+void guardBody(OpBuilder &b, Location loc, ArrayRef<Operation *> rest,
+               Value cond);
+
 /// d = a · b + c with one `nvvm.mma.sync` m16n8k16, bf16 operands and f32
 /// accumulators (PTX ISA, "Matrix Fragments for mma.m16n8k16"): `a` four
 /// i32 (pairs of bf16, row-major A), `bx` two (column-major B), `c` four
