@@ -13,15 +13,17 @@
 #   ab      k3c decode of build/gpu-bench/k3-group-base.so (if present)
 #           and k3-group.so, alternately, twice each; AB="base-graph
 #           new-graph" (the default) names the variants: LIB-graph or
-#           LIB-nograph (K3RT_CUDA_GRAPHS=0), LIB-graph runs
-#           k3-group-LIB.so (new: k3-group.so)                   ~40 s each
+#           LIB-nograph (K3RT_CUDA_GRAPHS=0) or LIB-ordinary (graphs
+#           without programmatic edges, K3RT_CUDA_DEPENDENT_LAUNCH=0); each
+#           runs k3-group-LIB.so (new: k3-group.so)              ~40 s each
 #   peers   decode B = 1, 8, 64 and prefill 4096 (8 calls of 512) with
 #           every PyTorch peer in one process, per-kernel profile and
 #           the launch trace of a batch-1 step                        ~330 s
 #   f32     agreement of the f32 library with the f32 peer            ~40 s
 #   trace64 the launch trace of a batch-64 step                       ~30 s
 #   prof    per-kernel profile of batch-1 and batch-8 steps (PROFB="1,8"),
-#           no peers, of each variant in PROF="new ..." (as in ab)  ~40 s each
+#           no peers, of each variant in PROF="new ..." (LIB or
+#           LIB-ordinary, as in ab)                                 ~40 s each
 #   same    whether the A/B pair computes the same bits: for each LIB of
 #           k3-group and k3-wide with build/gpu-bench/LIB-base.so and
 #           LIB.so, test/e2e/compare.py self (prefill of 40 tokens, 4 decode
@@ -58,10 +60,11 @@ if has ab; then
     for v in ${AB:-base-graph new-graph}; do
       so=$gb/k3-group-${v%-*}.so
       [[ $v == new-* ]] && so=$gb/k3-group.so
-      graphs=1
+      graphs=1 dependent=1
       [[ $v == *-nograph ]] && graphs=0
+      [[ $v == *-ordinary ]] && dependent=0
       [ -f "$so" ] || continue
-      K3RT_CUDA_GRAPHS=$graphs timeout 60 "${bench[@]}" --lib "$so" --batches 1,8,64 --prefill "" \
+      K3RT_CUDA_GRAPHS=$graphs K3RT_CUDA_DEPENDENT_LAUNCH=$dependent timeout 60 "${bench[@]}" --lib "$so" --batches 1,8,64 --prefill "" \
         --reps 5 --compare-prompt 0 --json "$out/ab-$v-$round.json" > "$out/ab-$v-$round.txt" 2>&1
       echo "$v $round: $(grep -o 'B=[0-9]* ctx=8192 *k3c *median *[0-9.]* ms' "$out/ab-$v-$round.txt" |
         sed 's/ ctx=8192 *k3c *median */ /' | tr '\n' ' ')"
@@ -94,11 +97,13 @@ fi
 if has prof; then
   say prof
   for v in ${PROF:-new}; do
-    so=$gb/k3-group-$v.so
-    [ "$v" = new ] && so=$gb/k3-group.so
+    so=$gb/k3-group-${v%-ordinary}.so
+    [ "${v%-ordinary}" = new ] && so=$gb/k3-group.so
+    dependent=1
+    [[ $v == *-ordinary ]] && dependent=0
     [ -f "$so" ] || continue
     f=profile-$v-b${PROFB:-1,8}
-    timeout 100 "${bench[@]}" --lib "$so" --batches "${PROFB:-1,8}" --prefill "" --reps 3 \
+    K3RT_CUDA_DEPENDENT_LAUNCH=$dependent timeout 100 "${bench[@]}" --lib "$so" --batches "${PROFB:-1,8}" --prefill "" --reps 3 \
       --compare-prompt 0 --profile --json "$out/$f.json" > "$out/$f.txt" 2>&1
     echo "$v rc=$?"; grep "median\|kernels:\|Error" "$out/$f.txt"
   done

@@ -254,7 +254,8 @@ LogicalResult mlir::k3::compile(MLIRContext &context,
     if (options.emit == EmitKind::Linalg)
       buildK3ToLinalgPipeline(pm);
     else if (gpu ? failed(buildGPULoweringPipeline(
-                       pm, options.targets, options.emit == EmitKind::PTX))
+                       pm, options.targets, options.emit == EmitKind::PTX,
+                       options.dependentLaunch))
                  : failed(buildHostLoweringPipeline(pm)))
       return emitError(inputLoc) << "internal error: bad lowering pipeline";
     if (failed(pm.run(*module)))

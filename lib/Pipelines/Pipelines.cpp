@@ -76,7 +76,8 @@ static std::string ptxFeatures(StringRef chip) {
 
 LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
                                                  ArrayRef<std::string> chips,
-                                                 bool stopAtPTX) {
+                                                 bool stopAtPTX,
+                                                 bool dependentLaunch) {
   if (chips.empty())
     return failure();
   registerUpstreamPasses();
@@ -123,6 +124,13 @@ LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
                                "arith-expand{include-bf16=1}",
                                pm)))
     return failure();
+  // Off by default: on the H200 it measured no faster (BENCHMARKS.md,
+  // thirteenth session).
+  if (dependentLaunch) {
+    K3GPUDependentLaunchPassOptions dependent;
+    dependent.sm = mma.sm;
+    pm.addPass(createK3GPUDependentLaunchPass(dependent));
+  }
   // One #nvvm.target per chip (the pipeline attaches the first), the PTX of
   // each, then one fatbin with every cubin and PTX (k3-gpu-fatbin).
   for (const std::string &chip : chips.drop_front())

@@ -14,7 +14,11 @@
  *                     stream waits that found kernels still queued (the
  *                     host round trips between kernels)
  *                     and, on a second line, the graphs instantiated and
- *                     launched and the kernel nodes updated in place
+ *                     launched, the kernel nodes updated in place and the
+ *                     programmatic edges added (graphs with a programmatic
+ *                     edge into a kernel of a module without the
+ *                     k3_dependent_launch global, which would race on a
+ *                     GPU, fail to instantiate with 1, invalid value)
  *   FAKE_CUDA_GUARD   set: device memory is mapped without access rights
  *                     except inside the driver's own copies and fills, so
  *                     host code that reads or writes a device buffer (a
@@ -27,6 +31,7 @@
  * Only the entry points MgpuRuntime.c resolves exist.
  *===----------------------------------------------------------------------===*/
 
+#define _GNU_SOURCE /* memmem */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +44,7 @@ typedef int CUresult;
 
 static size_t used, limit;
 static long launches, waitsQueued, filledFF, lookups;
-static long graphsBuilt, graphLaunches, nodeUpdates;
+static long graphsBuilt, graphLaunches, nodeUpdates, programmaticEdges;
 static int queued, faulted;
 
 static long envInt(const char *name, long fallback) {
@@ -77,6 +82,30 @@ static CUresult ctxSetCurrent(void *ctx) {
 static CUresult moduleLoadData(void **module, const void *image) {
   NEED_CONTEXT;
   *module = (void *)(uintptr_t)image;
+  return 0;
+}
+/* The image's bytes: a fatbin's header gives its size; anything else is
+ * taken as text. */
+static size_t imageBytes(const unsigned char *image) {
+  uint32_t magic;
+  memcpy(&magic, image, 4);
+  if (magic != 0xBA55ED50u)
+    return strlen((const char *)image);
+  uint16_t header;
+  uint64_t body;
+  memcpy(&header, image + 6, 2);
+  memcpy(&body, image + 8, 8);
+  return header + body;
+}
+/* A module's device global: found if the image holds its name, 4 bytes. */
+static CUresult moduleGetGlobal(uint64_t *ptr, size_t *bytes, void *module,
+                                const char *name) {
+  NEED_CONTEXT;
+  if (!memmem(module, imageBytes(module), name, strlen(name)))
+    return 500; /* CUDA_ERROR_NOT_FOUND */
+  static uint32_t storage;
+  *ptr = (uint64_t)(uintptr_t)&storage;
+  *bytes = sizeof(storage);
   return 0;
 }
 static CUresult moduleUnload(void *module) {
@@ -150,8 +179,8 @@ __attribute__((destructor)) static void report(void) {
           launches, waitsQueued, filledFF, lookups);
   fprintf(stderr,
           "fake cuda graphs: %ld instantiated, %ld launched, %ld kernel "
-          "nodes updated\n",
-          graphsBuilt, graphLaunches, nodeUpdates);
+          "nodes updated, %ld programmatic edges\n",
+          graphsBuilt, graphLaunches, nodeUpdates, programmaticEdges);
 }
 
 /* Graphs: a chain of kernel nodes; a launch runs (counts) each as
@@ -160,6 +189,7 @@ __attribute__((destructor)) static void report(void) {
 typedef struct {
   void *fn;
   unsigned grid[3];
+  int programmatic; /* an incoming programmatic edge */
 } FakeNode;
 typedef struct {
   FakeNode *node;
@@ -203,14 +233,44 @@ static CUresult graphAddKernelNode(void **node, FakeGraph *g,
     g->node = n, g->cap = cap;
   }
   g->node[g->n].fn = p->fn;
+  g->node[g->n].programmatic = 0;
   memcpy(g->node[g->n].grid, p->grid, sizeof(p->grid));
   *node = (void *)(uintptr_t)g->n++;
+  return 0;
+}
+/* CUgraphEdgeData: a programmatic edge must leave the programmatic (1) or
+ * launch-order (2) port of a kernel node. */
+typedef struct {
+  unsigned char fromPort, toPort, type, reserved[5];
+} EdgeData;
+static CUresult graphAddDependencies(FakeGraph *g, void *const *from,
+                                     void *const *to, const EdgeData *edge,
+                                     size_t n) {
+  for (size_t e = 0; e < n; ++e) {
+    size_t a = (size_t)(uintptr_t)from[e], b = (size_t)(uintptr_t)to[e];
+    if (a >= g->n || b >= g->n || a == b || edge[e].toPort)
+      return 1;
+    if (edge[e].type == 1) {
+      if (edge[e].fromPort != 1 && edge[e].fromPort != 2)
+        return 1;
+      g->node[b].programmatic = 1;
+      ++programmaticEdges;
+    }
+  }
   return 0;
 }
 static CUresult graphInstantiate(FakeGraph **exec, FakeGraph *g,
                                  unsigned long long flags) {
   NEED_CONTEXT;
   (void)flags;
+  for (size_t i = 0; i < g->n; ++i) {
+    struct FakeFunction *f = g->node[i].fn;
+    uint64_t ptr;
+    size_t bytes;
+    if (g->node[i].programmatic &&
+        moduleGetGlobal(&ptr, &bytes, f->module, "k3_dependent_launch"))
+      return 1;
+  }
   FakeGraph *e = calloc(1, sizeof(FakeGraph));
   if (!e || !(e->node = malloc((g->n ? g->n : 1) * sizeof(FakeNode))))
     return 2;
@@ -409,6 +469,8 @@ EXPORT CUresult cuGetProcAddress_v2(const char *name, void **fn, int version,
       {"cuGraphExecDestroy", (void *)graphDestroy},
       {"cuGraphExecKernelNodeSetParams", (void *)graphExecSetParams},
       {"cuGraphLaunch", (void *)graphLaunch},
+      {"cuModuleGetGlobal", (void *)moduleGetGlobal},
+      {"cuGraphAddDependencies", (void *)graphAddDependencies},
   };
   for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); ++i)
     if (!strcmp(table[i].name, name)) {

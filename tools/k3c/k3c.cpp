@@ -80,6 +80,12 @@ static cl::opt<int64_t> epDegree(
     cl::desc("Expert-parallel degree (must divide the experts; only 1, every "
              "expert in one library, is implemented)"),
     cl::init(1), cl::cat(k3cCategory));
+static cl::opt<bool> dependentLaunch(
+    "gpu-dependent-launch",
+    cl::desc("GPU: let each kernel be dispatched while the one before it "
+             "finishes (programmatic dependent launch, sm_90; measured no "
+             "faster on the H200, so off)"),
+    cl::cat(k3cCategory));
 static cl::opt<bool> quiet("quiet", cl::desc("No progress lines on stderr"),
                            cl::cat(k3cCategory));
 
@@ -120,6 +126,7 @@ int main(int argc, char **argv) {
   options.strictConfig = strictConfig;
   options.epDegree = epDegree;
   options.progress = !quiet;
+  options.dependentLaunch = dependentLaunch;
   Expected<std::vector<std::string>> targets = k3::parseTargets(targetSpec);
   if (!targets)
     return fail(toString(targets.takeError()));

@@ -289,11 +289,12 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma", "::mlir::ModuleOp"> {
     Option<"staged", "staged", "bool", "false",
            "Stream each warp's rows through cp.async rings in workgroup "
            "memory (H200: slower, BENCHMARKS.md twelfth session; off)">,
-    Option<"foldScales", "fold-scales", "bool", "false",
+    Option<"foldScales", "fold-scales", "bool", "true",
            "Where every scale of a warp's 4-group unit is in [2, 127], fold "
            "the scales into the codes' decode and let the mma accumulate "
            "across groups (fewer instructions per weight byte; a different "
-           "order of the row's sum; not yet measured on a GPU: off)">
+           "order of the row's sum; H200 B = 1 gate/up 0.400 -> 0.375 ms, "
+           "BENCHMARKS.md thirteenth session)">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::arith::ArithDialect",
@@ -458,6 +459,51 @@ def K3GPUTileAndMapPass : Pass<"k3-gpu-tile-and-map"> {
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::affine::AffineDialect",
                            "::mlir::arith::ArithDialect"];
+}
+
+def K3GPUDependentLaunchPass : Pass<"k3-gpu-dependent-launch", "::mlir::ModuleOp"> {
+  let summary = "Let each kernel launch while the kernel before it finishes";
+  let description = [{
+    Programmatic dependent launch (sm_90; CUDA Programming Guide,
+    "Programmatic Dependent Launch and Synchronization"). A decode step is
+    a chain of about 190 kernels (K3's widths at batch 1), most of them a
+    few microseconds long; between two of them the GPU drains the first
+    grid before it dispatches the second. With a programmatic edge from one
+    kernel to the next, the next grid's blocks are dispatched while the
+    first one's last blocks run, and wait there for its results.
+
+    After outlining, each kernel of each `gpu.module` starts with
+    `griddepcontrol.wait` (every thread: nothing it reads or writes before
+    the kernel before it has finished and its writes are visible) and then
+    `griddepcontrol.launch_dependents` (the next kernel may be dispatched).
+    The wait comes before any branch, so a kernel with nothing to do still
+    ends after its predecessor, and a chain of kernels stays ordered.
+
+    Because a kernel launched with a programmatic edge races with its
+    predecessor unless it waits, the pass also defines, in each
+    `gpu.module`, the device global `k3_dependent_launch` (an i32, 1): the
+    runtime (libk3rt_cuda) joins the kernels of a module with programmatic
+    edges only when the module has it, and any other kernel with an
+    ordinary edge. With `sm` below 90 the pass does nothing.
+
+    ```mlir
+    gpu.func @k(...) kernel { ... }
+    // becomes
+    gpu.func @k(...) kernel {
+      nvvm.griddepcontrol wait
+      nvvm.griddepcontrol launch_dependents
+      ...
+    }
+    llvm.mlir.global external @k3_dependent_launch(1 : i32) {addr_space = 1 : i32} : i32
+    ```
+  }];
+  let options = [
+    Option<"sm", "sm", "int64_t", "90",
+           "Oldest compute capability the library targets (x10)">
+  ];
+  let dependentDialects = ["::mlir::gpu::GPUDialect",
+                           "::mlir::LLVM::LLVMDialect",
+                           "::mlir::NVVM::NVVMDialect"];
 }
 
 def K3GPUFatbinPass : Pass<"k3-gpu-fatbin", "::mlir::ModuleOp"> {

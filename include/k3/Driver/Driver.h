@@ -47,6 +47,8 @@ struct CompileOptions {
   int64_t epDegree = 1;
   hf::ImportOptions import;
   bool progress = false;        ///< one line per phase on stderr
+  /// GPU: programmatic dependent launch (k3-gpu-dependent-launch).
+  bool dependentLaunch = false;
 };
 
 /// Parses a `--target` value: "host", or a comma list of "sm_<NN>".

@@ -27,10 +27,13 @@ LogicalResult buildHostLoweringPipeline(OpPassManager &pm);
 /// kernel launches in the LLVM dialect, the kernels compiled to one fatbin
 /// per GPU module with a cubin and the PTX of every chip; the module needs a
 /// `k3.manifest` attribute. With `stopAtPTX` the pipeline ends with the PTX
-/// of every chip in the `gpu.binary` objects (`k3c --emit=ptx`).
+/// of every chip in the `gpu.binary` objects (`k3c --emit=ptx`). With
+/// `dependentLaunch` each kernel may be dispatched while the one before it
+/// finishes (k3-gpu-dependent-launch; `k3c --gpu-dependent-launch`).
 LogicalResult buildGPULoweringPipeline(OpPassManager &pm,
                                        ArrayRef<std::string> chips,
-                                       bool stopAtPTX = false);
+                                       bool stopAtPTX = false,
+                                       bool dependentLaunch = false);
 
 /// Registers the upstream passes the pipelines name (idempotent).
 void registerUpstreamPasses();

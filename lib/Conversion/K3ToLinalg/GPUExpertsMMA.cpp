@@ -42,11 +42,11 @@
 // 8t+i in nibble i) of the group in rows g and g+8, and the mma's k order is
 // permuted so that this word is all the lane needs: step 0 takes the element
 // pairs (8t, 8t+4) as k = (2t, 2t+1) and (8t+1, 8t+5) as (2t+8, 2t+9); step 1
-// (8t+2, 8t+6) and (8t+3, 8t+7). A word shifted left by 12 - 4j holds the
-// codes of elements 8t+j and 8t+j+4 at bits 12..15 and 28..31, so two masks
-// and a shift make the bf16 pair of E2M1 · 2^-126 (the code's e1 e0 m as
-// exponent bits 1..0 and mantissa bit 6, subnormal for e = 0), and a bf16
-// multiply by 2^126 makes it exact. The activations are permuted alike: the
+// (8t+2, 8t+6) and (8t+3, 8t+7). A mask, a multiply and a mask move the
+// codes of elements 8t+j and 8t+j+4 into the bf16 pair of E2M1 · 2^-126
+// (the code's sign at bit 15, e1 e0 m as exponent bits 1..0 and mantissa
+// bit 6, subnormal for e = 0; decodePair), and a bf16 multiply by 2^126
+// makes it exact. The activations are permuted alike: the
 // lane loads its entry's 8 elements 8t..8t+7 (16 bytes) and pairs (0, 4),
 // (1, 5), (2, 6), (3, 7).
 //
@@ -258,12 +258,19 @@ std::array<Value, 3> ExpertsKernel::entry(Value q) {
 }
 
 Value ExpertsKernel::decodePair(Value word, int64_t j, Value scale) {
-  Value v = j == 3 ? word
-                   : arith::ShLIOp::create(b, loc, word, i32(12 - 4 * j));
-  Value sign = arith::AndIOp::create(b, loc, v, i32(0x80008000));
-  Value mag = arith::ShRUIOp::create(
-      b, loc, arith::AndIOp::create(b, loc, v, i32(0x70007000)), i32(6));
-  Value tiny = arith::OrIOp::create(b, loc, sign, mag);
+  // Nibbles j and j + 4 (from the word shifted right by 8 for j >= 2) to
+  // bits 0..3 or 4..7 of each half: one multiply then puts a copy of each
+  // 12 - 4 (j % 2) bits up (the sign at bit 15 / 31) and one 6 - 4 (j % 2)
+  // bits up (e1 e0 m at bits 8..6 / 24..22). The copies do not overlap, so
+  // the multiply adds no carries, and a mask keeps those bits: three
+  // operations a pair (a shift, two masks and an or before).
+  Value v = j < 2 ? word : arith::ShRUIOp::create(b, loc, word, i32(8));
+  bool odd = j % 2;
+  Value nibbles =
+      arith::AndIOp::create(b, loc, v, i32(odd ? 0x00F000F0 : 0x000F000F));
+  Value copies = arith::MulIOp::create(b, loc, nibbles,
+                                       i32(odd ? 0x0104 : 0x1040));
+  Value tiny = arith::AndIOp::create(b, loc, copies, i32(0x81C081C0));
   // × 2^126 (bf16 0x7E80) + -0: exact, subnormals included (PTX ISA: the
   // bf16x2 fma keeps subnormal operands). Written as PTX because the bf16
   // arithmetic of the pipeline is expanded to integer code (arith-expand).

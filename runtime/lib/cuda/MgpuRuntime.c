@@ -59,6 +59,15 @@ typedef struct {
   CUcontext ctx;
 } KernelNodeParams;
 
+/* CUgraphEdgeData (CUDA 12.3 and later). */
+typedef struct {
+  unsigned char fromPort, toPort, type, reserved[5];
+} GraphEdgeData;
+enum {
+  kPortProgrammatic = 1, /* CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC */
+  kEdgeProgrammatic = 1, /* CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC */
+};
+
 #define K3_EXPORT __attribute__((visibility("default")))
 
 static struct {
@@ -99,7 +108,12 @@ static struct {
   CUresult (*graphExecKernelNodeSetParams)(CUgraphExec, CUgraphNode,
                                            const KernelNodeParams *);
   CUresult (*graphLaunch)(CUgraphExec, CUstream);
+  CUresult (*moduleGetGlobal)(CUdeviceptr *, size_t *, CUmodule, const char *);
+  CUresult (*graphAddDependencies)(CUgraph, const CUgraphNode *,
+                                   const CUgraphNode *, const GraphEdgeData *,
+                                   size_t);
   int graphs;   /* replay each call's kernels as a CUDA graph */
+  int dependentLaunch; /* programmatic edges into kernels that wait */
   CUdevice device;
   CUdeviceptr arena;
   size_t arenaSize, arenaUsed;
@@ -206,6 +220,8 @@ static int load(void) {
   GET_OPTIONAL(graphExecKernelNodeSetParams, "cuGraphExecKernelNodeSetParams",
                12000);
   GET_OPTIONAL(graphLaunch, "cuGraphLaunch", 12000);
+  GET_OPTIONAL(moduleGetGlobal, "cuModuleGetGlobal", 12000);
+  GET_OPTIONAL(graphAddDependencies, "cuGraphAddDependencies", 12030);
 #undef GET_OPTIONAL
 #undef GET
   CUdevice dev = 0;
@@ -230,6 +246,11 @@ static int load(void) {
               cu.graphAddKernelNode && cu.graphInstantiate &&
               cu.graphExecDestroy && cu.graphExecKernelNodeSetParams &&
               cu.graphLaunch;
+  /* K3RT_CUDA_DEPENDENT_LAUNCH=0: ordinary edges only (for comparisons). */
+  const char *dependent = getenv("K3RT_CUDA_DEPENDENT_LAUNCH");
+  cu.dependentLaunch = cu.graphs && cu.moduleGetGlobal &&
+                       cu.graphAddDependencies &&
+                       !(dependent && !strcmp(dependent, "0"));
   if (cu.poison && !cu.error[0]) {
     CHECK(cu.memsetD8Async(cu.arena, 0xFF, cu.arenaSize, NULL),
           "cuMemsetD8Async");
@@ -287,6 +308,7 @@ enum {
 
 typedef struct {
   CUfunction fn;
+  int waits; /* it waits for the kernel before it (see dependentLaunch) */
   unsigned grid[3], block[3], smem;
   uint32_t nparams;
   const uint16_t *size; /* each argument's bytes */
@@ -355,6 +377,64 @@ static const uint16_t *paramSizes(CUfunction fn, uint32_t n) {
   return NULL;
 }
 
+/* Modules whose kernels all wait for the kernel before them (k3c's
+ * k3-gpu-dependent-launch: griddepcontrol.wait at each kernel's entry, and
+ * the device global k3_dependent_launch), and their functions: each key
+ * with its module. A kernel without the wait must not start before its
+ * predecessor has finished, so only these get programmatic edges. Guarded
+ * by functionsLock; open addressing, a removed key becomes kGone. */
+enum { kWaiting = 8192 };
+static struct {
+  void *key, *module;
+} waiting[kWaiting];
+static pthread_mutex_t functionsLock = PTHREAD_MUTEX_INITIALIZER;
+#define kGone ((void *)1)
+
+static size_t waitingSlot(void *key) {
+  uintptr_t h = (uintptr_t)key * 0x9E3779B97F4A7C15ull;
+  return (size_t)(h >> 40) % kWaiting;
+}
+
+/* Whether `key` (a module or function) is in the set; caller holds the
+ * lock. */
+static int isWaiting(void *key) {
+  for (size_t probe = 0, i = waitingSlot(key); probe < kWaiting;
+       ++probe, i = (i + 1) % kWaiting) {
+    if (waiting[i].key == key)
+      return 1;
+    if (!waiting[i].key)
+      return 0;
+  }
+  return 0;
+}
+
+/* Adds `key` of `module` (a full set keeps ordinary edges). */
+static void addWaiting(void *key, void *module) {
+  if (isWaiting(key))
+    return;
+  for (size_t probe = 0, i = waitingSlot(key); probe < kWaiting;
+       ++probe, i = (i + 1) % kWaiting)
+    if (!waiting[i].key || waiting[i].key == kGone) {
+      waiting[i].key = key, waiting[i].module = module;
+      return;
+    }
+}
+
+/* Drops `module` and its functions. */
+static void dropWaiting(void *module) {
+  for (size_t i = 0; i < kWaiting; ++i)
+    if (waiting[i].key && waiting[i].key != kGone &&
+        waiting[i].module == module)
+      waiting[i].key = kGone, waiting[i].module = NULL;
+}
+
+static int waits(CUfunction fn) {
+  pthread_mutex_lock(&functionsLock);
+  int found = isWaiting(fn);
+  pthread_mutex_unlock(&functionsLock);
+  return found;
+}
+
 /* Appends a launch to the current call's; 0 if it cannot be recorded. */
 static int record(CUfunction fn, const unsigned grid[3],
                   const unsigned block[3], unsigned smem, void **params,
@@ -383,6 +463,7 @@ static int record(CUfunction fn, const unsigned grid[3],
   }
   Launch *l = &pending.launch[pending.n++];
   l->fn = fn;
+  l->waits = cu.dependentLaunch && waits(fn);
   memcpy(l->grid, grid, sizeof(l->grid));
   memcpy(l->block, block, sizeof(l->block));
   l->smem = smem;
@@ -449,7 +530,11 @@ static void dropGraph(Graph *g) {
   g->rec.n = g->rec.bytes = 0;
 }
 
-/* Builds `g` from the pending launches: one kernel node after another. */
+/* Builds `g` from the pending launches: one kernel node after another, a
+ * kernel that waits for its predecessor joined to it by a programmatic edge
+ * (dispatched once every block of the predecessor has started and executed
+ * griddepcontrol.launch_dependents, or ended), any other by an ordinary
+ * one. */
 static int buildGraph(Graph *g) {
   void *ptrs[kMaxParams];
   g->node = malloc(pending.n * sizeof(CUgraphNode));
@@ -458,11 +543,19 @@ static int buildGraph(Graph *g) {
     return 0;
   }
   CHECK(cu.graphCreate(&g->graph, 0), "cuGraphCreate");
+  const GraphEdgeData programmatic = {kPortProgrammatic, 0, kEdgeProgrammatic,
+                                      {0}};
   for (size_t i = 0; i < pending.n && !cu.error[0]; ++i) {
     KernelNodeParams p = nodeParams(&pending, i, ptrs);
+    int early = i && pending.launch[i].waits;
+    int after = i && !early;
     CHECK(cu.graphAddKernelNode(&g->node[i], g->graph,
-                                i ? &g->node[i - 1] : NULL, i ? 1 : 0, &p),
+                                after ? &g->node[i - 1] : NULL, after, &p),
           "cuGraphAddKernelNode");
+    if (early && !cu.error[0])
+      CHECK(cu.graphAddDependencies(g->graph, &g->node[i - 1], &g->node[i],
+                                    &programmatic, 1),
+            "cuGraphAddDependencies");
   }
   if (!cu.error[0])
     CHECK(cu.graphInstantiate(&g->exec, g->graph, 0), "cuGraphInstantiate");
@@ -655,6 +748,15 @@ K3_EXPORT void *mgpuModuleLoad(void *data, size_t size) {
   CUmodule m = NULL;
   if (load())
     CHECK(cu.moduleLoadData(&m, data), "cuModuleLoadData");
+  CUdeviceptr marker;
+  size_t bytes = 0;
+  if (m && cu.dependentLaunch &&
+      cu.moduleGetGlobal(&marker, &bytes, m, "k3_dependent_launch") == 0 &&
+      bytes == 4) {
+    pthread_mutex_lock(&functionsLock);
+    addWaiting(m, m);
+    pthread_mutex_unlock(&functionsLock);
+  }
   return m;
 }
 
@@ -667,7 +769,6 @@ static struct {
   const char *name;
   CUfunction function;
 } functions[kFunctionCache];
-static pthread_mutex_t functionsLock = PTHREAD_MUTEX_INITIALIZER;
 
 static size_t functionSlot(void *module, const char *name) {
   uintptr_t h = ((uintptr_t)module * 0x9E3779B97F4A7C15ull) ^ (uintptr_t)name;
@@ -681,6 +782,7 @@ K3_EXPORT void mgpuModuleUnload(void *module) {
   for (size_t i = 0; i < kFunctionCache; ++i)
     if (functions[i].module == module)
       functions[i].module = NULL, functions[i].name = NULL;
+  dropWaiting(module);
   pthread_mutex_unlock(&functionsLock);
   if (load()) {
     /* Graphs name the module's kernels: queue what is recorded, wait, and
@@ -710,6 +812,8 @@ K3_EXPORT void *mgpuModuleGetFunction(void *module, const char *name) {
   }
   if (!f) {
     CHECK(cu.moduleGetFunction(&f, module, name), "cuModuleGetFunction");
+    if (f && isWaiting(module))
+      addWaiting(f, module);
     if (f && free != kFunctionCache) {
       functions[free].module = module;
       functions[free].name = name;

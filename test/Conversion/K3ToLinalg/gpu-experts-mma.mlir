@@ -1,8 +1,8 @@
-// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma)' | FileCheck %s
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{fold-scales=0})' | FileCheck %s
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{sm=75})' | FileCheck %s --check-prefix=OLD
 // RUN: %python %S/Inputs/e2m1_bf16_decode.py | FileCheck %s --check-prefix=DECODE
-// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{staged=1})' | FileCheck %s --check-prefix=STAGED
-// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{fold-scales=1})' | FileCheck %s --check-prefix=FOLD
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{staged=1 fold-scales=0})' | FileCheck %s --check-prefix=STAGED
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma)' | FileCheck %s --check-prefix=FOLD
 // RUN: %python %S/Inputs/e2m1_bf16_fold.py | FileCheck %s --check-prefix=FOLDMATH
 // CHECK-NOT: k3k_experts_codes
 // OLD-NOT: gpu.launch
@@ -118,8 +118,11 @@
 // CHECK: vector.load %arg4{{.*}} {alignment = 4 : i64} : memref<?x?x?xi8>, vector<4xi8>
 // Codes to bf16 pairs (E2M1 · 2^-126, then × 2^126 exactly), two mma steps
 // from zero per group, then the group's scale.
-// CHECK-DAG: arith.constant -2147450880 : i32
-// CHECK-DAG: arith.constant 1879076864 : i32
+// CHECK-DAG: arith.constant 983055 : i32
+// CHECK-DAG: arith.constant 15728880 : i32
+// CHECK-DAG: arith.constant 4160 : i32
+// CHECK-DAG: arith.constant 260 : i32
+// CHECK-DAG: arith.constant -2118090304 : i32
 // CHECK-DAG: arith.constant 2122350208 : i32
 // CHECK: llvm.inline_asm "fma.rn.bf16x2 $0, $1, $2, $3;", "=r,r,r,r"
 // CHECK: nvvm.mma.sync A[{{.*}}] B[{{.*}}] C[%[[Z:[^,]+]], %[[Z]], %[[Z]], %[[Z]]]
