@@ -173,9 +173,9 @@ public:
   /// With null globals the rows are read straight from global memory.
   ExpertsKernel(OpBuilder &b, Location loc, const Stage &st,
                 memref::GlobalOp codesGlobal, memref::GlobalOp scalesGlobal,
-                bool fold)
+                bool fold, bool wide)
       : IndexMath{b, loc}, st(st), codesGlobal(codesGlobal),
-        scalesGlobal(scalesGlobal), fold(fold) {}
+        scalesGlobal(scalesGlobal), fold(fold), wide(wide) {}
 
   /// scf.if (runnable) { kernel } else { `rest` }: `rest` is moved there.
   void build(SmallVectorImpl<Operation *> &rest);
@@ -200,8 +200,10 @@ private:
     /// loadFour: per matrix, rows g and g+8's 4 scales as one i32.
     SmallVector<std::array<Value, 2>> scaleWord;
   };
-  /// The entry's B registers for `group`.
+  /// The entry's B registers for `group` (its elements 8t .. 8t + 7), or
+  /// for the 8 elements from `k` on.
   std::array<Value, 4> loadX(Value group);
+  std::array<Value, 4> loadXAt(Value k);
   /// One group, 4-byte words and 1-byte scales.
   Loaded loadOne(Value group);
   /// Groups c0..c0+3 (c0 % 4 == 0, 4 | groups) from global memory: the
@@ -209,6 +211,12 @@ private:
   /// 16 bytes per row and transposing them over the quad with shuffles
   /// measured no faster, BENCHMARKS.md eighth session.)
   Loaded loadFour(Value c0);
+  /// fold-scales: groups c0..c0+3, lane t taking all of group c0 + t (16
+  /// bytes per row, its 32 activations): the "groups" of the result are
+  /// the group's 4 words, each with the words' and activations' layout of
+  /// a lane's word (the quad's 4 lanes then cover 4 groups in one mma
+  /// step, which only folded scales allow).
+  Loaded loadFourWide(Value c0);
   /// The k loop over units of 4 groups (the first 4 * floor(groups / 4)
   /// groups when 4 divides them, else none) from `acc`: through the rings
   /// (`staged`) or from global memory. Returns the sums and the groups done.
@@ -236,14 +244,16 @@ private:
   /// accumulate() with each scale folded into its codes' decode (the
   /// bf16 2^(e-1) instead of 2^126: E2M1 · 2^(e-127), exact for e in
   /// [2, 127]), the mma accumulating the row's sums across groups.
-  SmallVector<Value> accumulateFolded(const Loaded &in, ValueRange acc);
+  /// `wide`: `in` from loadFourWide (one scale per row: group c0 + t's).
+  SmallVector<Value> accumulateFolded(const Loaded &in, ValueRange acc,
+                                      bool wide = false);
 
   const Stage &st;
   // Inside the launch.
   memref::GlobalOp codesGlobal, scalesGlobal;
   Value t, expert, row0, row1, srcToken, srcSlot;
   Value warp, lane, g, rowBase, units, codes, scaleRing;
-  bool fold;
+  bool fold, wide;
 };
 
 std::array<Value, 3> ExpertsKernel::entry(Value q) {
@@ -287,9 +297,13 @@ Value ExpertsKernel::decodePair(Value word, int64_t j, Value scale) {
 }
 
 std::array<Value, 4> ExpertsKernel::loadX(Value group) {
-  // The entry's elements 32 group + 8t .. + 7, paired (0, 4), (1, 5), ...
+  // The entry's elements 32 group + 8t .. + 7.
+  return loadXAt(add(mul(group, idx(32)), mul(t, idx(8))));
+}
+
+std::array<Value, 4> ExpertsKernel::loadXAt(Value k) {
+  // The entry's elements k .. k + 7, paired (0, 4), (1, 5), ...
   auto bf16x8 = VectorType::get({8}, b.getBF16Type());
-  Value k = add(mul(group, idx(32)), mul(t, idx(8)));
   SmallVector<Value> at = {srcToken};
   if (cast<MemRefType>(st.src.getType()).getRank() == 3)
     at.push_back(srcSlot);
@@ -365,6 +379,40 @@ ExpertsKernel::Loaded ExpertsKernel::loadFour(Value c0) {
     }
     in.word.push_back(w);
     in.scale.push_back(s);
+    in.scaleWord.push_back(sw);
+  }
+  return in;
+}
+
+ExpertsKernel::Loaded ExpertsKernel::loadFourWide(Value c0) {
+  Loaded in;
+  Value group = add(c0, t);
+  for (int64_t i = 0; i < 4; ++i)
+    in.x.push_back(loadXAt(add(mul(group, idx(32)), idx(8 * i))));
+  auto i8x4 = VectorType::get({4}, b.getI8Type());
+  auto i8x16 = VectorType::get({16}, b.getI8Type());
+  auto i32x1 = VectorType::get({1}, b.getI32Type());
+  auto i32x4 = VectorType::get({4}, b.getI32Type());
+  for (auto [packed, scales] : st.matrices) {
+    SmallVector<std::array<Value, 2>> w(4);
+    std::array<Value, 2> sw;
+    for (int r = 0; r < 2; ++r) {
+      Value row = r ? row1 : row0;
+      Value bytes = vector::LoadOp::create(
+          b, loc, i8x16, packed, ValueRange{expert, row, mul(group, idx(16))},
+          /*nontemporal=*/false, llvm::MaybeAlign(16));
+      Value words = vector::BitCastOp::create(b, loc, i32x4, bytes);
+      for (int64_t i = 0; i < 4; ++i)
+        w[i][r] = vector::ExtractOp::create(b, loc, words, ArrayRef<int64_t>{i});
+      Value sc = vector::LoadOp::create(b, loc, i8x4, scales,
+                                        ValueRange{expert, row, c0},
+                                        /*nontemporal=*/false,
+                                        llvm::MaybeAlign(4));
+      sw[r] = vector::ExtractOp::create(
+          b, loc, vector::BitCastOp::create(b, loc, i32x1, sc),
+          ArrayRef<int64_t>{0});
+    }
+    in.word.push_back(w);
     in.scaleWord.push_back(sw);
   }
   return in;
@@ -535,7 +583,7 @@ Value ExpertsKernel::foldable(Value groups) {
 }
 
 SmallVector<Value> ExpertsKernel::accumulateFolded(const Loaded &in,
-                                                   ValueRange acc) {
+                                                   ValueRange acc, bool wide) {
   SmallVector<Value> next(acc);
   for (size_t m = 0; m < st.matrices.size(); ++m) {
     // Per row, the 4 groups' bf16 2^(e-1) = (e + 126) << 7 in both halves:
@@ -545,13 +593,21 @@ SmallVector<Value> ExpertsKernel::accumulateFolded(const Loaded &in,
     for (int64_t r = 0; r < 2; ++r)
       biased[r] =
           arith::AddIOp::create(b, loc, in.scaleWord[m][r], i32(0x7E7E7E7E));
+    // wide: byte t, the lane's group's, for all 4 words.
+    Value lanes = wide ? arith::AddIOp::create(
+                             b, loc, i32(0x0404),
+                             arith::MulIOp::create(
+                                 b, loc, i32(0x1010),
+                                 arith::IndexCastOp::create(
+                                     b, loc, b.getI32Type(), t)))
+                       : Value();
+    std::array<Value, 2> scale;
     for (size_t c = 0; c < in.x.size(); ++c) {
-      std::array<Value, 2> scale;
-      for (int64_t r = 0; r < 2; ++r) {
+      for (int64_t r = 0; r < 2 && (!wide || c == 0); ++r) {
         Value both16 = LLVM::InlineAsmOp::create(
                            b, loc, b.getI32Type(),
                            ValueRange{biased[r], i32(0),
-                                      i32(0x0404 + 0x1010 * c)},
+                                      wide ? lanes : i32(0x0404 + 0x1010 * c)},
                            "prmt.b32 $0, $1, $2, $3;", "=r,r,r,r",
                            /*has_side_effects=*/false,
                            /*is_align_stack=*/false,
@@ -586,10 +642,12 @@ ExpertsKernel::units4(Value groups, ValueRange acc) {
                                 fb.getInsertionPoint());
             SmallVector<Loaded, 2> in;
             for (int64_t u = 0; u < per; ++u)
-              in.push_back(loadFour(add(c0, 4 * u)));
+              in.push_back(folded && wide ? loadFourWide(add(c0, 4 * u))
+                                          : loadFour(add(c0, 4 * u)));
             SmallVector<Value> next(sums);
             for (const Loaded &l : in)
-              next = folded ? accumulateFolded(l, next) : accumulate(l, next);
+              next = folded ? accumulateFolded(l, next, wide)
+                            : accumulate(l, next);
             scf::YieldOp::create(b, loc, next);
           });
     };
@@ -785,7 +843,8 @@ struct K3GPUExpertsMMAPass
             module, "k3k_experts_scales" + suffix,
             {kWarps, kStages, 2, kRowsPerWarp, kStageGroups}, b.getI8Type());
       }
-      ExpertsKernel(b, f.getLoc(), *st, codes, scales, foldScales)
+      ExpertsKernel(b, f.getLoc(), *st, codes, scales, foldScales,
+                    wideGroups)
           .build(rest);
     }
   }

@@ -2,7 +2,8 @@
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{sm=75})' | FileCheck %s --check-prefix=OLD
 // RUN: %python %S/Inputs/e2m1_bf16_decode.py | FileCheck %s --check-prefix=DECODE
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{staged=1 fold-scales=0})' | FileCheck %s --check-prefix=STAGED
-// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma)' | FileCheck %s --check-prefix=FOLD
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{wide-groups=0})' | FileCheck %s --check-prefix=FOLD
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma)' | FileCheck %s --check-prefix=WIDE
 // RUN: %python %S/Inputs/e2m1_bf16_fold.py | FileCheck %s --check-prefix=FOLDMATH
 // CHECK-NOT: k3k_experts_codes
 // OLD-NOT: gpu.launch
@@ -39,6 +40,30 @@
 // FOLD: } else {
 // FOLD: scf.for
 // FOLD: func.call @e8m0
+// With `wide-groups` (the default): in the folded loop, lane t of a quad
+// reads all of group c0 + t, 16 bytes per row, and its 32 activations (4
+// loads at element 32 (c0 + t) + 8i), and takes one scale per row, byte t
+// of the row's 4 (prmt selector 0x0404 + 0x1010 t); the default loop keeps
+// a lane's word of each group.
+// WIDE-LABEL: func.func @up
+// WIDE: nvvm.vote.sync  all
+// WIDE-NEXT: scf.if %{{.+}} -> (f32, f32, f32, f32, f32, f32, f32, f32) {
+// WIDE: scf.for %[[C0:[^ ]+]] = %{{.+}} iter_args(%[[A0:[^ ]+]] = %cst,
+// WIDE: %[[G:.+]] = arith.addi %[[C0]], %[[T:[^ ]+]] : index
+// WIDE-COUNT-4: vector.load %arg0[{{.+}}] {alignment = 16 : i64} : memref<?x?xbf16>, vector<8xbf16>
+// WIDE: vector.load %arg3[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<16xi8>
+// WIDE: vector.load %arg4[{{.+}}, %[[C0]]] {alignment = 4 : i64} : memref<?x?x?xi8>, vector<4xi8>
+// WIDE: vector.load %arg3[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<16xi8>
+// WIDE: %[[TI:.+]] = arith.index_cast %[[T]] : index to i32
+// WIDE: arith.muli %c4112_i32, %[[TI]] : i32
+// WIDE: llvm.inline_asm "prmt.b32 $0, $1, $2, $3;"
+// WIDE: nvvm.mma.sync A[{{.*}}]  B[{{.*}}]  C[%[[A0]],
+// WIDE-COUNT-7: nvvm.mma.sync
+// WIDE-NOT: vector<16xi8>
+// WIDE: } else {
+// WIDE: scf.for
+// WIDE-NOT: vector<16xi8>
+// WIDE: func.call @e8m0
 
 // With `staged` (off by default until measured on a GPU): the warps'
 // rings, 4 warps x 4 stages x 2 matrices x 16 rows x (64 bytes of codes, 4
