@@ -31,6 +31,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -387,6 +388,7 @@ enum { kWaiting = 8192 };
 static struct {
   void *key, *module;
 } waiting[kWaiting];
+static atomic_size_t waitingModules; /* none: no lookups per launch */
 static pthread_mutex_t functionsLock = PTHREAD_MUTEX_INITIALIZER;
 #define kGone ((void *)1)
 
@@ -422,6 +424,8 @@ static void addWaiting(void *key, void *module) {
 
 /* Drops `module` and its functions. */
 static void dropWaiting(void *module) {
+  if (isWaiting(module))
+    --waitingModules;
   for (size_t i = 0; i < kWaiting; ++i)
     if (waiting[i].key && waiting[i].key != kGone &&
         waiting[i].module == module)
@@ -429,6 +433,8 @@ static void dropWaiting(void *module) {
 }
 
 static int waits(CUfunction fn) {
+  if (!waitingModules)
+    return 0;
   pthread_mutex_lock(&functionsLock);
   int found = isWaiting(fn);
   pthread_mutex_unlock(&functionsLock);
@@ -755,6 +761,7 @@ K3_EXPORT void *mgpuModuleLoad(void *data, size_t size) {
       bytes == 4) {
     pthread_mutex_lock(&functionsLock);
     addWaiting(m, m);
+    ++waitingModules;
     pthread_mutex_unlock(&functionsLock);
   }
   return m;
