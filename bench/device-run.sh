@@ -11,7 +11,7 @@
 # PARTS (default "e2e ab peers f32 trace64"), each with its own time limit:
 #   e2e     the GPU end-to-end tests (test/e2e/gpu/run-e2e.py)        ~40 s
 #   ab      k3c decode of build/gpu-bench/k3-group-base.so (if present)
-#           and k3-group.so, alternately, twice each; AB="base-graph
+#           and k3-group.so, alternately, twice each (ABROUNDS); AB="base-graph
 #           new-graph" (the default) names the variants: LIB-graph or
 #           LIB-nograph (K3RT_CUDA_GRAPHS=0) or LIB-ordinary (graphs
 #           without programmatic edges, K3RT_CUDA_DEPENDENT_LAUNCH=0); each
@@ -56,7 +56,7 @@ fi
 export K3RT_CUDA_WORKSPACE_MB=${K3RT_CUDA_WORKSPACE_MB:-36000}
 if has ab; then
   say "ab (median step per batch; base = k3-group-base.so; graphs off/on)"
-  for round in 1 2; do
+  for round in $(seq "${ABROUNDS:-2}"); do
     for v in ${AB:-base-graph new-graph}; do
       so=$gb/k3-group-${v%-*}.so
       [[ $v == new-* ]] && so=$gb/k3-group.so

@@ -299,7 +299,12 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma", "::mlir::ModuleOp"> {
            "With fold-scales: lane t of a quad reads all of group c0 + t "
            "(16 bytes per row, full 32-byte sectors per quad), so one mma "
            "step sums 4 groups (another order of the row's sum; H200 B = 1 "
-           "gate/up 0.370 -> 0.346 ms, down 0.188 -> 0.168)">
+           "gate/up 0.370 -> 0.346 ms, down 0.188 -> 0.168)">,
+    Option<"prefetchWords", "prefetch", "bool", "false",
+           "With wide-groups: load each unit's code and scale words one "
+           "loop iteration ahead (the same sums; H200: no faster, B = 1 "
+           "gate/up 0.351 against 0.346 ms, BENCHMARKS.md thirteenth "
+           "session: off)">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::arith::ArithDialect",

@@ -173,9 +173,10 @@ public:
   /// With null globals the rows are read straight from global memory.
   ExpertsKernel(OpBuilder &b, Location loc, const Stage &st,
                 memref::GlobalOp codesGlobal, memref::GlobalOp scalesGlobal,
-                bool fold, bool wide)
+                bool fold, bool wide, bool prefetch)
       : IndexMath{b, loc}, st(st), codesGlobal(codesGlobal),
-        scalesGlobal(scalesGlobal), fold(fold), wide(wide) {}
+        scalesGlobal(scalesGlobal), fold(fold), wide(wide),
+        prefetch(prefetch) {}
 
   /// scf.if (runnable) { kernel } else { `rest` }: `rest` is moved there.
   void build(SmallVectorImpl<Operation *> &rest);
@@ -216,7 +217,12 @@ private:
   /// the group's 4 words, each with the words' and activations' layout of
   /// a lane's word (the quad's 4 lanes then cover 4 groups in one mma
   /// step, which only folded scales allow).
-  Loaded loadFourWide(Value c0);
+  Loaded loadFourWide(Value c0, bool withX = true);
+  /// `prefetch`: the wide folded unit loop with each iteration's code and
+  /// scale words loaded one iteration ahead (carried in registers), the
+  /// activations where they are used. From `acc` over the first `whole`
+  /// groups (a multiple of 4 per).
+  SmallVector<Value> prefetchedWide(Value whole, int64_t per, ValueRange acc);
   /// The k loop over units of 4 groups (the first 4 * floor(groups / 4)
   /// groups when 4 divides them, else none) from `acc`: through the rings
   /// (`staged`) or from global memory. Returns the sums and the groups done.
@@ -253,7 +259,7 @@ private:
   memref::GlobalOp codesGlobal, scalesGlobal;
   Value t, expert, row0, row1, srcToken, srcSlot;
   Value warp, lane, g, rowBase, units, codes, scaleRing;
-  bool fold, wide;
+  bool fold, wide, prefetch;
 };
 
 std::array<Value, 3> ExpertsKernel::entry(Value q) {
@@ -384,10 +390,10 @@ ExpertsKernel::Loaded ExpertsKernel::loadFour(Value c0) {
   return in;
 }
 
-ExpertsKernel::Loaded ExpertsKernel::loadFourWide(Value c0) {
+ExpertsKernel::Loaded ExpertsKernel::loadFourWide(Value c0, bool withX) {
   Loaded in;
   Value group = add(c0, t);
-  for (int64_t i = 0; i < 4; ++i)
+  for (int64_t i = 0; i < 4 && withX; ++i)
     in.x.push_back(loadXAt(add(mul(group, idx(32)), idx(8 * i))));
   auto i8x4 = VectorType::get({4}, b.getI8Type());
   auto i8x16 = VectorType::get({16}, b.getI8Type());
@@ -416,6 +422,71 @@ ExpertsKernel::Loaded ExpertsKernel::loadFourWide(Value c0) {
     in.scaleWord.push_back(sw);
   }
   return in;
+}
+
+SmallVector<Value> ExpertsKernel::prefetchedWide(Value whole, int64_t per,
+                                                 ValueRange acc) {
+  // The words of units c0 .. c0 + per - 1, flat: per unit, per matrix, the
+  // 4 words of rows g and g+8, then the 2 scale words.
+  auto fetch = [&](Value c0) {
+    SmallVector<Value> flat;
+    for (int64_t u = 0; u < per; ++u) {
+      Loaded in = loadFourWide(add(c0, 4 * u), /*withX=*/false);
+      for (size_t m = 0; m < st.matrices.size(); ++m) {
+        for (int64_t i = 0; i < 4; ++i)
+          llvm::append_range(flat, in.word[m][i]);
+        llvm::append_range(flat, in.scaleWord[m]);
+      }
+    }
+    return flat;
+  };
+  auto unpack = [&](ValueRange flat, Value c0) {
+    SmallVector<Loaded, 2> units;
+    for (int64_t u = 0; u < per; ++u) {
+      Loaded in;
+      Value group = add(add(c0, 4 * u), t);
+      for (int64_t i = 0; i < 4; ++i)
+        in.x.push_back(loadXAt(add(mul(group, idx(32)), idx(8 * i))));
+      for (size_t m = 0; m < st.matrices.size(); ++m) {
+        SmallVector<std::array<Value, 2>> w(4);
+        for (int64_t i = 0; i < 4; ++i)
+          w[i] = {flat[0], flat[1]}, flat = flat.drop_front(2);
+        in.word.push_back(w);
+        in.scaleWord.push_back({flat[0], flat[1]});
+        flat = flat.drop_front(2);
+      }
+      units.push_back(std::move(in));
+    }
+    return units;
+  };
+  // Nothing is read unless a unit is there (a short row).
+  auto any = scf::IfOp::create(b, loc, acc.getTypes(), lt(idx(0), whole),
+                               /*withElse=*/true);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(any.thenBlock());
+  SmallVector<Value> init(acc);
+  size_t accs = init.size();
+  llvm::append_range(init, fetch(idx(0)));
+  Value last = arith::SubIOp::create(b, loc, whole, idx(4 * per));
+  auto loop = scf::ForOp::create(
+      b, loc, idx(0), whole, idx(4 * per), init,
+      [&](OpBuilder &fb, Location, Value c0, ValueRange in) {
+        OpBuilder::InsertionGuard inner(b);
+        b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
+        // The next iteration's words first (the last reloads its own).
+        SmallVector<Value> ahead =
+            fetch(arith::MinUIOp::create(b, loc, add(c0, 4 * per), last));
+        SmallVector<Value> next(in.take_front(accs));
+        for (const Loaded &l : unpack(in.drop_front(accs), c0))
+          next = accumulateFolded(l, next, /*wide=*/true);
+        llvm::append_range(next, ahead);
+        scf::YieldOp::create(b, loc, next);
+      });
+  scf::YieldOp::create(
+      b, loc, ValueRange(loop.getResults()).take_front(accs));
+  b.setInsertionPointToStart(any.elseBlock());
+  scf::YieldOp::create(b, loc, acc);
+  return SmallVector<Value>(any.getResults());
 }
 
 Value ExpertsKernel::issue(Value u) {
@@ -628,12 +699,17 @@ SmallVector<Value> ExpertsKernel::accumulateFolded(const Loaded &in,
 std::pair<SmallVector<Value>, Value>
 ExpertsKernel::units4(Value groups, ValueRange acc) {
   if (!codesGlobal) {
-    // 1-2 units per iteration (loads first).
-    int64_t per = std::max<int64_t>(1, kGroupsInFlight / 4 /
-                                           (int64_t)st.matrices.size());
+    // 1-2 units per iteration (loads first; with `prefetch` one, its
+    // words loaded an iteration ahead).
+    int64_t per = fold && wide && prefetch
+                      ? 1
+                      : std::max<int64_t>(1, kGroupsInFlight / 4 /
+                                                 (int64_t)st.matrices.size());
     Value whole =
         pick(rem0(groups, 4), mul(div(groups, 4 * per), 4 * per), idx(0));
-    auto unitLoop = [&](bool folded) {
+    auto unitLoop = [&](bool folded) -> SmallVector<Value> {
+      if (folded && wide && prefetch)
+        return prefetchedWide(whole, per, acc);
       return scf::ForOp::create(
           b, loc, idx(0), whole, idx(4 * per), acc,
           [&](OpBuilder &fb, Location, Value c0, ValueRange sums) {
@@ -649,10 +725,11 @@ ExpertsKernel::units4(Value groups, ValueRange acc) {
               next = folded ? accumulateFolded(l, next, wide)
                             : accumulate(l, next);
             scf::YieldOp::create(b, loc, next);
-          });
+          })
+          .getResults();
     };
     if (!fold)
-      return {SmallVector<Value>(unitLoop(false).getResults()), whole};
+      return {unitLoop(false), whole};
     // fold-scales: one loop or the other for the whole row block, as the
     // warp's scales allow (two loops, so that neither holds the other's
     // registers).
@@ -662,7 +739,7 @@ ExpertsKernel::units4(Value groups, ValueRange acc) {
       OpBuilder::InsertionGuard branch(b);
       b.setInsertionPointToStart(folded ? choice.thenBlock()
                                         : choice.elseBlock());
-      scf::YieldOp::create(b, loc, unitLoop(folded).getResults());
+      scf::YieldOp::create(b, loc, unitLoop(folded));
     }
     return {SmallVector<Value>(choice.getResults()), whole};
   }
@@ -844,7 +921,7 @@ struct K3GPUExpertsMMAPass
             {kWarps, kStages, 2, kRowsPerWarp, kStageGroups}, b.getI8Type());
       }
       ExpertsKernel(b, f.getLoc(), *st, codes, scales, foldScales,
-                    wideGroups)
+                    wideGroups, prefetchWords)
           .build(rest);
     }
   }

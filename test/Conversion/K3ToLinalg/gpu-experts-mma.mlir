@@ -4,6 +4,7 @@
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{staged=1 fold-scales=0})' | FileCheck %s --check-prefix=STAGED
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{wide-groups=0})' | FileCheck %s --check-prefix=FOLD
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma)' | FileCheck %s --check-prefix=WIDE
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{prefetch=1})' | FileCheck %s --check-prefix=PREFETCH
 // RUN: %python %S/Inputs/e2m1_bf16_fold.py | FileCheck %s --check-prefix=FOLDMATH
 // CHECK-NOT: k3k_experts_codes
 // OLD-NOT: gpu.launch
@@ -64,6 +65,20 @@
 // WIDE: scf.for
 // WIDE-NOT: vector<16xi8>
 // WIDE: func.call @e8m0
+// With `prefetch` (off: no faster on the H200): the wide loop, one unit per
+// iteration, carries the next unit's code and scale words (2 matrices x (2
+// rows x 4 words + 2 scale words) = 20 i32), loaded at the top of the
+// iteration from min(c0 + 4, last unit), before the activations it uses.
+// PREFETCH-LABEL: func.func @up
+// PREFETCH: nvvm.vote.sync  all
+// PREFETCH: scf.if %{{.+}} -> (f32, f32, f32, f32, f32, f32, f32, f32) {
+// PREFETCH: vector.load %arg3[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<16xi8>
+// PREFETCH: scf.for %{{.+}} = %{{.+}} to %{{.+}} step %c4{{.*}} -> (f32, f32, f32, f32, f32, f32, f32, f32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32) {
+// PREFETCH: %[[NEXT:.+]] = arith.minui
+// PREFETCH: vector.load %arg3[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<16xi8>
+// PREFETCH: vector.load %arg0[{{.+}}] {alignment = 16 : i64} : memref<?x?xbf16>, vector<8xbf16>
+// PREFETCH: nvvm.mma.sync
+// PREFETCH: scf.yield
 
 // With `staged` (off by default until measured on a GPU): the warps'
 // rings, 4 warps x 4 stages x 2 matrices x 16 rows x (64 bytes of codes, 4
