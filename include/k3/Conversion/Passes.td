@@ -272,11 +272,16 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma", "::mlir::ModuleOp"> {
     the code's bits placed as a bf16 of value E2M1 · 2^-126 and multiplied
     by 2^126, exact), and its entry's 8 activations of the same elements
     with one 16-byte load; the mma's k order is permuted alike in both
-    operands. With `fold-scales` (off by default) a warp whose rows' scale
+    operands. With `fold-scales` (on by default) a warp whose rows' scale
     bytes are all in [2, 127] (one pass over its scale words, `nvvm.vote`
     all) takes a second loop that folds each scale into the decode (the
     bf16 2^(e-1) instead of 2^126) and lets the mma accumulate the row
-    sums across groups, without the E8M0 decode. An expert's weights are
+    sums across groups, without the E8M0 decode; with `wide-groups` (on by
+    default) that loop gives lane t of a quad all of group c0 + t (a
+    16-byte load per row, its 32 activations, one scale per row), so a
+    quad reads 64 contiguous bytes of a row per load. With `prefetch` (off:
+    no faster on the H200) each iteration's words are loaded one iteration
+    ahead. An expert's weights are
     read once per segment instead of once per entry. The launch records
     `k3.mma_shape = [16, 8, 16]`, as
     k3-gpu-mma's. Other functions and bodies are left alone (f32
