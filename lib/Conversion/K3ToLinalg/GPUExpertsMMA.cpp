@@ -225,6 +225,9 @@ private:
   /// a lane's word (the quad's 4 lanes then cover 4 groups in one mma
   /// step, which only folded scales allow).
   Loaded loadFourWide(Value c0, bool withX = true);
+  /// loadFourWide's activations: the lane's 4 B registers of each word of
+  /// group c0 + t, appended to in.x.
+  void loadWideX(Loaded &in, Value c0);
   /// `prefetch`: the wide folded unit loop with each iteration's code and
   /// scale words loaded one iteration ahead (carried in registers), the
   /// activations where they are used. From `acc` over the first `whole`
@@ -397,11 +400,17 @@ ExpertsKernel::Loaded ExpertsKernel::loadFour(Value c0) {
   return in;
 }
 
+void ExpertsKernel::loadWideX(Loaded &in, Value c0) {
+  Value group = add(c0, t);
+  for (int64_t i = 0; i < 4; ++i)
+    in.x.push_back(loadXAt(add(mul(group, idx(32)), idx(8 * i))));
+}
+
 ExpertsKernel::Loaded ExpertsKernel::loadFourWide(Value c0, bool withX) {
   Loaded in;
+  if (withX)
+    loadWideX(in, c0);
   Value group = add(c0, t);
-  for (int64_t i = 0; i < 4 && withX; ++i)
-    in.x.push_back(loadXAt(add(mul(group, idx(32)), idx(8 * i))));
   auto i8x4 = VectorType::get({4}, b.getI8Type());
   auto i8x16 = VectorType::get({16}, b.getI8Type());
   auto i32x1 = VectorType::get({1}, b.getI32Type());
@@ -451,9 +460,7 @@ SmallVector<Value> ExpertsKernel::prefetchedWide(Value whole, int64_t per,
     SmallVector<Loaded, 2> units;
     for (int64_t u = 0; u < per; ++u) {
       Loaded in;
-      Value group = add(add(c0, 4 * u), t);
-      for (int64_t i = 0; i < 4; ++i)
-        in.x.push_back(loadXAt(add(mul(group, idx(32)), idx(8 * i))));
+      loadWideX(in, add(c0, 4 * u));
       for (size_t m = 0; m < st.matrices.size(); ++m) {
         SmallVector<std::array<Value, 2>> w(4);
         for (int64_t i = 0; i < 4; ++i)
