@@ -309,7 +309,14 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma", "::mlir::ModuleOp"> {
            "With wide-groups: load each unit's code and scale words one "
            "loop iteration ahead (the same sums; H200: no faster, B = 1 "
            "gate/up 0.351 against 0.346 ms, BENCHMARKS.md thirteenth "
-           "session: off)">
+           "session: off)">,
+    Option<"laneGroups", "lane-groups", "int64_t", "1",
+           "With wide-groups: consecutive groups per lane, 1 or 2 (2: each "
+           "quad reads 128 contiguous bytes of a row per load, at 108 "
+           "registers for gate/up; H200 B = 8 gate/up 2.357 -> 1.935 ms, "
+           "B = 1 0.326 -> 0.339; prefetch applies to 1 only), or 0: 1 for "
+           "a stage of at most 16 entries, else 2 (two launches chosen at "
+           "run time; not yet run on a GPU as such: off)">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::arith::ArithDialect",

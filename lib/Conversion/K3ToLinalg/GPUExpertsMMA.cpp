@@ -101,6 +101,9 @@ constexpr int64_t kStageGroups = 4, kStages = 4;
 // issued together (over the weight matrices), so that a warp has 2 KB of
 // weights in flight.
 constexpr int64_t kGroupsInFlight = 8;
+// lane-groups 0 (auto): stages of at most this many entries take one group
+// per lane, larger ones two.
+constexpr int64_t kNarrowEntries = 16;
 constexpr llvm::StringLiteral kAttr = "k3.mxfp4_experts";
 
 /// The operands of a marked stage function (see the pass description).
@@ -180,13 +183,16 @@ public:
   /// With null globals the rows are read straight from global memory.
   ExpertsKernel(OpBuilder &b, Location loc, const Stage &st,
                 memref::GlobalOp codesGlobal, memref::GlobalOp scalesGlobal,
-                bool fold, bool wide, bool prefetch)
+                bool fold, bool wide, bool prefetch, int64_t laneGroups)
       : IndexMath{b, loc}, st(st), codesGlobal(codesGlobal),
         scalesGlobal(scalesGlobal), fold(fold), wide(wide),
-        prefetch(prefetch) {}
+        prefetch(prefetch), laneGroups(laneGroups) {}
 
   /// scf.if (runnable) { kernel } else { `rest` }: `rest` is moved there.
   void build(SmallVectorImpl<Operation *> &rest);
+  /// The kernel's launch (over `entries` x row blocks of `rows`, `depth`
+  /// elements per row) at the builder's position.
+  void buildLaunch(Value entries, Value rows, Value depth);
 
 private:
   Value i32(int64_t v) {
@@ -270,6 +276,8 @@ private:
   Value t, expert, row0, row1, srcToken, srcSlot;
   Value warp, lane, g, rowBase, units, codes, scaleRing;
   bool fold, wide, prefetch;
+  /// wide: consecutive groups per lane (1 or 2; a unit is 4 of them).
+  int64_t laneGroups;
 };
 
 std::array<Value, 3> ExpertsKernel::entry(Value q) {
@@ -401,8 +409,8 @@ ExpertsKernel::Loaded ExpertsKernel::loadFour(Value c0) {
 }
 
 void ExpertsKernel::loadWideX(Loaded &in, Value c0) {
-  Value group = add(c0, t);
-  for (int64_t i = 0; i < 4; ++i)
+  Value group = add(c0, laneGroups == 1 ? t : mul(t, idx(laneGroups)));
+  for (int64_t i = 0; i < 4 * laneGroups; ++i)
     in.x.push_back(loadXAt(add(mul(group, idx(32)), idx(8 * i))));
 }
 
@@ -410,24 +418,28 @@ ExpertsKernel::Loaded ExpertsKernel::loadFourWide(Value c0, bool withX) {
   Loaded in;
   if (withX)
     loadWideX(in, c0);
-  Value group = add(c0, t);
+  int64_t n = 4 * laneGroups; // the lane's words per row
+  Value group = add(c0, laneGroups == 1 ? t : mul(t, idx(laneGroups)));
+  // Its groups' scales: bytes t (1 group per lane) or 2 (t % 2), + 1 of the
+  // word at c0 + 4 (t / 2) (2 groups; see accumulateFolded).
+  Value scaleAt = laneGroups == 1 ? c0 : add(c0, mul(div(t, 2), idx(4)));
   auto i8x4 = VectorType::get({4}, b.getI8Type());
-  auto i8x16 = VectorType::get({16}, b.getI8Type());
+  auto i8xn = VectorType::get({4 * n}, b.getI8Type());
   auto i32x1 = VectorType::get({1}, b.getI32Type());
-  auto i32x4 = VectorType::get({4}, b.getI32Type());
+  auto i32xn = VectorType::get({n}, b.getI32Type());
   for (auto [packed, scales] : st.matrices) {
-    SmallVector<std::array<Value, 2>> w(4);
+    SmallVector<std::array<Value, 2>> w(n);
     std::array<Value, 2> sw;
     for (int r = 0; r < 2; ++r) {
       Value row = r ? row1 : row0;
       Value bytes = vector::LoadOp::create(
-          b, loc, i8x16, packed, ValueRange{expert, row, mul(group, idx(16))},
+          b, loc, i8xn, packed, ValueRange{expert, row, mul(group, idx(16))},
           /*nontemporal=*/false, llvm::MaybeAlign(16));
-      Value words = vector::BitCastOp::create(b, loc, i32x4, bytes);
-      for (int64_t i = 0; i < 4; ++i)
+      Value words = vector::BitCastOp::create(b, loc, i32xn, bytes);
+      for (int64_t i = 0; i < n; ++i)
         w[i][r] = vector::ExtractOp::create(b, loc, words, ArrayRef<int64_t>{i});
       Value sc = vector::LoadOp::create(b, loc, i8x4, scales,
-                                        ValueRange{expert, row, c0},
+                                        ValueRange{expert, row, scaleAt},
                                         /*nontemporal=*/false,
                                         llvm::MaybeAlign(4));
       sw[r] = vector::ExtractOp::create(
@@ -678,21 +690,29 @@ SmallVector<Value> ExpertsKernel::accumulateFolded(const Loaded &in,
     for (int64_t r = 0; r < 2; ++r)
       biased[r] =
           arith::AddIOp::create(b, loc, in.scaleWord[m][r], i32(0x7E7E7E7E));
-    // wide: byte t, the lane's group's, for all 4 words.
-    Value lanes = wide ? arith::AddIOp::create(
-                             b, loc, i32(0x0404),
+    // wide: each group's 4 words take byte t (one group per lane) or
+    // 2 (t % 2) + c / 4 (two) of the lane's scale word.
+    Value ti = arith::IndexCastOp::create(b, loc, b.getI32Type(), t);
+    auto selector = [&](size_t c) -> Value {
+      if (!wide)
+        return i32(0x0404 + 0x1010 * c);
+      Value byte = laneGroups == 1
+                       ? ti
+                       : arith::AddIOp::create(
+                             b, loc,
                              arith::MulIOp::create(
-                                 b, loc, i32(0x1010),
-                                 arith::IndexCastOp::create(
-                                     b, loc, b.getI32Type(), t)))
-                       : Value();
+                                 b, loc, arith::AndIOp::create(b, loc, ti, i32(1)),
+                                 i32(2)),
+                             i32(c / 4));
+      return arith::AddIOp::create(
+          b, loc, i32(0x0404), arith::MulIOp::create(b, loc, i32(0x1010), byte));
+    };
     std::array<Value, 2> scale;
     for (size_t c = 0; c < in.x.size(); ++c) {
-      for (int64_t r = 0; r < 2 && (!wide || c == 0); ++r) {
+      for (int64_t r = 0; r < 2 && (!wide || c % 4 == 0); ++r) {
         Value both16 = LLVM::InlineAsmOp::create(
                            b, loc, b.getI32Type(),
-                           ValueRange{biased[r], i32(0),
-                                      wide ? lanes : i32(0x0404 + 0x1010 * c)},
+                           ValueRange{biased[r], i32(0), selector(c)},
                            "prmt.b32 $0, $1, $2, $3;", "=r,r,r,r",
                            /*has_side_effects=*/false,
                            /*is_align_stack=*/false,
@@ -715,23 +735,30 @@ ExpertsKernel::units4(Value groups, ValueRange acc) {
   if (!codesGlobal) {
     // 1-2 units per iteration (loads first; with `prefetch` one, its
     // words loaded an iteration ahead).
-    int64_t per = fold && wide && prefetch
+    // (prefetch: with one group per lane only.)
+    bool ahead = fold && wide && prefetch && laneGroups == 1;
+    int64_t per = ahead
                       ? 1
                       : std::max<int64_t>(1, kGroupsInFlight / 4 /
                                                  (int64_t)st.matrices.size());
+    // The folded wide loop's units per iteration: whole lanes' groups
+    // (`per` divides it, so both loops end at `whole`).
+    int64_t span = fold && wide ? std::max(per, laneGroups) : per;
     Value whole =
-        pick(rem0(groups, 4), mul(div(groups, 4 * per), 4 * per), idx(0));
+        pick(rem0(groups, 4), mul(div(groups, 4 * span), 4 * span), idx(0));
     auto unitLoop = [&](bool folded) -> SmallVector<Value> {
-      if (folded && wide && prefetch)
+      if (folded && ahead)
         return prefetchedWide(whole, per, acc);
+      int64_t step = folded && wide ? span : per;
+      int64_t each = folded && wide ? laneGroups : 1;
       return scf::ForOp::create(
-          b, loc, idx(0), whole, idx(4 * per), acc,
+          b, loc, idx(0), whole, idx(4 * step), acc,
           [&](OpBuilder &fb, Location, Value c0, ValueRange sums) {
             OpBuilder::InsertionGuard inner(b);
             b.setInsertionPoint(fb.getInsertionBlock(),
                                 fb.getInsertionPoint());
             SmallVector<Loaded, 2> in;
-            for (int64_t u = 0; u < per; ++u)
+            for (int64_t u = 0; u < step; u += each)
               in.push_back(folded && wide ? loadFourWide(add(c0, 4 * u))
                                           : loadFour(add(c0, 4 * u)));
             SmallVector<Value> next(sums);
@@ -806,7 +833,28 @@ void ExpertsKernel::build(SmallVectorImpl<Operation *> &rest) {
     ok = both(ok, cmp(arith::CmpIPredicate::eq, mul(half, idx(2)), depth));
   }
   k3::guardBody(b, loc, rest, ok);
+  if (laneGroups || !(fold && wide)) {
+    laneGroups = std::max<int64_t>(laneGroups, 1);
+    return buildLaunch(entries, rows, depth);
+  }
+  // lane-groups 0: one group per lane for a stage of at most
+  // kNarrowEntries entries (a batch-1 decode step of K3: 16 experts, whose
+  // gate/up grid fits the GPU in one wave at that kernel's registers), two
+  // above (H200: B = 8 gate/up 2.357 -> 1.935 ms, but B = 1 0.326 ->
+  // 0.339, the wider kernel's 108 registers leaving 1.45 waves).
+  auto choice = scf::IfOp::create(
+      b, loc, cmp(arith::CmpIPredicate::ule, entries, idx(kNarrowEntries)),
+      /*withElse=*/true);
+  for (int64_t groups : {1, 2}) {
+    OpBuilder::InsertionGuard branch(b);
+    b.setInsertionPointToStart(groups == 1 ? choice.thenBlock()
+                                           : choice.elseBlock());
+    laneGroups = groups;
+    buildLaunch(entries, rows, depth);
+  }
+}
 
+void ExpertsKernel::buildLaunch(Value entries, Value rows, Value depth) {
   Value c1 = idx(1);
   Value gridY = arith::CeilDivUIOp::create(b, loc, rows, idx(kBlockRows));
   auto launch = gpu::LaunchOp::create(b, loc, entries, gridY, c1,
@@ -897,6 +945,12 @@ struct K3GPUExpertsMMAPass
   using Base::Base;
 
   void runOnOperation() override {
+    if (laneGroups < 0 || laneGroups > 2) {
+      getOperation().emitError()
+          << "k3-gpu-experts-mma: lane-groups must be 0 (auto), 1 or 2, not "
+          << static_cast<int64_t>(laneGroups);
+      return signalPassFailure();
+    }
     for (func::FuncOp f : k3::markedFunctions(getOperation(), kAttr)) {
       auto spec = f->getAttrOfType<DictionaryAttr>(kAttr);
       if (!spec) {
@@ -935,7 +989,7 @@ struct K3GPUExpertsMMAPass
             {kWarps, kStages, 2, kRowsPerWarp, kStageGroups}, b.getI8Type());
       }
       ExpertsKernel(b, f.getLoc(), *st, codes, scales, foldScales,
-                    wideGroups, prefetchWords)
+                    wideGroups, prefetchWords, laneGroups)
           .build(rest);
     }
   }

@@ -5,6 +5,9 @@
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{wide-groups=0})' | FileCheck %s --check-prefix=FOLD
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma)' | FileCheck %s --check-prefix=WIDE
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{prefetch=1})' | FileCheck %s --check-prefix=PREFETCH
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{lane-groups=0})' | FileCheck %s --check-prefix=AUTO
+// RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-experts-mma{lane-groups=3})' 2>&1 | FileCheck %s --check-prefix=BADLANES
+// BADLANES: error: k3-gpu-experts-mma: lane-groups must be 0 (auto), 1 or 2, not 3
 // RUN: %python %S/Inputs/e2m1_bf16_fold.py | FileCheck %s --check-prefix=FOLDMATH
 // CHECK-NOT: k3k_experts_codes
 // OLD-NOT: gpu.launch
@@ -47,6 +50,8 @@
 // of the row's 4 (prmt selector 0x0404 + 0x1010 t); the default loop keeps
 // a lane's word of each group.
 // WIDE-LABEL: func.func @up
+// WIDE-NOT: arith.cmpi ule
+// WIDE: gpu.launch
 // WIDE: nvvm.vote.sync  all
 // WIDE-NEXT: scf.if %{{.+}} -> (f32, f32, f32, f32, f32, f32, f32, f32) {
 // WIDE: scf.for %[[C0:[^ ]+]] = %{{.+}} iter_args(%[[A0:[^ ]+]] = %cst,
@@ -65,6 +70,29 @@
 // WIDE: scf.for
 // WIDE-NOT: vector<16xi8>
 // WIDE: func.call @e8m0
+// With lane-groups 0 (off: not yet run on a GPU as such), a stage of at
+// most 16 entries takes the launch above, a larger one the same kernel
+// with two groups per lane (lane-groups 2): groups c0 + 2t and c0 + 2t + 1,
+// 32 bytes per row, 8 loads of activations, 8 groups per iteration, the
+// scales from the word at c0 + 4 (t / 2).
+// AUTO-LABEL: func.func @up
+// AUTO: %[[FEW:.+]] = arith.cmpi ule, %{{.+}}, %c16{{.*}} : index
+// AUTO-NEXT: scf.if %[[FEW]] {
+// AUTO: gpu.launch
+// AUTO: vector<16xi8>
+// AUTO-NOT: vector<32xi8>
+// AUTO: } else {
+// AUTO: gpu.launch
+// AUTO: nvvm.vote.sync  all
+// AUTO: scf.for %[[D0:[^ ]+]] = %{{.+}} to %{{.+}} step %c8{{.*}} iter_args(
+// AUTO-COUNT-8: vector.load %arg0[{{.+}}] {alignment = 16 : i64} : memref<?x?xbf16>, vector<8xbf16>
+// AUTO: vector.load %arg3[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<32xi8>
+// AUTO: vector.load %arg4[{{.+}}] {alignment = 4 : i64} : memref<?x?x?xi8>, vector<4xi8>
+// AUTO: vector.load %arg3[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<32xi8>
+// AUTO-COUNT-16: nvvm.mma.sync
+// AUTO: } else {
+// AUTO-NOT: vector<32xi8>
+// AUTO: func.call @e8m0
 // With `prefetch` (off: no faster on the H200): the wide loop, one unit per
 // iteration, carries the next unit's code and scale words (2 matrices x (2
 // rows x 4 words + 2 scale words) = 20 i32), loaded at the top of the
