@@ -508,6 +508,11 @@ def K3GPUDependentLaunchPass : Pass<"k3-gpu-dependent-launch", "::mlir::ModuleOp
     edges only when the module has it, and any other kernel with an
     ordinary edge. With `sm` below 90 the pass does nothing.
 
+    Not in k3c's default pipeline (`k3c --gpu-dependent-launch` adds it):
+    on the H200 the graphs already leave about 0.02 ms of gaps per batch-1
+    step, and the same library with ordinary edges was as fast or faster
+    (BENCHMARKS.md, thirteenth session).
+
     ```mlir
     gpu.func @k(...) kernel { ... }
     // becomes
