@@ -240,9 +240,9 @@ private:
   void loadWideX(Loaded &in, Value c0);
   /// `prefetch`: the wide folded unit loop with each iteration's code and
   /// scale words loaded one iteration ahead (carried in registers), the
-  /// activations where they are used. From `acc` over the first `whole`
-  /// groups (a multiple of 4 per).
-  SmallVector<Value> prefetchedWide(Value whole, int64_t per, ValueRange acc);
+  /// activations where they are used, one unit per iteration. From `acc`
+  /// over the first `whole` groups (a multiple of 4).
+  SmallVector<Value> prefetchedWide(Value whole, ValueRange acc);
   /// The k loop over units of 4 groups (the first 4 * floor(groups / 4)
   /// groups when 4 divides them, else none) from `acc`: through the rings
   /// (`staged`) or from global memory. Returns the sums and the groups done.
@@ -456,38 +456,32 @@ ExpertsKernel::Loaded ExpertsKernel::loadFourWide(Value c0, bool withX) {
   return in;
 }
 
-SmallVector<Value> ExpertsKernel::prefetchedWide(Value whole, int64_t per,
+SmallVector<Value> ExpertsKernel::prefetchedWide(Value whole,
                                                  ValueRange acc) {
-  // The words of units c0 .. c0 + per - 1, flat: per unit, per matrix, the
-  // 4 words of rows g and g+8, then the 2 scale words.
+  // Unit c0's words, flat: per matrix, the 4 words of rows g and g+8, then
+  // the 2 scale words.
   auto fetch = [&](Value c0) {
     SmallVector<Value> flat;
-    for (int64_t u = 0; u < per; ++u) {
-      Loaded in = loadFourWide(add(c0, 4 * u), /*withX=*/false);
-      for (size_t m = 0; m < st.matrices.size(); ++m) {
-        for (int64_t i = 0; i < 4; ++i)
-          llvm::append_range(flat, in.word[m][i]);
-        llvm::append_range(flat, in.scaleWord[m]);
-      }
+    Loaded in = loadFourWide(c0, /*withX=*/false);
+    for (size_t m = 0; m < st.matrices.size(); ++m) {
+      for (int64_t i = 0; i < 4; ++i)
+        llvm::append_range(flat, in.word[m][i]);
+      llvm::append_range(flat, in.scaleWord[m]);
     }
     return flat;
   };
   auto unpack = [&](ValueRange flat, Value c0) {
-    SmallVector<Loaded, 2> units;
-    for (int64_t u = 0; u < per; ++u) {
-      Loaded in;
-      loadWideX(in, add(c0, 4 * u));
-      for (size_t m = 0; m < st.matrices.size(); ++m) {
-        SmallVector<std::array<Value, 2>> w(4);
-        for (int64_t i = 0; i < 4; ++i)
-          w[i] = {flat[0], flat[1]}, flat = flat.drop_front(2);
-        in.word.push_back(w);
-        in.scaleWord.push_back({flat[0], flat[1]});
-        flat = flat.drop_front(2);
-      }
-      units.push_back(std::move(in));
+    Loaded in;
+    loadWideX(in, c0);
+    for (size_t m = 0; m < st.matrices.size(); ++m) {
+      SmallVector<std::array<Value, 2>> w(4);
+      for (int64_t i = 0; i < 4; ++i)
+        w[i] = {flat[0], flat[1]}, flat = flat.drop_front(2);
+      in.word.push_back(w);
+      in.scaleWord.push_back({flat[0], flat[1]});
+      flat = flat.drop_front(2);
     }
-    return units;
+    return in;
   };
   // Nothing is read unless a unit is there (a short row).
   auto any = scf::IfOp::create(b, loc, acc.getTypes(), lt(idx(0), whole),
@@ -497,18 +491,18 @@ SmallVector<Value> ExpertsKernel::prefetchedWide(Value whole, int64_t per,
   SmallVector<Value> init(acc);
   size_t accs = init.size();
   llvm::append_range(init, fetch(idx(0)));
-  Value last = arith::SubIOp::create(b, loc, whole, idx(4 * per));
+  Value last = arith::SubIOp::create(b, loc, whole, idx(4));
   auto loop = scf::ForOp::create(
-      b, loc, idx(0), whole, idx(4 * per), init,
+      b, loc, idx(0), whole, idx(4), init,
       [&](OpBuilder &fb, Location, Value c0, ValueRange in) {
         OpBuilder::InsertionGuard inner(b);
         b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
         // The next iteration's words first (the last reloads its own).
         SmallVector<Value> ahead =
-            fetch(arith::MinUIOp::create(b, loc, add(c0, 4 * per), last));
-        SmallVector<Value> next(in.take_front(accs));
-        for (const Loaded &l : unpack(in.drop_front(accs), c0))
-          next = accumulateFolded(l, next, /*wide=*/true);
+            fetch(arith::MinUIOp::create(b, loc, add(c0, 4), last));
+        SmallVector<Value> next = accumulateFolded(
+            unpack(in.drop_front(accs), c0), in.take_front(accs),
+            /*wide=*/true);
         llvm::append_range(next, ahead);
         scf::YieldOp::create(b, loc, next);
       });
@@ -696,7 +690,8 @@ SmallVector<Value> ExpertsKernel::accumulateFolded(const Loaded &in,
           arith::AddIOp::create(b, loc, in.scaleWord[m][r], i32(0x7E7E7E7E));
     // wide: each group's 4 words take byte t (one group per lane) or
     // 2 (t % 2) + c / 4 (two) of the lane's scale word.
-    Value ti = arith::IndexCastOp::create(b, loc, b.getI32Type(), t);
+    Value ti =
+        wide ? arith::IndexCastOp::create(b, loc, b.getI32Type(), t) : Value();
     auto selector = [&](size_t c) -> Value {
       if (!wide)
         return i32(0x0404 + 0x1010 * c);
@@ -752,7 +747,7 @@ ExpertsKernel::units4(Value groups, ValueRange acc) {
         pick(rem0(groups, 4), mul(div(groups, 4 * span), 4 * span), idx(0));
     auto unitLoop = [&](bool folded) -> SmallVector<Value> {
       if (folded && ahead)
-        return prefetchedWide(whole, per, acc);
+        return prefetchedWide(whole, acc);
       int64_t step = folded && wide ? span : per;
       int64_t each = folded && wide ? laneGroups : 1;
       return scf::ForOp::create(
