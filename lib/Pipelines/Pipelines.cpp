@@ -124,6 +124,7 @@ LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
                                "arith-expand{include-bf16=1}",
                                pm)))
     return failure();
+  pm.addPass(createK3GPULaunchBoundsPass());
   // Off by default: on the H200 it measured no faster (BENCHMARKS.md,
   // thirteenth session).
   if (dependentLaunch) {

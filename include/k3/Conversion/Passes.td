@@ -277,14 +277,19 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma", "::mlir::ModuleOp"> {
     all) takes a second loop that folds each scale into the decode (the
     bf16 2^(e-1) instead of 2^126) and lets the mma accumulate the row
     sums across groups, without the E8M0 decode; with `wide-groups` (on by
-    default) that loop gives lane t of a quad all of group c0 + t (a
-    16-byte load per row, its 32 activations, one scale per row), so a
-    quad reads 64 contiguous bytes of a row per load. With `prefetch` (off:
-    no faster on the H200) each iteration's words are loaded one iteration
-    ahead. An expert's weights are
+    default) that loop gives each lane whole groups: with `lane-groups=2`
+    (the default) lane t of a quad takes groups c0 + 2t and c0 + 2t + 1 (32
+    bytes per row, its 64 activations, one scale word per row), so the
+    quad reads 128 contiguous bytes of a row; with `lane-groups=1` group
+    c0 + t (64 bytes per quad). With `prefetch` (one group per lane only;
+    off: no faster on the H200) each iteration's words are loaded one
+    iteration ahead. An expert's weights are
     read once per segment instead of once per entry. The launch records
     `k3.mma_shape = [16, 8, 16]`, as
-    k3-gpu-mma's. Other functions and bodies are left alone (f32
+    k3-gpu-mma's. With `up-min-blocks` (6 by default) the kernel of a
+    two-matrix (gate/up) stage is named `<function>_mma_kernel` and its
+    function gets `k3.launch_bounds`, which k3-gpu-launch-bounds turns
+    into `.minnctapersm` after outlining. Other functions and bodies are left alone (f32
     activations: no change). Needs sm_80 (bf16 mma.sync): with `sm` below
     80 nothing changes.
   }];
@@ -310,13 +315,23 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma", "::mlir::ModuleOp"> {
            "loop iteration ahead (the same sums; H200: no faster, B = 1 "
            "gate/up 0.351 against 0.346 ms, BENCHMARKS.md thirteenth "
            "session: off)">,
-    Option<"laneGroups", "lane-groups", "int64_t", "1",
+    Option<"laneGroups", "lane-groups", "int64_t", "2",
            "With wide-groups: consecutive groups per lane, 1 or 2 (2: each "
-           "quad reads 128 contiguous bytes of a row per load, at 108 "
-           "registers for gate/up; H200 B = 8 gate/up 2.357 -> 1.935 ms, "
-           "B = 1 0.326 -> 0.339; prefetch applies to 1 only), or 0: 1 for "
-           "a stage of at most 16 entries, else 2 (two launches chosen at "
-           "run time; not yet run on a GPU as such: off)">
+           "quad reads 128 contiguous bytes of a row, another order of the "
+           "row's sum; H200 B = 8 gate/up 2.491 -> 1.744 ms, B = 1 0.346 "
+           "-> 0.326, BENCHMARKS.md fourteenth session; prefetch needs 1)">,
+    Option<"upMinBlocks", "up-min-blocks", "int64_t", "6",
+           "Resident blocks of 128 threads per SM that the registers of a "
+           "two-matrix (gate/up) kernel must allow (k3.launch_bounds for "
+           "k3-gpu-launch-bounds; ptxas caps the registers, 80 for 6, and "
+           "may spill; 0: no bound). 6 puts K3's batch-1 gate/up grid (768 "
+           "blocks) in one wave on 132 SMs: H200 B = 1 gate/up 0.328 -> "
+           "0.260 ms">,
+    Option<"groupsInFlight", "groups-in-flight", "int64_t", "8",
+           "Without staged: groups whose loads a warp issues together, "
+           "over the matrices (a multiple of 4 from 4 to 32; the same sums; "
+           "H200, one group per lane: 16 slower than 8 at B = 1 and no "
+           "faster at B = 8)">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::arith::ArithDialect",
@@ -481,6 +496,23 @@ def K3GPUTileAndMapPass : Pass<"k3-gpu-tile-and-map"> {
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::affine::AffineDialect",
                            "::mlir::arith::ArithDialect"];
+}
+
+def K3GPULaunchBoundsPass : Pass<"k3-gpu-launch-bounds", "::mlir::ModuleOp"> {
+  let summary = "Give kernels the occupancy their launching pass asked for";
+  let description = [{
+    A pass that builds a `gpu.launch` may ask that its kernel leave room for
+    a number of resident blocks per SM, by putting
+    `k3.launch_bounds = array<i64: threads, blocks>` on the function that
+    holds the launch (gpu-kernel-outlining drops the launch's own
+    attributes). Run after outlining, this pass gives every kernel that the
+    function launches `nvvm.maxntid = [threads, 1, 1]` and
+    `nvvm.minctasm = blocks`: PTX `.maxntid` and `.minnctapersm`, from
+    which ptxas caps the registers per thread (65536 / (threads x blocks),
+    spilling what does not fit; PTX ISA, "Performance-Tuning Directives").
+    The attribute is then removed. A malformed attribute, or a launch of a
+    kernel that is not there, is an error.
+  }];
 }
 
 def K3GPUDependentLaunchPass : Pass<"k3-gpu-dependent-launch", "::mlir::ModuleOp"> {

@@ -38,11 +38,16 @@
 // activations, one scale per row; the mma's k order then mixes 4 groups in
 // a step, which only folded scales allow (gate/up 0.370 -> 0.346 ms, down
 // 0.188 -> 0.168). `prefetch` (off) loads each iteration's words one
-// iteration ahead: the same sums, no faster. `lane-groups=2` (off) gives
-// each lane two consecutive groups (a quad reads 128 contiguous bytes of a
-// row): B = 8 gate/up 2.357 -> 1.935 ms, but B = 1 0.326 -> 0.339 (108
-// registers, 1.45 waves); `lane-groups=0` picks 1 or 2 at run time by the
-// stage's entries.
+// iteration ahead: the same sums, no faster. With `lane-groups=2` (on
+// since the fourteenth session) each lane takes two consecutive groups, so
+// a quad reads 128 contiguous bytes of a row (B = 8 gate/up 2.491 -> 1.744
+// ms, B = 1 0.346 -> 0.326; the same bytes in flight as two groups c0 + t
+// and c0 + 4 + t, `groups-in-flight=16`, measured slower: the longer
+// contiguous run is what helps). At 96 registers that kernel leaves 5
+// blocks per SM and K3's batch-1 gate/up grid (768 blocks) 1.16 waves
+// (Nsight Compute: 24% occupancy, DRAM 48% busy); `up-min-blocks=6`
+// bounds it to 80 registers (ptxas spills 60 bytes) and one wave: B = 1
+// gate/up 0.328 -> 0.260 ms.
 //
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16", .bf16):
 // lane = 4 g + t; A (16 x 16, row) a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1],
@@ -83,6 +88,7 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/SymbolTable.h"
+#include "llvm/Support/SaveAndRestore.h"
 
 namespace mlir::k3 {
 #define GEN_PASS_DEF_K3GPUEXPERTSMMAPASS
@@ -101,13 +107,6 @@ constexpr int64_t kBlockRows = kRowsPerWarp * kWarps;
 // flight while the fourth is computed (a warp of the up stage keeps 6 KB of
 // weights in flight without holding them in registers).
 constexpr int64_t kStageGroups = 4, kStages = 4;
-// Without the rings (the default): groups whose loads are
-// issued together (over the weight matrices), so that a warp has 2 KB of
-// weights in flight.
-constexpr int64_t kGroupsInFlight = 8;
-// lane-groups 0 (auto): stages of at most this many entries take one group
-// per lane, larger ones two.
-constexpr int64_t kNarrowEntries = 16;
 constexpr llvm::StringLiteral kAttr = "k3.mxfp4_experts";
 
 /// The operands of a marked stage function (see the pass description).
@@ -187,10 +186,12 @@ public:
   /// With null globals the rows are read straight from global memory.
   ExpertsKernel(OpBuilder &b, Location loc, const Stage &st,
                 memref::GlobalOp codesGlobal, memref::GlobalOp scalesGlobal,
-                bool fold, bool wide, bool prefetch, int64_t laneGroups)
+                bool fold, bool wide, bool prefetch, int64_t laneGroups,
+                int64_t inFlight, int64_t minBlocks)
       : IndexMath{b, loc}, st(st), codesGlobal(codesGlobal),
         scalesGlobal(scalesGlobal), fold(fold), wide(wide),
-        prefetch(prefetch), laneGroups(laneGroups) {}
+        prefetch(prefetch), laneGroups(laneGroups),
+        inFlight(inFlight), minBlocks(minBlocks) {}
 
   /// scf.if (runnable) { kernel } else { `rest` }: `rest` is moved there.
   void build(SmallVectorImpl<Operation *> &rest);
@@ -282,6 +283,11 @@ private:
   bool fold, wide, prefetch;
   /// wide: consecutive groups per lane (1 or 2; a unit is 4 of them).
   int64_t laneGroups;
+  /// Without the rings: groups whose loads a warp issues together (over
+  /// the matrices; 8: 2 KB of a warp's weights in flight).
+  int64_t inFlight;
+  /// Resident blocks per SM a kernel of two matrices must allow (0: any).
+  int64_t minBlocks;
 };
 
 std::array<Value, 3> ExpertsKernel::entry(Value q) {
@@ -732,41 +738,55 @@ SmallVector<Value> ExpertsKernel::accumulateFolded(const Loaded &in,
 std::pair<SmallVector<Value>, Value>
 ExpertsKernel::units4(Value groups, ValueRange acc) {
   if (!codesGlobal) {
-    // 1-2 units per iteration (loads first; with `prefetch` one, its
+    // 1-4 units per iteration (loads first; with `prefetch` one, its
     // words loaded an iteration ahead).
     // (prefetch: with one group per lane only.)
     bool ahead = fold && wide && prefetch && laneGroups == 1;
-    int64_t per = ahead
-                      ? 1
-                      : std::max<int64_t>(1, kGroupsInFlight / 4 /
-                                                 (int64_t)st.matrices.size());
+    int64_t per = ahead ? 1
+                        : std::max<int64_t>(1, inFlight / 4 /
+                                                   (int64_t)st.matrices.size());
     // The folded wide loop's units per iteration: whole lanes' groups
-    // (`per` divides it, so both loops end at `whole`).
-    int64_t span = fold && wide ? std::max(per, laneGroups) : per;
-    Value whole =
-        pick(rem0(groups, 4), mul(div(groups, 4 * span), 4 * span), idx(0));
+    // (`per` divides it).
+    int64_t span = fold && wide
+                       ? (int64_t)llvm::alignTo(std::max(per, laneGroups),
+                                                laneGroups)
+                       : per;
+    Value whole = pick(rem0(groups, 4), groups, idx(0));
     auto unitLoop = [&](bool folded) -> SmallVector<Value> {
       if (folded && ahead)
         return prefetchedWide(whole, acc);
+      // `step` units per iteration up to a multiple of them, then the
+      // rest one unit (one group per lane) at a time: the same sums in the
+      // same order as a loop of single units, whatever `inFlight` is.
+      auto loop = [&](Value from, Value to, int64_t step, int64_t each,
+                      ValueRange init) {
+        return scf::ForOp::create(
+                   b, loc, from, to, idx(4 * step), init,
+                   [&](OpBuilder &fb, Location, Value c0, ValueRange sums) {
+                     OpBuilder::InsertionGuard inner(b);
+                     b.setInsertionPoint(fb.getInsertionBlock(),
+                                         fb.getInsertionPoint());
+                     llvm::SaveAndRestore<int64_t> lanes(laneGroups, each);
+                     SmallVector<Loaded, 4> in;
+                     for (int64_t u = 0; u < step; u += each)
+                       in.push_back(folded && wide
+                                        ? loadFourWide(add(c0, 4 * u))
+                                        : loadFour(add(c0, 4 * u)));
+                     SmallVector<Value> next(sums);
+                     for (const Loaded &l : in)
+                       next = folded ? accumulateFolded(l, next, wide)
+                                     : accumulate(l, next);
+                     scf::YieldOp::create(b, loc, next);
+                   })
+            .getResults();
+      };
       int64_t step = folded && wide ? span : per;
-      int64_t each = folded && wide ? laneGroups : 1;
-      return scf::ForOp::create(
-          b, loc, idx(0), whole, idx(4 * step), acc,
-          [&](OpBuilder &fb, Location, Value c0, ValueRange sums) {
-            OpBuilder::InsertionGuard inner(b);
-            b.setInsertionPoint(fb.getInsertionBlock(),
-                                fb.getInsertionPoint());
-            SmallVector<Loaded, 2> in;
-            for (int64_t u = 0; u < step; u += each)
-              in.push_back(folded && wide ? loadFourWide(add(c0, 4 * u))
-                                          : loadFour(add(c0, 4 * u)));
-            SmallVector<Value> next(sums);
-            for (const Loaded &l : in)
-              next = folded ? accumulateFolded(l, next, wide)
-                            : accumulate(l, next);
-            scf::YieldOp::create(b, loc, next);
-          })
-          .getResults();
+      if (step == 1)
+        return loop(idx(0), whole, 1, 1, acc);
+      Value most = mul(div(whole, 4 * step), 4 * step);
+      SmallVector<Value> sums =
+          loop(idx(0), most, step, folded && wide ? laneGroups : 1, acc);
+      return loop(most, whole, 1, 1, sums);
     };
     if (!fold)
       return {unitLoop(false), whole};
@@ -832,25 +852,7 @@ void ExpertsKernel::build(SmallVectorImpl<Operation *> &rest) {
     ok = both(ok, cmp(arith::CmpIPredicate::eq, mul(half, idx(2)), depth));
   }
   k3::guardBody(b, loc, rest, ok);
-  if (laneGroups || !(fold && wide)) {
-    laneGroups = std::max<int64_t>(laneGroups, 1);
-    return buildLaunch(entries, rows, depth);
-  }
-  // lane-groups 0: one group per lane for a stage of at most
-  // kNarrowEntries entries (a batch-1 decode step of K3: 16 experts, whose
-  // gate/up grid fits the GPU in one wave at that kernel's registers), two
-  // above (H200: B = 8 gate/up 2.357 -> 1.935 ms, but B = 1 0.326 ->
-  // 0.339, the wider kernel's 108 registers leaving 1.45 waves).
-  auto choice = scf::IfOp::create(
-      b, loc, cmp(arith::CmpIPredicate::ule, entries, idx(kNarrowEntries)),
-      /*withElse=*/true);
-  for (int64_t groups : {1, 2}) {
-    OpBuilder::InsertionGuard branch(b);
-    b.setInsertionPointToStart(groups == 1 ? choice.thenBlock()
-                                           : choice.elseBlock());
-    laneGroups = groups;
-    buildLaunch(entries, rows, depth);
-  }
+  buildLaunch(entries, rows, depth);
 }
 
 void ExpertsKernel::buildLaunch(Value entries, Value rows, Value depth) {
@@ -859,6 +861,15 @@ void ExpertsKernel::buildLaunch(Value entries, Value rows, Value depth) {
   auto launch = gpu::LaunchOp::create(b, loc, entries, gridY, c1,
                                       idx(kWarps * 32), c1, c1);
   launch->setAttr("k3.mma_shape", b.getDenseI64ArrayAttr({16, 8, 16}));
+  if (minBlocks && st.matrices.size() > 1) {
+    // k3-gpu-launch-bounds, after outlining: the kernel, by its name.
+    auto f = launch->getParentOfType<func::FuncOp>();
+    std::string name = (f.getName() + "_mma_kernel").str();
+    launch.setFunctionAttr(SymbolRefAttr::get(b.getContext(), name));
+    f->setAttr("k3.launch_bounds",
+               b.getDictionaryAttr(
+                   b.getNamedAttr(name, b.getI64IntegerAttr(minBlocks))));
+  }
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&launch.getBody().front());
 
@@ -944,10 +955,29 @@ struct K3GPUExpertsMMAPass
   using Base::Base;
 
   void runOnOperation() override {
-    if (laneGroups < 0 || laneGroups > 2) {
+    if (laneGroups != 1 && laneGroups != 2) {
       getOperation().emitError()
-          << "k3-gpu-experts-mma: lane-groups must be 0 (auto), 1 or 2, not "
+          << "k3-gpu-experts-mma: lane-groups must be 1 or 2, not "
           << static_cast<int64_t>(laneGroups);
+      return signalPassFailure();
+    }
+    if (prefetchWords && laneGroups != 1) {
+      getOperation().emitError()
+          << "k3-gpu-experts-mma: prefetch needs lane-groups=1, not "
+          << static_cast<int64_t>(laneGroups);
+      return signalPassFailure();
+    }
+    if (upMinBlocks < 0 || upMinBlocks > 16) {
+      getOperation().emitError()
+          << "k3-gpu-experts-mma: up-min-blocks must be 0 to 16, not "
+          << static_cast<int64_t>(upMinBlocks);
+      return signalPassFailure();
+    }
+    if (groupsInFlight < 4 || groupsInFlight > 32 || groupsInFlight % 4) {
+      getOperation().emitError()
+          << "k3-gpu-experts-mma: groups-in-flight must be a multiple of 4 "
+             "from 4 to 32, not "
+          << static_cast<int64_t>(groupsInFlight);
       return signalPassFailure();
     }
     for (func::FuncOp f : k3::markedFunctions(getOperation(), kAttr)) {
@@ -988,7 +1018,8 @@ struct K3GPUExpertsMMAPass
             {kWarps, kStages, 2, kRowsPerWarp, kStageGroups}, b.getI8Type());
       }
       ExpertsKernel(b, f.getLoc(), *st, codes, scales, foldScales,
-                    wideGroups, prefetchWords, laneGroups)
+                    wideGroups, prefetchWords, laneGroups, groupsInFlight,
+                    upMinBlocks)
           .build(rest);
     }
   }

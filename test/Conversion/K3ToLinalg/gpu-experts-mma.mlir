@@ -3,11 +3,19 @@
 // RUN: %python %S/Inputs/e2m1_bf16_decode.py | FileCheck %s --check-prefix=DECODE
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{staged=1 fold-scales=0})' | FileCheck %s --check-prefix=STAGED
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{wide-groups=0})' | FileCheck %s --check-prefix=FOLD
-// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma)' | FileCheck %s --check-prefix=WIDE
-// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{prefetch=1})' | FileCheck %s --check-prefix=PREFETCH
-// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{lane-groups=0})' | FileCheck %s --check-prefix=AUTO
-// RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-experts-mma{lane-groups=3})' 2>&1 | FileCheck %s --check-prefix=BADLANES
-// BADLANES: error: k3-gpu-experts-mma: lane-groups must be 0 (auto), 1 or 2, not 3
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{lane-groups=1})' | FileCheck %s --check-prefix=WIDE
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{lane-groups=1 prefetch=1})' | FileCheck %s --check-prefix=PREFETCH
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{lane-groups=1 groups-in-flight=16})' | FileCheck %s --check-prefix=FLIGHT
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma)' | FileCheck %s --check-prefix=LANES2
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{up-min-blocks=0})' | FileCheck %s --check-prefix=NOBOUND
+// RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-experts-mma{prefetch=1})' 2>&1 | FileCheck %s --check-prefix=BADPREFETCH
+// BADPREFETCH: error: k3-gpu-experts-mma: prefetch needs lane-groups=1, not 2
+// RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-experts-mma{lane-groups=0})' 2>&1 | FileCheck %s --check-prefix=BADLANES
+// BADLANES: error: k3-gpu-experts-mma: lane-groups must be 1 or 2, not 0
+// RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-experts-mma{groups-in-flight=6})' 2>&1 | FileCheck %s --check-prefix=BADFLIGHT
+// BADFLIGHT: error: k3-gpu-experts-mma: groups-in-flight must be a multiple of 4 from 4 to 32, not 6
+// RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-experts-mma{up-min-blocks=17})' 2>&1 | FileCheck %s --check-prefix=BADBLOCKS
+// BADBLOCKS: error: k3-gpu-experts-mma: up-min-blocks must be 0 to 16, not 17
 // RUN: %python %S/Inputs/e2m1_bf16_fold.py | FileCheck %s --check-prefix=FOLDMATH
 // CHECK-NOT: k3k_experts_codes
 // OLD-NOT: gpu.launch
@@ -70,29 +78,50 @@
 // WIDE: scf.for
 // WIDE-NOT: vector<16xi8>
 // WIDE: func.call @e8m0
-// With lane-groups 0 (off: not yet run on a GPU as such), a stage of at
-// most 16 entries takes the launch above, a larger one the same kernel
-// with two groups per lane (lane-groups 2): groups c0 + 2t and c0 + 2t + 1,
-// 32 bytes per row, 8 loads of activations, 8 groups per iteration, the
-// scales from the word at c0 + 4 (t / 2).
-// AUTO-LABEL: func.func @up
-// AUTO: %[[FEW:.+]] = arith.cmpi ule, %{{.+}}, %c16{{.*}} : index
-// AUTO-NEXT: scf.if %[[FEW]] {
-// AUTO: gpu.launch
-// AUTO: vector<16xi8>
-// AUTO-NOT: vector<32xi8>
-// AUTO: } else {
-// AUTO: gpu.launch
-// AUTO: nvvm.vote.sync  all
-// AUTO: scf.for %[[D0:[^ ]+]] = %{{.+}} to %{{.+}} step %c8{{.*}} iter_args(
-// AUTO-COUNT-8: vector.load %arg0[{{.+}}] {alignment = 16 : i64} : memref<?x?xbf16>, vector<8xbf16>
-// AUTO: vector.load %arg3[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<32xi8>
-// AUTO: vector.load %arg4[{{.+}}] {alignment = 4 : i64} : memref<?x?x?xi8>, vector<4xi8>
-// AUTO: vector.load %arg3[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<32xi8>
-// AUTO-COUNT-16: nvvm.mma.sync
-// AUTO: } else {
-// AUTO-NOT: vector<32xi8>
-// AUTO: func.call @e8m0
+// With groups-in-flight 16 (one group per lane): two units (8 groups) of
+// loads per iteration, groups c0 + t and c0 + 4 + t, then the last unit
+// alone when 8 does not divide the groups: the same mma steps in the same
+// order as one unit per iteration, so the same sums.
+// FLIGHT-LABEL: func.func @up
+// FLIGHT: gpu.launch
+// FLIGHT: nvvm.vote.sync  all
+// FLIGHT: %[[MOST:.+]] = arith.muli %{{.+}}, %c8{{.*}} : index
+// FLIGHT: %[[S:.+]]:8 = scf.for %{{.+}} = %{{.+}} to %[[MOST]] step %c8{{.*}} iter_args(
+// FLIGHT-COUNT-4: vector.load %arg0[{{.+}}] {alignment = 16 : i64} : memref<?x?xbf16>, vector<8xbf16>
+// FLIGHT-COUNT-4: vector<16xi8>
+// FLIGHT-COUNT-4: vector.load %arg0[{{.+}}] {alignment = 16 : i64} : memref<?x?xbf16>, vector<8xbf16>
+// FLIGHT-COUNT-4: vector<16xi8>
+// FLIGHT-COUNT-32: nvvm.mma.sync
+// FLIGHT: scf.for %{{.+}} = %[[MOST]] to %{{.+}} step %c4{{.*}} iter_args(%{{.+}} = %[[S]]#0,
+// FLIGHT-COUNT-4: vector<16xi8>
+// FLIGHT-COUNT-16: nvvm.mma.sync
+// FLIGHT: } else {
+// FLIGHT-NOT: vector<16xi8>
+// FLIGHT: func.call @e8m0
+// By default (lane-groups 2): groups c0 + 2t and c0 + 2t + 1, 32 bytes per
+// row, 8 loads of activations, 8 groups per iteration, the scales from the
+// word at c0 + 4 (t / 2); the last 4 groups, where 8 does not divide them,
+// one group per lane. The two-matrix kernel is named and bounded to 6
+// resident blocks per SM (up-min-blocks, for k3-gpu-launch-bounds); the
+// one-matrix kernel is left alone.
+// LANES2-LABEL: func.func @up
+// LANES2-SAME: k3.launch_bounds = {up_mma_kernel = 6 : i64}
+// LANES2-NOT: arith.cmpi ule
+// LANES2: gpu.launch {{.*}} function(@up_mma_kernel) {
+// LANES2: nvvm.vote.sync  all
+// LANES2: %[[MOST:.+]] = arith.muli %{{.+}}, %c8{{.*}} : index
+// LANES2: scf.for %{{.+}} = %{{.+}} to %[[MOST]] step %c8{{.*}} iter_args(
+// LANES2-COUNT-8: vector.load %arg0[{{.+}}] {alignment = 16 : i64} : memref<?x?xbf16>, vector<8xbf16>
+// LANES2: vector.load %arg3[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<32xi8>
+// LANES2: vector.load %arg4[{{.+}}] {alignment = 4 : i64} : memref<?x?x?xi8>, vector<4xi8>
+// LANES2: vector.load %arg3[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<32xi8>
+// LANES2-COUNT-32: nvvm.mma.sync
+// LANES2: scf.for %{{.+}} = %[[MOST]] to %{{.+}} step %c4{{.*}} iter_args(
+// LANES2-NOT: vector<32xi8>
+// LANES2: vector<16xi8>
+// LANES2: } else {
+// LANES2-NOT: vector<32xi8>
+// LANES2: func.call @e8m0
 // With `prefetch` (off: no faster on the H200): the wide loop, one unit per
 // iteration, carries the next unit's code and scale words (2 matrices x (2
 // rows x 4 words + 2 scale words) = 20 i32), loaded at the top of the
@@ -239,6 +268,13 @@ func.func @up(%xi: memref<?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64
 // STAGED-DAG: memref.global "private" @k3k_experts_codes1 : memref<4x4x1x16x64xi8, #gpu.address_space<workgroup>> {alignment = 16 : i64}
 // STAGED-DAG: memref.global "private" @k3k_experts_scales1 : memref<4x4x2x16x4xi8, #gpu.address_space<workgroup>> {alignment = 16 : i64}
 // STAGED-LABEL: func.func @down
+// LANES2-LABEL: func.func @down
+// LANES2-NOT: launch_bounds
+// LANES2-NOT: function(@
+// With up-min-blocks=0 the kernel keeps its default name and no bound.
+// NOBOUND-LABEL: func.func @up
+// NOBOUND-NOT: launch_bounds
+// NOBOUND-NOT: function(@
 // STAGED: nvgpu.device_async_copy
 // CHECK-LABEL: func.func @down
 // CHECK: gpu.launch
