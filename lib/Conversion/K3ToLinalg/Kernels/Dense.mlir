@@ -350,9 +350,21 @@ func.func private @k3k_embedding(%tok: tensor<?xi32>, %table: tensor<?x?xbf16>) 
   %c1 = arith.constant 1 : index
   %t = tensor.dim %tok, %c0 : tensor<?xi32>
   %d = tensor.dim %table, %c1 : tensor<?x?xbf16>
+  // The token ids are host memory mapped into the device (docs/ABI.md),
+  // which a GPU kernel reads over the bus: a copy first (one read per
+  // token), so that the gather's threads read the ids from device memory
+  // (H200: 16 us for one token, 76 us for 64, BENCHMARKS.md fourteenth
+  // session).
+  %tokm = bufferization.to_buffer %tok read_only : tensor<?xi32> to memref<?xi32>
+  %tokd = memref.alloc(%t) : memref<?xi32>
+  scf.parallel (%i) = (%c0) to (%t) step (%c1) {
+    %v = memref.load %tokm[%i] : memref<?xi32>
+    memref.store %v, %tokd[%i] : memref<?xi32>
+  }
+  %toks = bufferization.to_tensor %tokd restrict : memref<?xi32> to tensor<?xi32>
   %o = tensor.empty(%t, %d) : tensor<?x?x!act>
   %y = linalg.generic {indexing_maps = [#row2, #id2], iterator_types = ["parallel", "parallel"]}
-      ins(%tok : tensor<?xi32>) outs(%o : tensor<?x?x!act>) {
+      ins(%toks : tensor<?xi32>) outs(%o : tensor<?x?x!act>) {
   ^bb0(%id: i32, %b: !act):
     %j = linalg.index 1 : index
     %row = arith.index_cast %id : i32 to index

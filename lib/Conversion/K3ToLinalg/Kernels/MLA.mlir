@@ -694,6 +694,40 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
   // their kernels).
   %len064 = memref.load %lenm[%c0] : memref<?xi64>
   %len0 = arith.index_cast %len064 : i64 to index
+  // The page tables and lengths are host memory mapped into the device
+  // (docs/ABI.md), which a GPU kernel reads over the bus. One parallel loop
+  // (one kernel) copies the lengths and the pages in use (through position
+  // len_s + T - 1, or the whole row if that is past it) to temporaries,
+  // which the kernels below read; the host code keeps reading %lenm.
+  %nrow = memref.dim %table, %c0 : memref<?x?xi32>
+  %npg = memref.dim %table, %c1 : memref<?x?xi32>
+  %lend = memref.alloc(%nseq) : memref<?xi64>
+  %tabd = memref.alloc(%nrow, %npg) : memref<?x?xi32>
+  %ncopy = arith.maxui %nrow, %nseq : index
+  %npg1 = arith.addi %npg, %c1 : index
+  scf.parallel (%s, %g) = (%c0, %c0) to (%ncopy, %npg1) step (%c1, %c1) {
+    %sin = arith.cmpi ult, %s, %nseq : index
+    %sl = arith.select %sin, %s, %c0 : index
+    %l64 = memref.load %lenm[%sl] : memref<?xi64>
+    %isl = arith.cmpi eq, %g, %npg : index
+    scf.if %isl {
+      scf.if %sin {
+        memref.store %l64, %lend[%s] : memref<?xi64>
+      }
+    } else {
+      // Pages 0 .. (len + T - 1) / P of the row.
+      %l = arith.index_cast %l64 : i64 to index
+      %end = arith.addi %l, %t : index
+      %pgs = arith.ceildivui %end, %psz : index
+      %use = arith.cmpi ult, %g, %pgs : index
+      %row = arith.cmpi ult, %s, %nrow : index
+      %copy = arith.andi %use, %row : i1
+      scf.if %copy {
+        %pid = memref.load %table[%s, %g] : memref<?x?xi32>
+        memref.store %pid, %tabd[%s, %g] : memref<?x?xi32>
+      }
+    }
+  }
   %dq = arith.addi %dn, %dr : index
   %dkv = arith.addi %dn, %dvh : index
 
@@ -713,13 +747,13 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     %sq = arith.select %pertoken, %i, %c0 : index
     // The length from memory, not from the host code: the kernel's
     // arguments stay the same from one decode step to the next.
-    %l64 = memref.load %lenm[%sq] : memref<?xi64>
+    %l64 = memref.load %lend[%sq] : memref<?xi64>
     %len = arith.index_cast %l64 : i64 to index
     %rel = arith.subi %i, %sq : index
     %pos = arith.addi %len, %rel : index
     %pg = arith.divui %pos, %psz : index
     %off = arith.remui %pos, %psz : index
-    %pid32 = memref.load %table[%sq, %pg] : memref<?x?xi32>
+    %pid32 = memref.load %tabd[%sq, %pg] : memref<?x?xi32>
     %pid = arith.index_cast %pid32 : i32 to index
     %latent = arith.cmpi ult, %e, %r : index
     %v = scf.if %latent -> (!act) {
@@ -768,7 +802,7 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     %yes = arith.constant true
     %ntk = memref.alloc(%t) : memref<?xindex>
     scf.parallel (%i) = (%c0) to (%t) step (%c1) {
-      %l64 = memref.load %lenm[%i] : memref<?xi64>
+      %l64 = memref.load %lend[%i] : memref<?xi64>
       %l = arith.index_cast %l64 : i64 to index
       %n = arith.addi %l, %c1 : index
       memref.store %n, %ntk[%i] : memref<?xindex>
@@ -870,7 +904,7 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
       scf.if %jin {
         %pg = arith.divui %j, %psz : index
         %off = arith.remui %j, %psz : index
-        %pid32 = memref.load %table[%i, %pg] : memref<?x?xi32>
+        %pid32 = memref.load %tabd[%i, %pg] : memref<?x?xi32>
         %pid = arith.index_cast %pid32 : i32 to index
         %base = arith.muli %pid, %psz : index
         %row = arith.addi %base, %off : index
@@ -963,7 +997,7 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     scf.parallel (%j, %e) = (%c0, %c0) to (%ntok, %w) step (%c1, %c1) {
       %pg = arith.divui %j, %psz : index
       %off = arith.remui %j, %psz : index
-      %pid32 = memref.load %table[%c0, %pg] : memref<?x?xi32>
+      %pid32 = memref.load %tabd[%c0, %pg] : memref<?x?xi32>
       %pid = arith.index_cast %pid32 : i32 to index
       %v = memref.load %pool[%pid, %off, %e] : memref<?x?x?x!act>
       %vf = func.call @k3k_widen(%v) : (!act) -> f32
