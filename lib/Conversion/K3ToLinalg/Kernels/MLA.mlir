@@ -915,12 +915,31 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     %c8 = arith.constant 8 : index
     func.call @k3k_mla_scores(%qt, %pool2, %rows, %ntk, %p, %scale) : (memref<?x?x?xf32>, memref<?x?x!act>, memref<?x?xindex>, memref<?xindex>, memref<?x?x?xf32>, f32) -> ()
     // Softmax per (token, head): the maximum, exp(s - max) in place, the sum.
-    %rowmax = memref.alloc(%t, %nh) : memref<?x?xf32>
-    scf.parallel (%i, %h) = (%c0, %c0) to (%t, %nh) step (%c1, %c1) {
+    // The maximum and the sum in chunks of 512 rows (one kernel over every
+    // (token, head, chunk), so that a batch-1 step's few rows still make
+    // many warps), then the chunks' results in chunk order; a chunk past the
+    // token's n_i gives -inf or 0, which change nothing, so the result
+    // depends on n_i only.
+    %chunk = arith.constant 512 : index
+    %nch = arith.ceildivui %cap, %chunk : index
+    %pmax = memref.alloc(%t, %nh, %nch) : memref<?x?x?xf32>
+    scf.parallel (%i, %h, %ch) = (%c0, %c0, %c0) to (%t, %nh, %nch) step (%c1, %c1, %c1) {
       %ntok = func.call @k3k_mla_rows(%ntk, %i, %yes, %cap) : (memref<?xindex>, index, i1, index) -> index
-      %mx = scf.for %j = %c0 to %ntok step %c1 iter_args(%m = %ninf) -> (f32) {
+      %lo = arith.muli %ch, %chunk : index
+      %lo2 = arith.addi %lo, %chunk : index
+      %hi = arith.minui %lo2, %ntok : index
+      %mx = scf.for %j = %lo to %hi step %c1 iter_args(%m = %ninf) -> (f32) {
         %sc = memref.load %p[%i, %h, %j] : memref<?x?x?xf32>
         %m2 = arith.maximumf %m, %sc : f32
+        scf.yield %m2 : f32
+      }
+      memref.store %mx, %pmax[%i, %h, %ch] : memref<?x?x?xf32>
+    }
+    %rowmax = memref.alloc(%t, %nh) : memref<?x?xf32>
+    scf.parallel (%i, %h) = (%c0, %c0) to (%t, %nh) step (%c1, %c1) {
+      %mx = scf.for %ch = %c0 to %nch step %c1 iter_args(%m = %ninf) -> (f32) {
+        %pm = memref.load %pmax[%i, %h, %ch] : memref<?x?x?xf32>
+        %m2 = arith.maximumf %m, %pm : f32
         scf.yield %m2 : f32
       }
       memref.store %mx, %rowmax[%i, %h] : memref<?x?xf32>
@@ -944,11 +963,23 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
         }
       }
     }
-    scf.parallel (%i, %h) = (%c0, %c0) to (%t, %nh) step (%c1, %c1) {
+    %psum = memref.alloc(%t, %nh, %nch) : memref<?x?x?xf32>
+    scf.parallel (%i, %h, %ch) = (%c0, %c0, %c0) to (%t, %nh, %nch) step (%c1, %c1, %c1) {
       %ntok = func.call @k3k_mla_rows(%ntk, %i, %yes, %cap) : (memref<?xindex>, index, i1, index) -> index
-      %sum = scf.for %j = %c0 to %ntok step %c1 iter_args(%a = %zero) -> (f32) {
+      %lo = arith.muli %ch, %chunk : index
+      %lo2 = arith.addi %lo, %chunk : index
+      %hi = arith.minui %lo2, %ntok : index
+      %sum = scf.for %j = %lo to %hi step %c1 iter_args(%a = %zero) -> (f32) {
         %e = memref.load %p[%i, %h, %j] : memref<?x?x?xf32>
         %s2 = arith.addf %a, %e : f32
+        scf.yield %s2 : f32
+      }
+      memref.store %sum, %psum[%i, %h, %ch] : memref<?x?x?xf32>
+    }
+    scf.parallel (%i, %h) = (%c0, %c0) to (%t, %nh) step (%c1, %c1) {
+      %sum = scf.for %ch = %c0 to %nch step %c1 iter_args(%a = %zero) -> (f32) {
+        %ps = memref.load %psum[%i, %h, %ch] : memref<?x?x?xf32>
+        %s2 = arith.addf %a, %ps : f32
         scf.yield %s2 : f32
       }
       memref.store %sum, %rowsum[%i, %h] : memref<?x?xf32>
