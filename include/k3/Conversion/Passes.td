@@ -306,10 +306,11 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma", "::mlir::ModuleOp"> {
            "order of the row's sum; H200 B = 1 gate/up 0.400 -> 0.375 ms, "
            "BENCHMARKS.md thirteenth session)">,
     Option<"wideGroups", "wide-groups", "bool", "true",
-           "With fold-scales: lane t of a quad reads all of group c0 + t "
-           "(16 bytes per row, full 32-byte sectors per quad), so one mma "
-           "step sums 4 groups (another order of the row's sum; H200 B = 1 "
-           "gate/up 0.370 -> 0.346 ms, down 0.188 -> 0.168)">,
+           "With fold-scales: each lane of a quad reads whole groups of a "
+           "row (lane-groups of them: 16 or 32 bytes, full 32-byte sectors "
+           "per quad), so one mma step sums 4 groups (another order of the "
+           "row's sum; H200, one group per lane, B = 1 gate/up 0.370 -> "
+           "0.346 ms, down 0.188 -> 0.168)">,
     Option<"prefetchWords", "prefetch", "bool", "false",
            "With wide-groups: load each unit's code and scale words one "
            "loop iteration ahead (the same sums; H200: no faster, B = 1 "
@@ -330,8 +331,8 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma", "::mlir::ModuleOp"> {
     Option<"groupsInFlight", "groups-in-flight", "int64_t", "8",
            "Without staged: groups whose loads a warp issues together, "
            "over the matrices (a multiple of 4 from 4 to 32; the same sums; "
-           "H200, one group per lane: 16 slower than 8 at B = 1 and no "
-           "faster at B = 8)">
+           "H200, one group per lane: 16 is slower than 8 at B = 1 and "
+           "slower than lane-groups=2 at B = 8)">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::arith::ArithDialect",
@@ -502,17 +503,18 @@ def K3GPULaunchBoundsPass : Pass<"k3-gpu-launch-bounds", "::mlir::ModuleOp"> {
   let summary = "Give kernels the occupancy their launching pass asked for";
   let description = [{
     A pass that builds a `gpu.launch` may ask that its kernel leave room for
-    a number of resident blocks per SM, by putting
-    `k3.launch_bounds = array<i64: threads, blocks>` on the function that
-    holds the launch (gpu-kernel-outlining drops the launch's own
-    attributes). Run after outlining, this pass gives every kernel that the
-    function launches `nvvm.maxntid = [threads, 1, 1]` and
-    `nvvm.minctasm = blocks`: PTX `.maxntid` and `.minnctapersm`, from
-    which ptxas caps the registers per thread (65536 / (threads x blocks),
-    spilling what does not fit; PTX ISA, "Performance-Tuning Directives").
-    The attribute is then removed. A malformed attribute, or a launch of a
-    kernel that is not there, is an error.
-  }];
+    a number of resident blocks per SM: it names the kernel (the launch's
+    `function` attribute) and puts `k3.launch_bounds = {name = blocks}` on
+    the function that holds the launch (gpu-kernel-outlining drops the
+    launch's own attributes). Run after outlining, this pass gives each
+    kernel so named that the function launches `nvvm.minctasm = blocks`:
+    PTX `.minnctapersm`, which with the `.maxntid` of the kernel's known
+    block size lets ptxas cap the registers per thread (65536 / (threads x
+    blocks), spilling what does not fit; PTX ISA, "Performance-Tuning
+    Directives"). The attribute is then removed. An attribute that is not
+    such a dictionary, a count outside 1-32, or a name the function does
+    not launch is an error.
+}];
 }
 
 def K3GPUDependentLaunchPass : Pass<"k3-gpu-dependent-launch", "::mlir::ModuleOp"> {
