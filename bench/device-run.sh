@@ -30,6 +30,14 @@
 #           steps, logits and states, --rtol 0) with the e2e pack's k3-run
 #           (needs build/e2e-pack); SAME="V ..." also compares LIB-V.so
 #           with LIB-base.so                                  ~30 s per pair
+#   ncu     Nsight Compute on kernels of a batch-NCUB (default 1) decode
+#           step of each variant in NCU="new ..." (as in prof), graphs
+#           off: the kernels matching the regex NCUK (default
+#           k3k_experts_.*mxfp4), NCUSKIP launches skipped (default 3),
+#           NCUCOUNT profiled (default 3); the sections of the earlier
+#           sessions' reports (SpeedOfLight, MemoryWorkloadAnalysis,
+#           WarpStateStats, SchedulerStats, Occupancy, LaunchStats)
+#                                                             ~60 s each
 # Results go to OUT/results.tgz (OUT: the device tool's $OUT).
 set -u
 dest=${1:?usage: bench/device-run.sh OUT [PARTS]}
@@ -122,6 +130,25 @@ if has same && [ -f build/e2e-pack/gpu-e2e.tar.xz ]; then
         --chunks-b 40 --rtol 0 --states > "$out/same-$name.txt" 2>&1
       echo "$name: rc=$? $(tail -1 "$out/same-$name.txt")"
     done
+  done
+fi
+
+if has ncu; then
+  say ncu
+  ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  for v in ${NCU:-new}; do
+    so=$gb/k3-group-$v.so
+    [ "$v" = new ] && so=$gb/k3-group.so
+    [ -f "$so" ] || continue
+    K3RT_CUDA_GRAPHS=0 timeout 240 "$ncu" --clock-control none \
+      --kernel-name "regex:${NCUK:-k3k_experts_.*mxfp4}" \
+      --launch-skip "${NCUSKIP:-3}" --launch-count "${NCUCOUNT:-3}" \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis \
+      --section WarpStateStats --section SchedulerStats --section Occupancy \
+      --section LaunchStats "${bench[@]}" --lib "$so" --batches "${NCUB:-1}" \
+      --prefill "" --reps 1 --compare-prompt 0 > "$out/ncu-$v.txt" 2>&1
+    echo "$v rc=$?"
+    grep -E "^  k3k|Duration|DRAM Throughput|L1/TEX Cache Throughput|Registers Per|Achieved Occ|Eligible Warps" "$out/ncu-$v.txt"
   done
 fi
 
