@@ -738,10 +738,10 @@ SmallVector<Value> ExpertsKernel::accumulateFolded(const Loaded &in,
 std::pair<SmallVector<Value>, Value>
 ExpertsKernel::units4(Value groups, ValueRange acc) {
   if (!codesGlobal) {
-    // 1-4 units per iteration (loads first; with `prefetch` one, its
-    // words loaded an iteration ahead).
-    // (prefetch: with one group per lane only.)
-    bool ahead = fold && wide && prefetch && laneGroups == 1;
+    // 1-4 units per iteration (loads first; with `prefetch`, which the pass
+    // allows with one group per lane only, one, its words loaded an
+    // iteration ahead).
+    bool ahead = fold && wide && prefetch;
     int64_t per = ahead ? 1
                         : std::max<int64_t>(1, inFlight / 4 /
                                                    (int64_t)st.matrices.size());
