@@ -23,7 +23,8 @@
 #   trace64 the launch trace of a batch-64 step                       ~30 s
 #   prof    per-kernel profile of batch-1 and batch-8 steps (PROFB="1,8"),
 #           no peers, of each variant in PROF="new ..." (LIB or
-#           LIB-ordinary, as in ab)                                 ~40 s each
+#           LIB-ordinary, as in ab); PROFP=T adds a prefill of T tokens
+#           (chunks of 512)                                         ~40 s each
 #   same    whether the A/B pair computes the same bits: for each LIB of
 #           k3-group and k3-wide with build/gpu-bench/LIB-base.so and
 #           LIB.so, test/e2e/compare.py self (prefill of 40 tokens, 4 decode
@@ -34,9 +35,11 @@
 #           step of each variant in NCU="new ..." (as in prof), graphs
 #           off: the kernels matching the regex NCUK (default
 #           k3k_experts_.*mxfp4), NCUSKIP launches skipped (default 3),
-#           NCUCOUNT profiled (default 3); the sections of the earlier
-#           sessions' reports (SpeedOfLight, MemoryWorkloadAnalysis,
-#           WarpStateStats, SchedulerStats, Occupancy, LaunchStats)
+#           NCUCOUNT profiled (default 3); NCUSECTIONS, by default the
+#           sections of the earlier sessions' reports (SpeedOfLight
+#           MemoryWorkloadAnalysis WarpStateStats SchedulerStats Occupancy
+#           LaunchStats); each kernel takes about a minute at batch 64
+#           (the replay saves and restores the weights)
 #                                                             ~60 s each
 # Results go to OUT/results.tgz (OUT: the device tool's $OUT).
 set -u
@@ -111,7 +114,8 @@ if has prof; then
     [[ $v == *-ordinary ]] && dependent=0
     [ -f "$so" ] || continue
     f=profile-$v-b${PROFB:-1,8}
-    K3RT_CUDA_DEPENDENT_LAUNCH=$dependent timeout 100 "${bench[@]}" --lib "$so" --batches "${PROFB:-1,8}" --prefill "" --reps 3 \
+    K3RT_CUDA_DEPENDENT_LAUNCH=$dependent timeout 100 "${bench[@]}" --lib "$so" --batches "${PROFB:-1,8}" \
+      --prefill "${PROFP:-}" --prefill-chunk 512 --reps 3 \
       --compare-prompt 0 --profile --json "$out/$f.json" > "$out/$f.txt" 2>&1
     echo "$v rc=$?"; grep "median\|kernels:\|Error" "$out/$f.txt"
   done
@@ -143,9 +147,8 @@ if has ncu; then
     K3RT_CUDA_GRAPHS=0 timeout 240 "$ncu" --clock-control none \
       --kernel-name "regex:${NCUK:-k3k_experts_.*mxfp4}" \
       --launch-skip "${NCUSKIP:-3}" --launch-count "${NCUCOUNT:-3}" \
-      --section SpeedOfLight --section MemoryWorkloadAnalysis \
-      --section WarpStateStats --section SchedulerStats --section Occupancy \
-      --section LaunchStats "${bench[@]}" --lib "$so" --batches "${NCUB:-1}" \
+      $(printf -- "--section %s " ${NCUSECTIONS:-SpeedOfLight MemoryWorkloadAnalysis WarpStateStats SchedulerStats Occupancy LaunchStats}) \
+      "${bench[@]}" --lib "$so" --batches "${NCUB:-1}" \
       --prefill "" --reps 1 --compare-prompt 0 > "$out/ncu-$v.txt" 2>&1
     echo "$v rc=$?"
     grep -E "^  k3k|Duration|DRAM Throughput|L1/TEX Cache Throughput|Registers Per|Achieved Occ|Eligible Warps" "$out/ncu-$v.txt"

@@ -118,6 +118,7 @@ static CUresult moduleUnload(void *module) {
 static struct FakeFunction {
   void *module;
   char *name;
+  unsigned dynamicShared; /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
   struct FakeFunction *next;
 } *functions;
 static CUresult moduleGetFunction(void **f, void *module, const char *name) {
@@ -132,18 +133,34 @@ static CUresult moduleGetFunction(void **f, void *module, const char *name) {
   if (!k || !(k->name = strdup(name)))
     return 2;
   k->module = module;
+  k->dynamicShared = 48 * 1024;
   k->next = functions;
   functions = k;
   *f = k;
   return 0;
+}
+/* More dynamic shared memory than 48 KB needs the function's opt-in
+ * (cuFuncSetAttribute), at most the 227 KB of an sm_90 block; else the
+ * launch or graph node fails with 1, invalid value, as on a GPU. */
+enum { kMaxDynamicSharedAttr = 8, kMostShared = 227 * 1024 };
+static CUresult funcSetAttribute(void *f, int attr, int value) {
+  if (attr != kMaxDynamicSharedAttr || value < 0 || value > kMostShared)
+    return 1;
+  ((struct FakeFunction *)f)->dynamicShared = (unsigned)value;
+  return 0;
+}
+static int sharedFits(void *f, unsigned smem) {
+  return smem <= ((struct FakeFunction *)f)->dynamicShared;
 }
 static CUresult launchKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
                              unsigned bx, unsigned by, unsigned bz,
                              unsigned smem, void *stream, void **params,
                              void **extra) {
   NEED_CONTEXT;
-  (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz;
-  (void)smem, (void)stream, (void)params, (void)extra;
+  (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz;
+  (void)stream, (void)params, (void)extra;
+  if (!sharedFits(f, smem))
+    return 1;
   const char *mode = getenv("FAKE_CUDA_LAUNCH");
   ++launches;
   queued = 1;
@@ -188,7 +205,7 @@ __attribute__((destructor)) static void report(void) {
  * every argument is 8 bytes (k3c's kernels take pointers and i64 indices). */
 typedef struct {
   void *fn;
-  unsigned grid[3];
+  unsigned grid[3], smem;
   int programmatic; /* an incoming programmatic edge */
 } FakeNode;
 typedef struct {
@@ -225,6 +242,8 @@ static CUresult graphAddKernelNode(void **node, FakeGraph *g,
                                    void *const *deps, size_t ndeps,
                                    const NodeParams *p) {
   (void)deps, (void)ndeps;
+  if (!sharedFits(p->fn, p->smem))
+    return 1;
   if (g->n == g->cap) {
     size_t cap = g->cap ? 2 * g->cap : 64;
     FakeNode *n = realloc(g->node, cap * sizeof(FakeNode));
@@ -234,6 +253,7 @@ static CUresult graphAddKernelNode(void **node, FakeGraph *g,
   }
   g->node[g->n].fn = p->fn;
   g->node[g->n].programmatic = 0;
+  g->node[g->n].smem = p->smem;
   memcpy(g->node[g->n].grid, p->grid, sizeof(p->grid));
   *node = (void *)(uintptr_t)g->n++;
   return 0;
@@ -283,9 +303,10 @@ static CUresult graphInstantiate(FakeGraph **exec, FakeGraph *g,
 static CUresult graphExecSetParams(FakeGraph *exec, void *node,
                                    const NodeParams *p) {
   size_t i = (size_t)(uintptr_t)node;
-  if (i >= exec->n || exec->node[i].fn != p->fn)
+  if (i >= exec->n || exec->node[i].fn != p->fn || !sharedFits(p->fn, p->smem))
     return 1; /* CUDA_ERROR_INVALID_VALUE */
   memcpy(exec->node[i].grid, p->grid, sizeof(p->grid));
+  exec->node[i].smem = p->smem;
   ++nodeUpdates;
   return 0;
 }
@@ -295,7 +316,7 @@ static CUresult graphLaunch(FakeGraph *exec, void *stream) {
   for (size_t i = 0; i < exec->n; ++i) {
     const FakeNode *n = &exec->node[i];
     CUresult r = launchKernel(n->fn, n->grid[0], n->grid[1], n->grid[2], 64,
-                              1, 1, 0, stream, NULL, NULL);
+                              1, 1, n->smem, stream, NULL, NULL);
     if (r)
       return r;
   }
@@ -448,6 +469,7 @@ EXPORT CUresult cuGetProcAddress_v2(const char *name, void **fn, int version,
       {"cuModuleUnload", (void *)moduleUnload},
       {"cuModuleGetFunction", (void *)moduleGetFunction},
       {"cuLaunchKernel", (void *)launchKernel},
+      {"cuFuncSetAttribute", (void *)funcSetAttribute},
       {"cuStreamCreate", (void *)streamCreate},
       {"cuStreamDestroy", (void *)streamNop},
       {"cuStreamSynchronize", (void *)streamSynchronize},

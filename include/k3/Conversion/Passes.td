@@ -188,28 +188,46 @@ def K3GPUMMAPass : Pass<"k3-gpu-mma", "::mlir::ModuleOp"> {
     and f32 C (a linear layer of a bf16 library; `extf` directly or through a
     function that is only `arith.extf`) gets a second kernel, chosen at run
     time by `scf.if`: when T >= `min-rows`, K % 64 == 0 and X and W are
-    16-byte aligned, a `gpu.launch` with one block of 128 threads per 64 x 64
-    tile of C, the 64 x 64 tiles of X and W copied into two-stage rings in
-    workgroup memory (16-byte aligned `memref.global`s, rows padded to 72
-    elements against bank conflicts) with `nvgpu.device_async_copy`
-    (cp.async, 16 bytes per thread, zeros past the last row; the next k step
-    in flight while the current one's mma run), and each warp computing 32 x 32
-    of C with `nvvm.mma.sync` m16n8k16 (bf16 operands, f32 accumulators);
-    otherwise the generic as before (a decode step's few rows go to
-    `k3-gpu-warp-reduce`). bf16 mma.sync needs sm_80: with `sm` below 80
-    (the oldest target of the library) nothing changes. The launch records `k3.tile_sizes = [64, 64, 64]`
-    and `k3.mma_shape = [16, 8, 16]`. The products are exact in f32; the f32
-    sums are taken in a different order than the scalar kernel's.
+    16-byte aligned, a `gpu.launch` with one block per `tile-m` x `tile-n`
+    tile of C (64 x 128 by default: 8 warps of 32 x 32), the tiles of X and
+    W (64 elements of K) copied into rings of `stages` stages in workgroup
+    memory (rows padded to 72 elements against bank conflicts; 16-byte
+    aligned `memref.global`s when the rings fit 48 KB, else views of
+    `gpu.dynamic_shared_memory`, the launch's dynamic size) with
+    `nvgpu.device_async_copy` (cp.async, 16 bytes per thread, zeros past the
+    last row; the next stages - 1 k steps in flight while the current one's
+    mma run), and each warp computing 32 x 32 of C with `nvvm.mma.sync`
+    m16n8k16 (bf16 operands, f32 accumulators); otherwise the generic as
+    before (a decode step's few rows go to `k3-gpu-skinny-mma`). A product
+    of fewer than `target-blocks` tiles is split over K too; a second loop
+    adds the slices in order (or, with `fuse-slices`, the tile's last
+    block).
+
+    A function marked `k3.mma_matmul = {out = @f}` with arguments X [T, K],
+    bf16 W [N, K] and the output [T, N] (Kernels/Dense.mlir: the rounded
+    products of 16 tokens and more) gets the same kernel for its whole body,
+    storing `f(sum)` into the output, with no zeroed f32 product first (the
+    sum starts at the first slice's: the same value but for the sign of an
+    exact zero); the body runs when the kernel cannot (also W's K must be
+    X's).
+
+    bf16 mma.sync needs sm_80: with `sm` below 80 (the oldest target of the
+    library) nothing changes. The launch records `k3.tile_sizes = [tile-m,
+    tile-n, 64]` and `k3.mma_shape = [16, 8, 16]`. The products are exact in
+    f32; the f32 sums are taken in a different order than the scalar
+    kernel's.
 
     ```mlir
     linalg.generic {C[i, j] += extf(X[i, k]) * extf(W[j, k])}
     // becomes
     scf.if %T >= 16 && %K % 64 == 0 && aligned(X) && aligned(W) {
-      gpu.launch blocks(ceil(T / 64), ceil(N / 64), 1) threads(128, 1, 1)
-          workgroup(%xs : memref<64x72xbf16, 3>, %ws : memref<64x72xbf16, 3>) {
-        scf.for %k0 = 0 to %K step 64 { stage X, W; barrier; 32 mma.sync; barrier }
-        C[m, n] += D  (inside the bounds)
-      } {k3.tile_sizes = array<i64: 64, 64, 64>}
+      gpu.launch blocks(ceil(T / 64), ceil(N / 128), slices) threads(256, 1, 1)
+          dynamic_shared_memory_size 55296 {
+        %xs, %ws = views of gpu.dynamic_shared_memory: [2, 64, 72], [2, 128, 72]
+        scf.for %k0 in the slice step 64 { stage X, W; barrier; 32 mma.sync; barrier }
+        C[m, n] += D, or the slice's partial tile = D  (inside the bounds)
+      } {k3.tile_sizes = array<i64: 64, 128, 64>}
+      C[m, n] += the partial tiles in slice order  (with a split)
     } else {
       linalg.generic ...
     }
@@ -224,7 +242,21 @@ def K3GPUMMAPass : Pass<"k3-gpu-mma", "::mlir::ModuleOp"> {
     Option<"fuseSlices", "fuse-slices", "bool", "false",
            "Split products: the last block of each tile adds the slices (a "
            "counter per tile) instead of a second kernel (H200: slower, "
-           "BENCHMARKS.md twelfth session; off)">
+           "BENCHMARKS.md twelfth session; off)">,
+    Option<"tileM", "tile-m", "int64_t", "64",
+           "Rows of X (tokens) per block: 64, 128 or 256 (one warp per 32 x "
+           "32 of the block tile, at most 512 threads)">,
+    Option<"tileN", "tile-n", "int64_t", "128",
+           "Rows of W (outputs) per block: 64, 128 or 256 (H200: 128 read X "
+           "half as often as 64 and was faster, BENCHMARKS.md fifteenth "
+           "session)">,
+    Option<"stages", "stages", "int64_t", "2",
+           "Stages of the X and W rings (at least 2); rings of more than 48 KB "
+           "(9 KB per 64 rows a stage) go in dynamic workgroup memory, at "
+           "most 227 KB">,
+    Option<"targetBlocks", "target-blocks", "int64_t", "1056",
+           "Blocks a split-K product aims for (the slices: as many as reach "
+           "it, each at least 8 k steps)">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::arith::ArithDialect",

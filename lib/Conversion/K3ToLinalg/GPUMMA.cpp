@@ -6,13 +6,28 @@
 // k3-gpu-warp-reduce streams W through the warps; a prefill of many rows
 // re-reads W per row that way. This pass gives the product a second kernel,
 // taken at run time when T >= min-rows, K % 64 == 0 and X and W are 16-byte
-// aligned: one block per 64x64 tile of C, four warps of 32x32, the X and W
-// tiles (64 x 64 each) copied into two-stage rings in shared memory with
-// cp.async (the next k step in flight while the current one's mma run), and
-// the products on the tensor cores with mma.sync m16n8k16 (bf16 in, f32
-// accumulate: bf16 x bf16 products are exact in f32, so only the order of
-// the f32 sums differs from the scalar kernel). Otherwise the generic runs as
-// before. A product with fewer than kTargetBlocks tiles (a decode batch: a
+// aligned: one block per tile-m x tile-n tile of C (64 x 128 by default),
+// a warp per 32 x 32 of it, the X and W tiles (64 elements of K) copied
+// into rings of `stages` stages in shared memory with cp.async (the next
+// stages - 1 k steps in flight while the current one's mma run; static
+// globals when the rings fit 48 KB, else the kernel's dynamic shared
+// memory, which the runtime opts the kernel into), and the products on the
+// tensor cores with mma.sync m16n8k16 (bf16 in, f32 accumulate: bf16 x bf16
+// products are exact in f32, so only the order of the f32 sums differs from
+// the scalar kernel). Otherwise the generic runs as before.
+//
+// Tile width: a decode batch of 64 tokens is one row of tiles, and every
+// block reads its X tile through L2 as well as its W tile; Nsight Compute
+// found the 64 x 64 kernel bound by L2 (75% busy, DRAM 45%, H200 batch-64
+// step). 128 rows of W per block halve X's share: batch-64 products 4.36
+// -> 4.02 ms, prefill 198 -> 173 ms (BENCHMARKS.md fifteenth session; 256
+// and 128 x 128 were slower, as were more stages or fewer blocks).
+//
+// A `k3.mma_matmul` function (Kernels/Dense.mlir: the rounded linear
+// layers and logits of 16 tokens and more) gets the kernel for its whole
+// body, storing out(sum) itself: no zeroed f32 output before it and no
+// rounding kernel after (batch-64 decode step 24.05 -> 23.19 ms of kernels
+// with the wider tile, prefill 1648 -> 1578 ms). A product with fewer than `target-blocks` tiles (a decode batch: a
 // few dozen rows against a long W) is split over K as well, into slices of
 // at least kMinSliceSteps k steps: each block writes its slice's partial
 // tile, and a second loop adds the slices in order (deterministic). With
@@ -54,31 +69,33 @@ namespace mlir::k3 {
 using namespace mlir;
 
 namespace {
-// Block tile (rows of X, rows of W, K step), warps, shared row padding.
-constexpr int64_t kTileM = 64, kTileN = 64, kTileK = 64;
-constexpr int64_t kThreads = 128;
+// K step, warp tile (rows of X, rows of W), shared row padding. The block
+// tile is an option (`tile-m` x `tile-n`, 64 x 64 by default), one warp per
+// 32 x 32 of it.
+constexpr int64_t kTileK = 64;
 constexpr int64_t kWarpM = 32, kWarpN = 32;
 // Shared rows of 72 bf16 (144 bytes): the 8 rows a fragment load touches
 // fall in distinct banks, and every row stays 16-byte aligned.
 constexpr int64_t kPad = 8;
-// Stages of the X and W rings (cp.async): one k step in flight while the
-// other one's mma run; 2 x 2 x 9 KB of workgroup memory (static: 48 KB at
-// most, so three stages do not fit). Against k steps of 32 in three stages
-// (the same bytes in flight, twice the barriers), a batch-64 decode step's
-// products took 4.26 ms instead of 4.98 (BENCHMARKS.md, twelfth session).
-constexpr int64_t kStages = 2;
-// Split-K: blocks to aim for, and the fewest k steps of a slice. A block
-// has 8 KB of W in flight (cp.async: batch-64 decode step 34.3 -> 33.3 ms,
-// BENCHMARKS.md ninth session; 4 KB through registers before),
-// so a decode batch's product is bound by the blocks in flight: eight per
-// SM of an H200 (288 before: batch-64 decode step 53.6 -> 52.3 ms, seventh
-// session; 2112 was no better).
-constexpr int64_t kTargetBlocks = 1056, kMinSliceSteps = 8;
-// copy() copies both tiles with the same 128 threads, 16 bytes each.
-static_assert(kTileM == kTileN && kTileM * kTileK / 8 % kThreads == 0,
-              "X and W tiles are staged alike, whole 16-byte pieces per thread");
-static_assert((kTileM / kWarpM) * (kTileN / kWarpN) * 32 == kThreads,
-              "one warp per 32x32 piece of the block tile");
+// Stages of the X and W rings (cp.async, option `stages`): with two, one k
+// step in flight while the other one's mma run, 2 x 2 x 9 KB of static
+// workgroup memory (48 KB at most); more stages go in dynamic workgroup
+// memory. Against k steps of 32 in three stages (the same bytes in flight,
+// twice the barriers), a batch-64 decode step's products took 4.26 ms
+// instead of 4.98 (BENCHMARKS.md, twelfth session).
+constexpr int64_t kStaticBytes = 48 * 1024;
+// Workgroup memory a block of sm_90 may have (CUDA C++ Programming Guide,
+// "Technical Specifications per Compute Capability": 227 KB).
+constexpr int64_t kMostBytes = 227 * 1024;
+// Split-K (option `target-blocks`, 1056 by default): the blocks to aim for,
+// and the fewest k steps of a slice. A block has 8 KB of W in flight
+// (cp.async: batch-64 decode step 34.3 -> 33.3 ms, BENCHMARKS.md ninth
+// session; 4 KB through registers before), so a decode batch's product is
+// bound by the blocks in flight (1056, eight per SM of an H200, against
+// 288: batch-64 decode step 53.6 -> 52.3 ms, seventh session; 2112 was no
+// better).
+constexpr int64_t kMinSliceSteps = 8;
+constexpr llvm::StringLiteral kAttr = "k3.mma_matmul";
 
 /// `v` is `arith.extf` of `arg` from bf16, or a call of a function that is
 /// exactly that (k3k_widen of a bf16 library).
@@ -147,16 +164,35 @@ bool isBF16Product(linalg::GenericOp op) {
          (isWiden(mul.getLhs(), b) && isWiden(mul.getRhs(), a));
 }
 
+/// The block tile and the rings: `tileM` x `tileN` of C per block, one
+/// warp per 32 x 32 of it; the X and W tiles (`tileM` and `tileN` rows of
+/// 64 + 8 bf16) in rings of `stages` stages, in the static globals `x` and
+/// `w` when both fit 48 KB, else (null globals) in the kernel's dynamic
+/// workgroup memory, X's ring first.
+struct Layout {
+  int64_t tileM, tileN, stages;
+  memref::GlobalOp x, w;
+
+  int64_t threads() const { return tileM / kWarpM * (tileN / kWarpN) * 32; }
+  static int64_t stageBytes(int64_t rows) { return rows * (kTileK + kPad) * 2; }
+  int64_t ringBytes() const {
+    return stages * (stageBytes(tileM) + stageBytes(tileN));
+  }
+  bool dynamic() const { return !x; }
+};
+
 /// Builds the tensor-core kernel for `op` (X, W, C) in the current block.
 class MMAKernel : k3::IndexMath {
 public:
   /// `counters` (fuse-slices): the last block of a tile adds the slices;
   /// null: a second kernel does.
+  /// `outFn` (a `k3.mma_matmul` function's): C[m][n] = out(sum), C not
+  /// read; null: C[m][n] += sum.
   MMAKernel(OpBuilder &b, Location loc, Value x, Value w, Value c,
-            memref::GlobalOp xRing, memref::GlobalOp wRing,
+            func::FuncOp outFn, Layout layout, int64_t targetBlocks,
             memref::GlobalOp counters)
-      : IndexMath{b, loc}, x(x), w(w), c(c), xRing(xRing), wRing(wRing),
-        counters(counters) {}
+      : IndexMath{b, loc}, x(x), w(w), c(c), outFn(outFn), layout(layout),
+        targetBlocks(targetBlocks), counters(counters) {}
 
   void build(Value rows, Value cols, Value depth);
 
@@ -170,16 +206,41 @@ private:
                         function_ref<std::array<Value, 3>(Value)> at,
                         Value partial, Value slices, Value tile, Value ring);
 
-  /// Copies this thread's 16-byte pieces of rows [r0, r0 + 64) x
-  /// [k0, k0 + 32) of `src` into stage `stage` of `tile` with cp.async
+  /// Copies this thread's 16-byte pieces of rows [r0, r0 + `rows`) x
+  /// [k0, k0 + 64) of `src` into stage `stage` of `tile` with cp.async
   /// (zeros for rows >= `limit` or `valid` false); returns the copies.
   SmallVector<Value> copy(Value src, Value tile, Value stage, Value r0,
-                          Value k0, Value limit, Value valid);
+                          Value k0, Value limit, Value valid, int64_t rows);
   /// Two adjacent bf16 of a shared tile as the i32 a fragment register holds.
   Value pair(Value tile, Value stage, Value row, Value col);
 
+  /// What C[m][n] becomes for the sum `sum` of its products (one slice).
+  Value result(OpBuilder &ob, Location ol, Value sum, Value m, Value n) {
+    if (outFn)
+      return func::CallOp::create(ob, ol, outFn, sum).getResult(0);
+    return arith::AddFOp::create(
+        ob, ol, memref::LoadOp::create(ob, ol, c, ValueRange{m, n}), sum);
+  }
+  /// What C[m][n] becomes for the slices' partial tiles, added in slice
+  /// order: out(p0 + p1 + ...), or C[m][n] + p0 + p1 + ...
+  Value sliceResult(OpBuilder &ob, Location ol, Value partial, Value slices,
+                    Value m, Value n) {
+    auto at = [&](int64_t v) { return arith::ConstantIndexOp::create(ob, ol, v); };
+    if (!outFn)
+      return k3::addSlices(
+          ob, ol, partial, at(0), slices,
+          memref::LoadOp::create(ob, ol, c, ValueRange{m, n}), m, n);
+    Value first =
+        memref::LoadOp::create(ob, ol, partial, ValueRange{at(0), m, n});
+    Value sum = k3::addSlices(ob, ol, partial, at(1), slices, first, m, n);
+    return func::CallOp::create(ob, ol, outFn, sum).getResult(0);
+  }
+
   Value x, w, c;
-  memref::GlobalOp xRing, wRing, counters;
+  func::FuncOp outFn;
+  Layout layout;
+  int64_t targetBlocks;
+  memref::GlobalOp counters;
   Value tid;
 };
 
@@ -202,10 +263,9 @@ void MMAKernel::addSlicesInBlock(int64_t count,
             OpBuilder::InsertionGuard in2(b);
             b.setInsertionPoint(tb.getInsertionBlock(),
                                 tb.getInsertionPoint());
-            Value sum = memref::LoadOp::create(b, loc, c, ValueRange{m, n});
             memref::StoreOp::create(
                 b, loc,
-                k3::addSlices(b, loc, partial, idx(0), slices, sum, m, n), c,
+                sliceResult(b, loc, partial, slices, m, n), c,
                 ValueRange{m, n});
             scf::YieldOp::create(b, loc);
           });
@@ -214,15 +274,14 @@ void MMAKernel::addSlicesInBlock(int64_t count,
   });
 }
 
-constexpr int64_t kPieces = kTileM * kTileK / 8 / kThreads; // per thread
-
 SmallVector<Value> MMAKernel::copy(Value src, Value tile, Value stage,
                                    Value r0, Value k0, Value limit,
-                                   Value valid) {
+                                   Value valid, int64_t rows) {
   SmallVector<Value> copies;
   Value last = arith::SubIOp::create(b, loc, limit, idx(1));
-  for (int64_t part = 0; part < kPieces; ++part) {
-    Value piece = add(tid, part * kThreads);
+  const int64_t threads = layout.threads();
+  for (int64_t part = 0; part < rows * kTileK / 8 / threads; ++part) {
+    Value piece = add(tid, part * threads);
     Value r = arith::DivUIOp::create(b, loc, piece, idx(kTileK / 8));
     Value col =
         mul(arith::RemUIOp::create(b, loc, piece, idx(kTileK / 8)), idx(8));
@@ -253,12 +312,13 @@ Value MMAKernel::pair(Value tile, Value stage, Value row, Value col) {
 
 void MMAKernel::build(Value rows, Value cols, Value depth) {
   Value c1 = idx(1);
-  Value gridX = arith::CeilDivUIOp::create(b, loc, rows, idx(kTileM));
-  Value gridY = arith::CeilDivUIOp::create(b, loc, cols, idx(kTileN));
+  const int64_t tileM = layout.tileM, tileN = layout.tileN;
+  Value gridX = arith::CeilDivUIOp::create(b, loc, rows, idx(tileM));
+  Value gridY = arith::CeilDivUIOp::create(b, loc, cols, idx(tileN));
   // Split-K: slices = min(ceil(target / tiles), steps / min steps), at least
   // one; each slice a whole number of k steps.
   Value steps = arith::CeilDivUIOp::create(b, loc, depth, idx(kTileK));
-  Value want = arith::CeilDivUIOp::create(b, loc, idx(kTargetBlocks),
+  Value want = arith::CeilDivUIOp::create(b, loc, idx(targetBlocks),
                                           mul(gridX, gridY));
   Value most = arith::DivUIOp::create(b, loc, steps, idx(kMinSliceSteps));
   Value slices = arith::MaxUIOp::create(
@@ -270,20 +330,45 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
       arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, slices, c1);
   // The partial tiles [slices, rows, cols] (empty without a split).
   Value partial = k3::sliceBuffer(b, loc, split, slices, rows, cols);
+  Value shared;
+  if (layout.dynamic())
+    shared = arith::ConstantIntOp::create(b, loc, b.getI32Type(),
+                                          layout.ringBytes());
   auto launch = gpu::LaunchOp::create(b, loc, gridX, gridY, slices,
-                                      idx(kThreads), c1, c1);
+                                      idx(layout.threads()), c1, c1, shared);
   launch->setAttr("k3.tile_sizes",
-                  b.getDenseI64ArrayAttr({kTileM, kTileN, kTileK}));
+                  b.getDenseI64ArrayAttr({tileM, tileN, kTileK}));
   launch->setAttr("k3.mma_shape", b.getDenseI64ArrayAttr({16, 8, 16}));
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&launch.getBody().front());
-  auto ring = [&](memref::GlobalOp g) {
-    return memref::GetGlobalOp::create(b, loc, g.getType(), g.getSymName());
-  };
-  Value xs = ring(xRing), ws = ring(wRing);
+  const int64_t stages = layout.stages;
+  Value xs, ws;
+  if (layout.dynamic()) {
+    Attribute space = gpu::AddressSpaceAttr::get(
+        b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
+    Value bytes = gpu::DynamicSharedMemoryOp::create(
+        b, loc,
+        MemRefType::get({ShapedType::kDynamic}, b.getI8Type(),
+                        MemRefLayoutAttrInterface(), space));
+    auto ring = [&](int64_t rows, int64_t at) {
+      auto type = MemRefType::get({stages, rows, kTileK + kPad},
+                                  b.getBF16Type(), MemRefLayoutAttrInterface(),
+                                  space);
+      return memref::ViewOp::create(b, loc, type, bytes, idx(at),
+                                    ValueRange{});
+    };
+    xs = ring(tileM, 0);
+    ws = ring(tileN, stages * Layout::stageBytes(tileM));
+  } else {
+    auto ring = [&](memref::GlobalOp g) {
+      return memref::GetGlobalOp::create(b, loc, g.getType(), g.getSymName());
+    };
+    xs = ring(layout.x);
+    ws = ring(layout.w);
+  }
   tid = launch.getThreadIds().x;
-  Value m0 = mul(launch.getBlockIds().x, idx(kTileM));
-  Value n0 = mul(launch.getBlockIds().y, idx(kTileN));
+  Value m0 = mul(launch.getBlockIds().x, idx(tileM));
+  Value n0 = mul(launch.getBlockIds().y, idx(tileN));
   Value slice = launch.getBlockIds().z;
   Value kBegin = mul(slice, sliceK);
   Value kEnd = arith::MinUIOp::create(b, loc, add(kBegin, sliceK), depth);
@@ -291,20 +376,20 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
   Value lane = arith::RemUIOp::create(b, loc, tid, idx(32));
   Value g = arith::DivUIOp::create(b, loc, lane, idx(4));
   Value t2 = mul(arith::RemUIOp::create(b, loc, lane, idx(4)), idx(2));
-  // Warp (wm, wn) of the 2 x 2 computes C rows wm*32.., cols wn*32.. of the
-  // block tile: 2 x 4 mma tiles of 16 x 8.
+  // Warp (wm, wn) of the tileM / 32 x tileN / 32 computes C rows wm*32..,
+  // cols wn*32.. of the block tile: 2 x 4 mma tiles of 16 x 8.
   constexpr int64_t tilesM = kWarpM / 16, tilesN = kWarpN / 8;
-  Value wm = mul(arith::DivUIOp::create(b, loc, warp, idx(kTileN / kWarpN)),
+  Value wm = mul(arith::DivUIOp::create(b, loc, warp, idx(tileN / kWarpN)),
                  idx(kWarpM));
-  Value wn = mul(arith::RemUIOp::create(b, loc, warp, idx(kTileN / kWarpN)),
+  Value wn = mul(arith::RemUIOp::create(b, loc, warp, idx(tileN / kWarpN)),
                  idx(kWarpN));
 
   Value zero =
       arith::ConstantFloatOp::create(b, loc, b.getF32Type(), APFloat(0.0f));
   SmallVector<Value> inits(tilesM * tilesN * 4, zero);
-  // Stage s of the rings holds k step s % kStages of the slice; the first
-  // kStages - 1 steps are copied before the loop, each iteration copies the
-  // step kStages - 1 ahead (zeros past the slice) and waits for its own.
+  // Stage s of the rings holds k step s % stages of the slice; the first
+  // stages - 1 steps are copied before the loop, each iteration copies the
+  // step stages - 1 ahead (zeros past the slice) and waits for its own.
   auto stepOf = [&](Value kk) {
     return arith::DivUIOp::create(
         b, loc, arith::SubIOp::create(b, loc, kk, kBegin), idx(kTileK));
@@ -314,16 +399,18 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
     Value valid =
         arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, k0, kEnd);
     k0 = arith::SelectOp::create(b, loc, valid, k0, kBegin);
-    Value stage = arith::RemUIOp::create(b, loc, step, idx(kStages));
-    SmallVector<Value> copies = copy(x, xs, stage, m0, k0, rows, valid);
-    llvm::append_range(copies, copy(w, ws, stage, n0, k0, cols, valid));
+    Value stage = arith::RemUIOp::create(b, loc, step, idx(stages));
+    SmallVector<Value> copies =
+        copy(x, xs, stage, m0, k0, rows, valid, tileM);
+    llvm::append_range(copies,
+                       copy(w, ws, stage, n0, k0, cols, valid, tileN));
     return nvgpu::DeviceAsyncCreateGroupOp::create(
                b, loc, nvgpu::DeviceAsyncTokenType::get(b.getContext()),
                copies)
         .getResult();
   };
   Value group;
-  for (int64_t s = 0; s < kStages - 1; ++s)
+  for (int64_t s = 0; s < stages - 1; ++s)
     group = issue(idx(s));
   auto loop = scf::ForOp::create(
       b, loc, kBegin, kEnd, idx(kTileK), inits,
@@ -333,11 +420,11 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
         Value step = stepOf(k0);
         // Every thread is done with the stage the copies below refill.
         gpu::BarrierOp::create(b, loc);
-        Value ahead = issue(add(step, kStages - 1));
+        Value ahead = issue(add(step, stages - 1));
         nvgpu::DeviceAsyncWaitOp::create(b, loc, ahead,
-                                         b.getI32IntegerAttr(kStages - 1));
+                                         b.getI32IntegerAttr(stages - 1));
         gpu::BarrierOp::create(b, loc);
-        Value stage = arith::RemUIOp::create(b, loc, step, idx(kStages));
+        Value stage = arith::RemUIOp::create(b, loc, step, idx(stages));
         SmallVector<Value> next(acc);
         for (int64_t kk = 0; kk < kTileK; kk += 16) {
           Value ca = add(t2, kk), cb = add(t2, kk + 8);
@@ -388,9 +475,8 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
                 scf::YieldOp::create(sb, sl);
               },
               [&](OpBuilder &cb, Location cl) {
-                Value old = memref::LoadOp::create(cb, cl, c, ValueRange{m, n});
-                Value sum = arith::AddFOp::create(cb, cl, old, d);
-                memref::StoreOp::create(cb, cl, sum, c, ValueRange{m, n});
+                memref::StoreOp::create(cb, cl, result(cb, cl, d, m, n), c,
+                                        ValueRange{m, n});
                 scf::YieldOp::create(cb, cl);
               });
           scf::YieldOp::create(tb, l);
@@ -418,7 +504,7 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
   if (counters)
     return;
 
-  // C[m][n] += the slices' partial tiles, in slice order (a parallel loop
+  // C[m][n] gets the slices' partial tiles, in slice order (a parallel loop
   // that the GPU mapping makes a kernel).
   b.setInsertionPointAfter(launch);
   scf::IfOp::create(b, loc, split, [&](OpBuilder &tb, Location l) {
@@ -427,10 +513,8 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
     scf::ParallelOp::create(
         tb, l, ValueRange{c0, c0}, ValueRange{rows, cols},
         ValueRange{one, one}, [&](OpBuilder &pb, Location pl, ValueRange ij) {
-          Value sum = memref::LoadOp::create(pb, pl, c, ij);
           memref::StoreOp::create(
-              pb, pl,
-              k3::addSlices(pb, pl, partial, c0, slices, sum, ij[0], ij[1]), c,
+              pb, pl, sliceResult(pb, pl, partial, slices, ij[0], ij[1]), c,
               ij);
         });
     scf::YieldOp::create(tb, l);
@@ -448,29 +532,114 @@ struct K3GPUMMAPass : k3::impl::K3GPUMMAPassBase<K3GPUMMAPass> {
           << static_cast<int64_t>(minRows);
       return signalPassFailure();
     }
+    for (auto [name, tile] : {std::pair{"tile-m", int64_t(tileM)},
+                              std::pair{"tile-n", int64_t(tileN)}})
+      if (tile != 64 && tile != 128 && tile != 256) {
+        getOperation()->emitError("k3-gpu-mma: ")
+            << name << " must be 64, 128 or 256, got " << tile;
+        return signalPassFailure();
+      }
+    Layout layout{tileM, tileN, stages, nullptr, nullptr};
+    // At most 512 threads: 80 registers each (ptxas) fit a block.
+    if (layout.threads() > 512) {
+      getOperation()->emitError("k3-gpu-mma: a tile of ")
+          << layout.tileM << " x " << layout.tileN << " needs "
+          << layout.threads() << " threads, more than 512";
+      return signalPassFailure();
+    }
+    if (stages < 2 || layout.ringBytes() > kMostBytes) {
+      getOperation()->emitError("k3-gpu-mma: stages must be at least 2 and ")
+          << "the rings at most " << kMostBytes << " bytes; "
+          << static_cast<int64_t>(stages) << " stages of " << layout.tileM << " x " << layout.tileN
+          << " tiles are " << layout.ringBytes();
+      return signalPassFailure();
+    }
+    if (targetBlocks < 1) {
+      getOperation()->emitError(
+          "k3-gpu-mma: target-blocks must be at least 1, got ")
+          << static_cast<int64_t>(targetBlocks);
+      return signalPassFailure();
+    }
+    SmallVector<func::FuncOp> marked =
+        k3::markedFunctions(getOperation(), kAttr);
+    for (func::FuncOp f : marked)
+      if (failed(check(f)))
+        return signalPassFailure();
     // PTX ISA: mma.sync with .bf16 operands needs sm_80.
     if (sm < 80)
       return;
     SmallVector<linalg::GenericOp> products;
     getOperation()->walk([&](linalg::GenericOp op) {
       // A product inside a `k3.skinny_matmul` function has fewer than 16
-      // rows (k3-gpu-skinny-mma's).
+      // rows (k3-gpu-skinny-mma's); one inside a `k3.mma_matmul` function
+      // is what runs when the function's kernel cannot.
       auto func = op->getParentOfType<func::FuncOp>();
       if (!op->getParentOfType<gpu::LaunchOp>() &&
-          !(func && func->hasAttr("k3.skinny_matmul")) && isBF16Product(op))
+          !(func && (func->hasAttr("k3.skinny_matmul") || func->hasAttr(kAttr))) &&
+          isBF16Product(op))
         products.push_back(op);
     });
-    for (linalg::GenericOp op : products)
-      rewrite(op);
+    for (linalg::GenericOp op : products) {
+      OpBuilder b(op);
+      build(b, op.getLoc(), op.getDpsInputs()[0], op.getDpsInputs()[1],
+            op.getDpsInits()[0], nullptr, {op.getOperation()});
+    }
+    for (func::FuncOp f : marked) {
+      Block &body = f.getBody().front();
+      // bf16 activations only: an f32 library keeps its kernels.
+      if (!cast<MemRefType>(body.getArgument(0).getType())
+               .getElementType()
+               .isBF16())
+        continue;
+      SmallVector<Operation *> rest = k3::bodyOps(body);
+      OpBuilder b = OpBuilder::atBlockBegin(&body);
+      build(b, f.getLoc(), body.getArgument(0), body.getArgument(1),
+            body.getArgument(2), outFunction(f), rest);
+    }
   }
 
-  /// if (T >= min-rows && K % 64 == 0 && X, W 16-byte aligned) tensor cores
-  /// else the generic.
-  void rewrite(linalg::GenericOp op) {
-    OpBuilder b(op);
-    Location loc = op.getLoc();
-    Value x = op.getDpsInputs()[0], w = op.getDpsInputs()[1],
-          c = op.getDpsInits()[0];
+  /// The `out` function of a `k3.mma_matmul` function (null if none).
+  static func::FuncOp outFunction(func::FuncOp f) {
+    auto spec = f->getAttrOfType<DictionaryAttr>(kAttr);
+    auto ref = spec ? spec.getAs<FlatSymbolRefAttr>("out") : nullptr;
+    return ref ? SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(f, ref)
+               : nullptr;
+  }
+
+  /// Whether `f`'s signature and attribute are a `k3.mma_matmul`'s.
+  static LogicalResult check(func::FuncOp f) {
+    auto fail = [&](const Twine &why) {
+      return f.emitError() << kAttr << ": " << why, failure();
+    };
+    Block &body = f.getBody().front();
+    auto memref = [&](unsigned i) {
+      return i < body.getNumArguments()
+                 ? dyn_cast<MemRefType>(body.getArgument(i).getType())
+                 : MemRefType();
+    };
+    MemRefType x = memref(0), w = memref(1), out = memref(2);
+    if (body.getNumArguments() != 3 || !x || !w || !out || x.getRank() != 2 ||
+        w.getRank() != 2 || out.getRank() != 2 ||
+        !w.getElementType().isBF16() || !x.getLayout().isIdentity() ||
+        !w.getLayout().isIdentity() || !out.getLayout().isIdentity())
+      return fail("expected (x [T, K], bf16 W [N, K], output [T, N]) memrefs");
+    func::FuncOp outFn = outFunction(f);
+    Builder b(f.getContext());
+    if (!outFn || outFn.getFunctionType() !=
+                      b.getFunctionType({b.getF32Type()},
+                                        {out.getElementType()}))
+      return fail("expected {out = @function}, a function (f32) -> the "
+                  "output's element type");
+    if (!k3::returnsNothing(body))
+      return fail("the function must return nothing");
+    return success();
+  }
+
+  /// if (T >= min-rows && K % 64 == 0 && X, W 16-byte aligned, and with
+  /// `outFn` W's K is X's) the tensor-core kernel, storing C[m][n] = out(sum) with
+  /// `outFn`, else C[m][n] += sum; else `rest` as before.
+  void build(OpBuilder &b, Location loc, Value x, Value w, Value c,
+             func::FuncOp outFn, ArrayRef<Operation *> rest) {
     auto cst = [&](int64_t v) {
       return arith::ConstantIndexOp::create(b, loc, v);
     };
@@ -485,23 +654,33 @@ struct K3GPUMMAPass : k3::impl::K3GPUMMAPassBase<K3GPUMMAPass> {
     Value ok = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, rows,
                                      cst(minRows));
     ok = arith::AndIOp::create(b, loc, ok, eq0(depth, kTileK));
+    // (A generic's operands agree; a function's arguments may not.)
+    if (outFn)
+      ok = arith::AndIOp::create(
+          b, loc, ok,
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, depth,
+                                memref::DimOp::create(b, loc, w, 1)));
     for (Value m : {x, w})
       ok = arith::AndIOp::create(
           b, loc, ok,
           eq0(memref::ExtractAlignedPointerAsIndexOp::create(b, loc, m), 16));
-    k3::guardBody(b, loc, {op.getOperation()}, ok);
-    // Rings of X and W tiles in workgroup memory.
-    auto ring = [&](StringRef name) {
-      return k3::workgroupBuffer(getOperation(), name,
-                                 {kStages, kTileM, kTileK + kPad});
-    };
-    // fuse-slices: a split product has fewer than kTargetBlocks tiles, each
+    k3::guardBody(b, loc, rest, ok);
+    // Rings of X and W tiles in workgroup memory: static globals when they
+    // fit 48 KB, else the kernel's dynamic workgroup memory.
+    Layout layout{tileM, tileN, stages, nullptr, nullptr};
+    if (layout.ringBytes() <= kStaticBytes)
+      for (auto [ring, name, tile] :
+           {std::tuple{&layout.x, "k3k_mma_x", layout.tileM},
+            std::tuple{&layout.w, "k3k_mma_w", layout.tileN}})
+        *ring = k3::workgroupBuffer(getOperation(), name,
+                                    {stages, tile, kTileK + kPad});
+    // fuse-slices: a split product has fewer than target-blocks tiles, each
     // with a counter.
     memref::GlobalOp counters;
     if (fuseSlices)
       counters = k3::deviceCounters(getOperation(), "k3k_mma_count",
-                                    kTargetBlocks);
-    MMAKernel(b, loc, x, w, c, ring("k3k_mma_x"), ring("k3k_mma_w"), counters)
+                                    targetBlocks);
+    MMAKernel(b, loc, x, w, c, outFn, layout, targetBlocks, counters)
         .build(rows, cols, depth);
   }
 };

@@ -98,6 +98,7 @@ static struct {
   CUresult (*memFreeHost)(void *);
   CUresult (*memcpyAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
   CUresult (*memsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+  CUresult (*funcSetAttribute)(CUfunction, int, int);
   /* Optional: without them every kernel is launched on its own. */
   CUresult (*funcGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
   CUresult (*graphCreate)(CUgraph *, unsigned);
@@ -205,6 +206,7 @@ static int load(void) {
   GET(memFreeHost, "cuMemFreeHost");
   GET(memcpyAsync, "cuMemcpyAsync");
   GET(memsetD8Async, "cuMemsetD8Async");
+  GET(funcSetAttribute, "cuFuncSetAttribute");
   /* The graph entry points, each at the CUDA version of its signature. */
 #define GET_OPTIONAL(field, name, version)                                     \
   do {                                                                         \
@@ -782,6 +784,35 @@ static size_t functionSlot(void *module, const char *name) {
   return (size_t)((h >> 7) ^ (h >> 29)) % kFunctionCache;
 }
 
+/* A kernel with more than 48 KB of dynamic shared memory (k3c's k3-gpu-mma
+ * with more than two stages) must opt in before its first launch or graph
+ * node (CUDA C++ Programming Guide, "Shared Memory", compute capability
+ * 9.0): CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, once per function
+ * and size; the driver rejects more than the device allows. The functions
+ * that did are kept until a module is unloaded (a later module's function
+ * may have the same handle). Guarded by functionsLock. */
+enum { kSharedOptIns = 256, kSharedDefault = 48 * 1024 };
+static struct {
+  CUfunction function;
+  unsigned bytes;
+} sharedOptIns[kSharedOptIns];
+
+static void allowShared(CUfunction function, unsigned bytes) {
+  pthread_mutex_lock(&functionsLock);
+  size_t i = 0;
+  while (i < kSharedOptIns && sharedOptIns[i].function &&
+         sharedOptIns[i].function != function)
+    ++i;
+  if (i == kSharedOptIns || sharedOptIns[i].bytes < bytes) {
+    enum { kMaxDynamicShared = 8 }; /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_... */
+    CHECK(cu.funcSetAttribute(function, kMaxDynamicShared, (int)bytes),
+          "cuFuncSetAttribute (dynamic shared memory)");
+    if (i < kSharedOptIns)
+      sharedOptIns[i].function = function, sharedOptIns[i].bytes = bytes;
+  }
+  pthread_mutex_unlock(&functionsLock);
+}
+
 K3_EXPORT void mgpuModuleUnload(void *module) {
   if (!module)
     return;
@@ -789,6 +820,7 @@ K3_EXPORT void mgpuModuleUnload(void *module) {
   for (size_t i = 0; i < kFunctionCache; ++i)
     if (functions[i].module == module)
       functions[i].module = NULL, functions[i].name = NULL;
+  memset(sharedOptIns, 0, sizeof(sharedOptIns));
   dropWaiting(module);
   pthread_mutex_unlock(&functionsLock);
   if (load()) {
@@ -840,6 +872,8 @@ K3_EXPORT void mgpuLaunchKernel(void *function, intptr_t gx, intptr_t gy,
   /* A grid with no blocks has no work (an empty segment of a loop). */
   if (gx <= 0 || gy <= 0 || gz <= 0)
     return;
+  if (smem > kSharedDefault)
+    allowShared(function, (unsigned)smem);
   if (cu.graphs && !extra && stream == theStream() && nparams <= kMaxParams) {
     unsigned grid[3] = {(unsigned)gx, (unsigned)gy, (unsigned)gz};
     unsigned block[3] = {(unsigned)bx, (unsigned)by, (unsigned)bz};

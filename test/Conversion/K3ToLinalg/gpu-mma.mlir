@@ -1,11 +1,29 @@
-// RUN: k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma)' | FileCheck %s
-// RUN: k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{min-rows=64})' | FileCheck %s --check-prefix=ROWS
-// RUN: not k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{min-rows=0})' 2>&1 | FileCheck %s --check-prefix=BAD
-// RUN: k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{fuse-slices=1},canonicalize,cse)' | FileCheck %s --check-prefix=FUSED
+// The 64 x 64 tiles of 4 warps, whose rings fit static workgroup memory:
+// RUN: k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{tile-n=64})' | FileCheck %s
+// The default, 64 x 128 tiles of 8 warps, rings in dynamic workgroup memory:
+// RUN: k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma,canonicalize,cse)' | FileCheck %s --check-prefix=DYN
+// RUN: k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{tile-n=64 min-rows=64})' | FileCheck %s --check-prefix=ROWS
+// RUN: k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{tile-n=64 fuse-slices=1},canonicalize,cse)' | FileCheck %s --check-prefix=FUSED
 // RUN: k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{sm=75})' | FileCheck %s --check-prefix=OLD
 // OLD-NOT: gpu.launch
 // OLD-NOT: nvvm.mma.sync
+// RUN: not k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{min-rows=0})' 2>&1 | FileCheck %s --check-prefix=BAD
 // BAD: k3-gpu-mma: min-rows must be at least 1, got 0
+// RUN: not k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{tile-m=96})' 2>&1 | FileCheck %s --check-prefix=BADTILE
+// BADTILE: k3-gpu-mma: tile-m must be 64, 128 or 256, got 96
+// RUN: not k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{tile-m=256 tile-n=128})' 2>&1 | FileCheck %s --check-prefix=BADTHREADS
+// BADTHREADS: k3-gpu-mma: a tile of 256 x 128 needs 1024 threads, more than 512
+// RUN: not k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{tile-m=128 tile-n=128 stages=7})' 2>&1 | FileCheck %s --check-prefix=BADSTAGES
+// BADSTAGES: k3-gpu-mma: stages must be at least 2 and the rings at most 232448 bytes; 7 stages of 128 x 128 tiles are 258048
+// RUN: not k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{stages=1})' 2>&1 | FileCheck %s --check-prefix=BADSTAGES1
+// BADSTAGES1: k3-gpu-mma: stages must be at least 2
+// RUN: not k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{target-blocks=0})' 2>&1 | FileCheck %s --check-prefix=BADBLOCKS
+// BADBLOCKS: k3-gpu-mma: target-blocks must be at least 1, got 0
+// RUN: not k3-opt %S/Inputs/gpu-mma-bad.mlir --split-input-file --pass-pipeline='builtin.module(k3-gpu-mma)' 2>&1 | FileCheck %s --check-prefix=BADFN
+// BADFN: error: k3.mma_matmul: expected (x [T, K], bf16 W [N, K], output [T, N]) memrefs
+// BADFN: error: k3.mma_matmul: expected {out = @function}, a function (f32) -> the output's element type
+// BADFN: error: k3.mma_matmul: expected {out = @function}, a function (f32) -> the output's element type
+// BADFN: error: k3.mma_matmul: the function must return nothing
 // ROWS-LABEL: func.func @matmul
 // ROWS: %[[C64:.+]] = arith.constant 64 : index
 // ROWS: arith.cmpi sge, %{{.+}}, %[[C64]] : index
@@ -156,6 +174,23 @@ func.func @matmul(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %c: memref<?x?xf32
   return
 }
 
+// The default tile: 8 warps (256 threads) per 64 x 128 of C; the X and W
+// rings (2 x 64 and 2 x 128 rows of 72 bf16: 18 KB and 36 KB) are views of
+// the kernel's dynamic workgroup memory, whose size the launch gives.
+// DYN-NOT: memref.global "private" @k3k_mma_x
+// DYN-LABEL: func.func @matmul
+// DYN: %[[GY:.+]] = arith.ceildivui %{{.+}}, %c128 : index
+// DYN: gpu.launch blocks({{.*}}) in ({{[^)]*}} = %[[GY]], {{[^)]*}}) threads({{[^)]*}}) in ({{[^)]*}} = %c256, {{[^)]*}}) dynamic_shared_memory_size %c55296_i32
+// DYN: %[[DSM:.+]] = gpu.dynamic_shared_memory : memref<?xi8, #gpu.address_space<workgroup>>
+// DYN: memref.view %[[DSM]][%c0{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<2x64x72xbf16, #gpu.address_space<workgroup>>
+// DYN: memref.view %[[DSM]][%c18432][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<2x128x72xbf16, #gpu.address_space<workgroup>>
+// Each thread stages two 16-byte pieces of the X tile and four of W's.
+// DYN-COUNT-2: nvgpu.device_async_copy %arg0
+// DYN-COUNT-4: nvgpu.device_async_copy %arg1
+// DYN-NOT: nvgpu.device_async_copy
+// DYN: nvgpu.device_async_create_group
+// DYN: } {k3.mma_shape = array<i64: 16, 8, 16>, k3.tile_sizes = array<i64: 64, 128, 64>}
+
 // Not a bf16 product: f32 activations (an f32 library) stay scalar, as
 // does a product whose operands are not simply widened.
 // CHECK-LABEL: func.func @f32_activations
@@ -207,6 +242,82 @@ func.func @transposed(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %c: memref<?x?
     %p = arith.mulf %af, %bf : f32
     %r = arith.addf %s, %p : f32
     linalg.yield %r : f32
+  }
+  return
+}
+
+// A `k3.mma_matmul` function: its whole body (the zeroed f32 product, the
+// generic, the rounding loop) is what runs when the kernel cannot; the
+// kernel stores out(sum) itself: one slice's sum at once, a split's slices
+// added from the first one's in slice order; C is never read. The generic
+// inside keeps no kernel of its own here (the pass leaves it to the body).
+// CHECK-LABEL: func.func @linear_many
+// CHECK-SAME: (%[[X:[^:]+]]: memref<?x?xbf16>, %[[W:[^:]+]]: memref<?x?xbf16>, %[[O:[^:]+]]: memref<?x?xbf16>)
+// CHECK: %[[K:.+]] = memref.dim %[[X]], %c1{{.*}}
+// CHECK: %[[KW:.+]] = memref.dim %[[W]], %c1{{.*}}
+// CHECK: arith.cmpi eq, %[[K]], %[[KW]]
+// CHECK: scf.if
+// CHECK-NOT: linalg.fill
+// CHECK: %[[SPLIT:.+]] = arith.cmpi ugt
+// CHECK: gpu.launch
+// CHECK: scf.if %[[SPLIT]] {
+// CHECK:   memref.store
+// CHECK: } else {
+// CHECK-NOT: memref.load %[[O]]
+// CHECK:   %[[R:.+]] = func.call @narrow(%{{.+}}) : (f32) -> bf16
+// CHECK:   memref.store %[[R]], %[[O]]
+// CHECK: gpu.terminator
+// CHECK: scf.if %[[SPLIT]] {
+// CHECK:   scf.parallel (%[[I:.+]], %[[J:.+]]) =
+// CHECK:     %[[P0:.+]] = memref.load %[[P:.+]][%c0{{.*}}, %[[I]], %[[J]]]
+// CHECK:     %[[SUM:.+]] = scf.for %[[Z:.+]] = %c1{{.*}} to %{{.+}} step %{{.+}} iter_args(%{{.+}} = %[[P0]]) -> (f32)
+// CHECK:       memref.load %[[P]][%[[Z]], %[[I]], %[[J]]]
+// CHECK:     %[[RS:.+]] = func.call @narrow(%[[SUM]]) : (f32) -> bf16
+// CHECK:     memref.store %[[RS]], %[[O]][%[[I]], %[[J]]]
+// CHECK: } else {
+// CHECK:   linalg.fill
+// CHECK-NOT: gpu.launch
+// CHECK:   linalg.generic
+// CHECK:   scf.parallel
+// CHECK:     func.call @narrow
+// CHECK: }
+// CHECK: return
+// The split's slices also go to out with fuse-slices.
+// FUSED-LABEL: func.func @linear_many
+// FUSED: scf.if %{{.+}} {
+// FUSED: %[[P0:.+]] = memref.load %[[P:alloc[_0-9]*]][%c0,
+// FUSED-NEXT: %[[SUM:.+]] = scf.for %[[Z:.+]] = %c1 to %{{.+}} step %c1 iter_args(%{{.+}} = %[[P0]]) -> (f32)
+// FUSED: func.call @narrow(%[[SUM]])
+// OLD-LABEL: func.func @linear_many
+// OLD-NOT: gpu.launch
+func.func private @narrow(%v: f32) -> bf16 {
+  %r = arith.truncf %v : f32 to bf16
+  return %r : bf16
+}
+
+func.func @linear_many(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %out: memref<?x?xbf16>)
+    attributes {k3.mma_matmul = {out = @narrow}} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %t = memref.dim %x, %c0 : memref<?x?xbf16>
+  %n = memref.dim %w, %c0 : memref<?x?xbf16>
+  %acc = memref.alloc(%t, %n) : memref<?x?xf32>
+  %zero = arith.constant 0.0 : f32
+  linalg.fill ins(%zero : f32) outs(%acc : memref<?x?xf32>)
+  linalg.generic {indexing_maps = [#map_mk, #map_nk, #map_mn],
+                  iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%x, %w : memref<?x?xbf16>, memref<?x?xbf16>) outs(%acc : memref<?x?xf32>) {
+  ^bb0(%a: bf16, %b: bf16, %s: f32):
+    %af = arith.extf %a : bf16 to f32
+    %bf = arith.extf %b : bf16 to f32
+    %p = arith.mulf %af, %bf : f32
+    %r = arith.addf %s, %p : f32
+    linalg.yield %r : f32
+  }
+  scf.parallel (%i, %j) = (%c0, %c0) to (%t, %n) step (%c1, %c1) {
+    %v = memref.load %acc[%i, %j] : memref<?x?xf32>
+    %r = func.call @narrow(%v) : (f32) -> bf16
+    memref.store %r, %out[%i, %j] : memref<?x?xbf16>
   }
   return
 }

@@ -275,15 +275,29 @@ func.func private @k3k_linear(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>) -> ten
   scf.if %few {
     func.call @k3k_linear_few(%x, %w, %out) : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?x!act>) -> ()
   } else {
-    %acc = func.call @k3k_matmul_f32(%x, %w) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?xf32>
-    scf.parallel (%i, %j) = (%c0, %c0) to (%t, %n) step (%c1, %c1) {
-      %v = tensor.extract %acc[%i, %j] : tensor<?x?xf32>
-      %r = func.call @k3k_narrow(%v) : (f32) -> !act
-      memref.store %r, %out[%i, %j] : memref<?x?x!act>
-    }
+    func.call @k3k_linear_many(%x, %w, %out) : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?x!act>) -> ()
   }
   %y = bufferization.to_tensor %out restrict : memref<?x?x!act> to tensor<?x?x!act>
   return %y : tensor<?x?x!act>
+}
+
+// k3.linear of 16 tokens and more (or none), rounded (`k3.mma_matmul`: on a
+// GPU with a bf16 library, k3-gpu-mma gives it a tensor-core kernel that
+// stores each output's rounded sum, with no zeroed f32 product in memory
+// first; the body below is what runs elsewhere).
+func.func private @k3k_linear_many(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %out: memref<?x?x!act>)
+    attributes {k3.mma_matmul = {out = @k3k_narrow}} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %t = tensor.dim %x, %c0 : tensor<?x?x!act>
+  %n = tensor.dim %w, %c0 : tensor<?x?xbf16>
+  %acc = func.call @k3k_matmul_f32(%x, %w) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?xf32>
+  scf.parallel (%i, %j) = (%c0, %c0) to (%t, %n) step (%c1, %c1) {
+    %v = tensor.extract %acc[%i, %j] : tensor<?x?xf32>
+    %r = func.call @k3k_narrow(%v) : (f32) -> !act
+    memref.store %r, %out[%i, %j] : memref<?x?x!act>
+  }
+  return
 }
 
 // k3.linear of 1 to 15 tokens, rounded (`k3.skinny_matmul`, as
@@ -329,19 +343,30 @@ func.func private @k3k_linear_few(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %o
 
 // k3.lm_head: logits rounded to the activation dtype, returned as f32.
 func.func private @k3k_lm_head(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>) -> tensor<?x?xf32> {
+  %c0 = arith.constant 0 : index
+  %t = tensor.dim %x, %c0 : tensor<?x?x!act>
+  %n = tensor.dim %w, %c0 : tensor<?x?xbf16>
+  %out = memref.alloc(%t, %n) : memref<?x?xf32>
+  func.call @k3k_lm_head_rounded(%x, %w, %out) : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?xf32>) -> ()
+  %y = bufferization.to_tensor %out restrict : memref<?x?xf32> to tensor<?x?xf32>
+  return %y : tensor<?x?xf32>
+}
+
+// The logits of k3.lm_head (`k3.mma_matmul`, as @k3k_linear_many: from 16
+// tokens on, the GPU's tensor-core kernel stores each rounded sum).
+func.func private @k3k_lm_head_rounded(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %out: memref<?x?xf32>)
+    attributes {k3.mma_matmul = {out = @k3k_round}} {
   %acc = func.call @k3k_matmul_f32(%x, %w) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?xf32>
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %t = tensor.dim %acc, %c0 : tensor<?x?xf32>
   %n = tensor.dim %acc, %c1 : tensor<?x?xf32>
-  %o = tensor.empty(%t, %n) : tensor<?x?xf32>
-  %y = linalg.generic {indexing_maps = [#id2, #id2], iterator_types = ["parallel", "parallel"]}
-      ins(%acc : tensor<?x?xf32>) outs(%o : tensor<?x?xf32>) {
-  ^bb0(%a: f32, %b: f32):
-    %v = func.call @k3k_round(%a) : (f32) -> f32
-    linalg.yield %v : f32
-  } -> tensor<?x?xf32>
-  return %y : tensor<?x?xf32>
+  scf.parallel (%i, %j) = (%c0, %c0) to (%t, %n) step (%c1, %c1) {
+    %v = tensor.extract %acc[%i, %j] : tensor<?x?xf32>
+    %r = func.call @k3k_round(%v) : (f32) -> f32
+    memref.store %r, %out[%i, %j] : memref<?x?xf32>
+  }
+  return
 }
 
 // k3.embedding: x0[t] = table[tokens[t]] (§3.2).
