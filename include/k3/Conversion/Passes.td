@@ -254,7 +254,7 @@ def K3GPUMMAPass : Pass<"k3-gpu-mma", "::mlir::ModuleOp"> {
            "Stages of the X and W rings (at least 2); rings of more than 48 KB "
            "(9 KB per 64 rows a stage) go in dynamic workgroup memory, at "
            "most 227 KB">,
-    Option<"targetBlocks", "target-blocks", "int64_t", "1056",
+    Option<"targetBlocks", "target-blocks", "int64_t", "528",
            "Blocks a split-K product aims for (the slices: as many as reach "
            "it, each at least 8 k steps)">
   ];

@@ -87,13 +87,14 @@ constexpr int64_t kStaticBytes = 48 * 1024;
 // Workgroup memory a block of sm_90 may have (CUDA C++ Programming Guide,
 // "Technical Specifications per Compute Capability": 227 KB).
 constexpr int64_t kMostBytes = 227 * 1024;
-// Split-K (option `target-blocks`, 1056 by default): the blocks to aim for,
-// and the fewest k steps of a slice. A block has 8 KB of W in flight
-// (cp.async: batch-64 decode step 34.3 -> 33.3 ms, BENCHMARKS.md ninth
-// session; 4 KB through registers before), so a decode batch's product is
-// bound by the blocks in flight (1056, eight per SM of an H200, against
-// 288: batch-64 decode step 53.6 -> 52.3 ms, seventh session; 2112 was no
-// better).
+// Split-K (option `target-blocks`): the blocks to aim for, and the fewest
+// k steps of a slice. A decode batch's product is split until the blocks
+// fill the GPU: 528 by default, four blocks of 64 x 128 per SM of an H200
+// (the registers of 256 threads allow three, so about 1.3 waves); against
+// 1056, fewer slices also mean fewer partial tiles: batch-64 products
+// 2.73 -> 2.65 ms, prefill 105 -> 97 ms (BENCHMARKS.md fifteenth session;
+// 396 and 792 no better). Earlier: 1056 against 288 for the 64 x 64 tile,
+// batch-64 decode step 53.6 -> 52.3 ms (seventh session).
 constexpr int64_t kMinSliceSteps = 8;
 constexpr llvm::StringLiteral kAttr = "k3.mma_matmul";
 
