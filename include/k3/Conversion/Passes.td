@@ -415,13 +415,14 @@ def K3GPUKDARecurrentPass : Pass<"k3-gpu-kda-recurrent", "::mlir::func::FuncOp">
     flag computes S ← (I − β k kᵀ) Diag(α) S + β k vᵀ and o = Sᵀ q
     (K3_SPEC §4.5) in three parallel loops, each reading every state row.
     The pass gives it a second body, chosen at run time by `scf.if` (rows of
-    the pool contiguous and 16-byte aligned, K = 64 or 128, q, k and g
-    16-byte aligned): a `gpu.launch` with one warp per (token, head, v), each
-    lane holding K / 32 consecutive elements of the row in registers, so
-    that the state is read once and written once: u = β (v − k·(αS)[:, v])
-    and o = q·S[:, v] as each lane's terms in order and an xor-shuffle tree
-    over the warp (`gpu.shuffle`, the same in every lane). Other layouts
-    and widths keep the three loops.
+    the pool contiguous and 16-byte aligned, K = 64 or 128, V a multiple of
+    4, q, k and g 16-byte aligned): a `gpu.launch` with one warp per (token,
+    head) and 4 consecutive v, each lane holding K / 32 consecutive elements
+    of each of the 4 rows in registers (loaded together; q, k and α = exp(g)
+    once for them), so that the state is read once and written once: per
+    row u = β (v − k·(αS)[:, v]) and o = q·S[:, v] as each lane's terms in
+    order and an xor-shuffle tree over the warp (`gpu.shuffle`, the same in
+    every lane). Other layouts and widths keep the three loops.
   }];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::arith::ArithDialect",

@@ -9,10 +9,14 @@
 // 6.3 MB per K3 layer, read three times and written once). For a pool
 // whose rows are contiguous (the value-first layout) with K = 64 or 128,
 // this pass gives the function a second body, chosen at run time: one warp
-// per (token, head, v), lane l holding elements P l .. P l + P - 1 of the
-// row in registers (P = K / 32; 8- or 16-byte loads and stores), so the
-// state is read once and written once. The two sums over k are each lane's terms in order,
-// then an xor-shuffle tree over the warp (the same in every lane).
+// per (token, head) and kRows consecutive v, lane l holding elements
+// P l .. P l + P - 1 of each row in registers (P = K / 32; 8- or 16-byte
+// loads and stores), so the state is read once and written once. The
+// warp loads its rows together (kRows x 512 bytes in flight for K = 128)
+// and q, k and exp(g) once for them (one row per warp read them for
+// every row). Each row's two sums over k are each lane's terms in order,
+// then an xor-shuffle tree over the warp (the same in every lane), as
+// with one row per warp: the same bits.
 //
 //===----------------------------------------------------------------------===//
 
@@ -36,6 +40,8 @@ using namespace mlir;
 
 namespace {
 constexpr int64_t kWarps = 8, kLanes = 32;
+// Rows of the state (values v) per warp; V % kRows == 0 takes the kernel.
+constexpr int64_t kRows = 4;
 constexpr llvm::StringLiteral kAttr = "k3.kda_recurrent";
 
 class RecurrentKernel : k3::IndexMath {
@@ -85,6 +91,7 @@ void RecurrentKernel::build(SmallVectorImpl<Operation *> &rest) {
     ok = both(ok, aligned(m));
   Value is64 = eq(dk, idx(64)), is128 = eq(dk, idx(128));
   ok = both(ok, arith::OrIOp::create(b, loc, is64, is128));
+  ok = both(ok, rem0(dv, kRows));
   k3::guardBody(b, loc, rest, ok);
 
   // The pool with a static unit stride for the rows (vector loads).
@@ -110,61 +117,71 @@ void RecurrentKernel::build(SmallVectorImpl<Operation *> &rest) {
 void RecurrentKernel::launch(int64_t per, Value st, Value tokens,
                              Value heads, Value dv) {
   Value c0 = idx(0), c1 = idx(1);
-  Value rows = mul(mul(tokens, heads), dv);
+  Value groups = div(mul(mul(tokens, heads), dv), idx(kRows));
   auto launch = gpu::LaunchOp::create(
-      b, loc, arith::CeilDivUIOp::create(b, loc, rows, idx(kWarps)), c1, c1,
+      b, loc, arith::CeilDivUIOp::create(b, loc, groups, idx(kWarps)), c1, c1,
       idx(kWarps * kLanes), c1, c1);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&launch.getBody().front());
   Value tid = launch.getThreadIds().x;
   Value lane = rem(tid, idx(kLanes));
-  Value row = add(mul(launch.getBlockIds().x, idx(kWarps)),
-                  div(tid, idx(kLanes)));
+  Value group = add(mul(launch.getBlockIds().x, idx(kWarps)),
+                    div(tid, idx(kLanes)));
   auto active = scf::IfOp::create(
       b, loc,
-      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, row, rows),
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, group, groups),
       /*withElseRegion=*/false);
   b.setInsertionPoint(active.thenBlock()->getTerminator());
-  // Row (token i, head h, value c) of Sᵀ in the state of slots[i].
-  Value c = rem(row, dv);
-  Value h = rem(div(row, dv), heads);
-  Value i = div(row, mul(dv, heads));
+  // Rows (token i, head h, values c0 .. c0 + kRows - 1) of Sᵀ in the state
+  // of slots[i].
+  Value perHead = div(dv, idx(kRows));
+  Value first = mul(rem(group, perHead), idx(kRows));
+  Value h = rem(div(group, perHead), heads);
+  Value i = div(group, mul(perHead, heads));
   Value sl = arith::IndexCastOp::create(
       b, loc, b.getIndexType(),
       memref::LoadOp::create(b, loc, slots, ValueRange{i}));
   Value j0 = mul(lane, idx(per));
-  SmallVector<Value> s = load(st, {sl, h, c, j0}, per);
+  SmallVector<SmallVector<Value>> s;
+  for (int64_t r = 0; r < kRows; ++r)
+    s.push_back(load(st, {sl, h, add(first, r), j0}, per));
   SmallVector<Value> g = load(gg, {i, h, j0}, per);
   SmallVector<Value> k = load(kn, {i, h, j0}, per);
   SmallVector<Value> q = load(qn, {i, h, j0}, per);
-  // u = β (v − k·(αS)[:, c]): this lane's terms in k order, then the warp.
-  SmallVector<Value> as;
-  Value part;
-  for (int64_t e = 0; e < per; ++e) {
-    as.push_back(fmul(math::ExpOp::create(b, loc, g[e]), s[e]));
-    Value term = fmul(k[e], as.back());
-    part = e ? fadd(part, term) : term;
-  }
-  Value pred = warpSum(part);
-  Value v = memref::LoadOp::create(b, loc, vf, ValueRange{i, h, c});
+  SmallVector<Value> alpha;
+  for (int64_t e = 0; e < per; ++e)
+    alpha.push_back(math::ExpOp::create(b, loc, g[e]));
   Value beta = memref::LoadOp::create(b, loc, bb, ValueRange{i, h});
-  Value u = fmul(beta, arith::SubFOp::create(b, loc, v, pred));
-  // S ← αS + k u (stored), o = q·S[:, c].
-  SmallVector<Value> next;
-  for (int64_t e = 0; e < per; ++e) {
-    next.push_back(fadd(as[e], fmul(k[e], u)));
-    Value term = fmul(q[e], next.back());
-    part = e ? fadd(part, term) : term;
+  for (int64_t r = 0; r < kRows; ++r) {
+    Value c = add(first, r);
+    // u = β (v − k·(αS)[:, c]): this lane's terms in k order, then the warp.
+    SmallVector<Value> as;
+    Value part;
+    for (int64_t e = 0; e < per; ++e) {
+      as.push_back(fmul(alpha[e], s[r][e]));
+      Value term = fmul(k[e], as.back());
+      part = e ? fadd(part, term) : term;
+    }
+    Value pred = warpSum(part);
+    Value v = memref::LoadOp::create(b, loc, vf, ValueRange{i, h, c});
+    Value u = fmul(beta, arith::SubFOp::create(b, loc, v, pred));
+    // S ← αS + k u (stored), o = q·S[:, c].
+    SmallVector<Value> next;
+    for (int64_t e = 0; e < per; ++e) {
+      next.push_back(fadd(as[e], fmul(k[e], u)));
+      Value term = fmul(q[e], next.back());
+      part = e ? fadd(part, term) : term;
+    }
+    Value total = warpSum(part);
+    Value vec = vector::FromElementsOp::create(
+        b, loc, VectorType::get({per}, b.getF32Type()), next);
+    vector::StoreOp::create(b, loc, vec, st, ValueRange{sl, h, c, j0},
+                            /*nontemporal=*/false, llvm::MaybeAlign(4 * per));
+    scf::IfOp::create(b, loc, eq(lane, c0), [&](OpBuilder &tb, Location l) {
+      memref::StoreOp::create(tb, l, total, o, ValueRange{i, h, c});
+      scf::YieldOp::create(tb, l);
+    });
   }
-  Value total = warpSum(part);
-  Value vec = vector::FromElementsOp::create(
-      b, loc, VectorType::get({per}, b.getF32Type()), next);
-  vector::StoreOp::create(b, loc, vec, st, ValueRange{sl, h, c, j0},
-                          /*nontemporal=*/false, llvm::MaybeAlign(4 * per));
-  scf::IfOp::create(b, loc, eq(lane, c0), [&](OpBuilder &tb, Location l) {
-    memref::StoreOp::create(tb, l, total, o, ValueRange{i, h, c});
-    scf::YieldOp::create(tb, l);
-  });
   b.setInsertionPointToEnd(&launch.getBody().front());
   gpu::TerminatorOp::create(b, loc);
 }

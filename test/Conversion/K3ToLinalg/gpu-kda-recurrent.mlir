@@ -5,9 +5,10 @@
 // CHECK-LABEL: func.func @rec
 // CHECK-SAME: (%[[Q:[^:]+]]: memref<?x?x?xf32>, %[[K:[^:]+]]: memref<?x?x?xf32>, %[[V:[^:]+]]: memref<?x?x?xf32>, %[[G:[^:]+]]: memref<?x?x?xf32>, %[[B:[^:]+]]: memref<?x?xf32>, %[[POOL:[^:]+]]: memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>, %[[SLOTS:[^:]+]]: memref<?xi32>, %[[O:[^:]+]]: memref<?x?x?xf32>
 // Run-time choice: rows of the pool contiguous (unit last stride, row
-// stride a multiple of 4, 16-byte aligned start), q, k and g aligned, and
-// K = 64 or 128.
+// stride a multiple of 4, 16-byte aligned start), q, k and g aligned,
+// K = 64 or 128, and V a multiple of 4 (the rows of a warp).
 // CHECK-DAG: %[[DK:.+]] = memref.dim %[[Q]], %c2
+// CHECK-DAG: %[[DV:.+]] = memref.dim %[[V]], %c2
 // CHECK-DAG: %{{.+}}, %[[OFF:.+]], %[[SZ:.+]]:4, %[[ST:.+]]:4 = memref.extract_strided_metadata %[[POOL]]
 // CHECK-DAG: arith.remui %[[ST]]#2, %c4
 // CHECK-DAG: arith.cmpi eq, %[[ST]]#3, %c1
@@ -16,35 +17,41 @@
 // CHECK-DAG: memref.extract_aligned_pointer_as_index %[[G]]
 // CHECK-DAG: arith.cmpi eq, %[[DK]], %c64
 // CHECK-DAG: %[[IS128:.+]] = arith.cmpi eq, %[[DK]], %c128
+// CHECK-DAG: arith.remui %[[DV]], %c4
 // CHECK: scf.if
 // CHECK: %[[ROWS:.+]] = memref.reinterpret_cast %[[POOL]] to offset: [%[[OFF]]], sizes: [%[[SZ]]#0, %[[SZ]]#1, %[[SZ]]#2, %[[SZ]]#3], strides: [%[[ST]]#0, %[[ST]]#1, %[[ST]]#2, 1]
 // CHECK: scf.if %[[IS128]] {
-// One warp per (token, head, v), 8 per block; a lane's 4 elements of the
-// state row, of g, k and q, each one 16-byte load.
+// One warp per (token, head) and 4 consecutive v, 8 warps per block: the
+// lane's 4 elements of each of the 4 state rows, then of g, k and q, each
+// one 16-byte load; α = exp(g) once for the 4 rows.
 // CHECK: gpu.launch {{.*}} threads({{.*}}) in (%{{.+}} = %c256,
 // CHECK: %[[SLOT:.+]] = memref.load %[[SLOTS]]
 // CHECK: %[[SL:.+]] = arith.index_cast %[[SLOT]]
-// CHECK: %[[S:.+]] = vector.load %[[ROWS]][%[[SL]], {{.+}}] {alignment = 16 : i64} : memref<?x?x?x?xf32, strided<[?, ?, ?, 1], offset: ?>>, vector<4xf32>
+// CHECK-COUNT-4: vector.load %[[ROWS]][%[[SL]], {{.+}}] {alignment = 16 : i64} : memref<?x?x?x?xf32, strided<[?, ?, ?, 1], offset: ?>>, vector<4xf32>
 // CHECK: vector.load %[[G]]{{.*}} vector<4xf32>
 // CHECK: vector.load %[[K]]{{.*}} vector<4xf32>
 // CHECK: vector.load %[[Q]]{{.*}} vector<4xf32>
-// α = exp(g); the lane's terms of k·(αS), then the warp's xor tree.
 // CHECK-COUNT-4: math.exp
-// CHECK-COUNT-5: gpu.shuffle xor
-// u = β (v - pred), the new row αS + k u, and q·S over the warp.
-// CHECK: memref.load %[[V]]
+// CHECK-NOT: math.exp
 // CHECK: memref.load %[[B]]
+// Each row: the lane's terms of k·(αS), the warp's xor tree; u = β (v -
+// pred); the new row αS + k u and q·S over the warp; the row written back
+// once, o by lane 0.
+// CHECK-COUNT-5: gpu.shuffle xor
+// CHECK: memref.load %[[V]]
 // CHECK: arith.subf
 // CHECK-COUNT-5: gpu.shuffle xor
-// The row written back once, o by lane 0.
 // CHECK: vector.store %{{.+}}, %[[ROWS]][%[[SL]], {{.+}}] {alignment = 16 : i64}
 // CHECK: scf.if
 // CHECK: memref.store %{{.+}}, %[[O]]
+// CHECK-COUNT-3: vector.store %{{.+}}, %[[ROWS]][%[[SL]], {{.+}}] {alignment = 16 : i64}
+// CHECK-NOT: vector.store %{{.+}}, %[[ROWS]]
 // CHECK: } else {
 // K = 64: two elements per lane (8-byte loads).
 // CHECK: gpu.launch
 // CHECK: vector.load %[[ROWS]]{{.*}} {alignment = 8 : i64} {{.*}} vector<2xf32>
 // CHECK-COUNT-2: math.exp
+// CHECK-NOT: math.exp
 // CHECK: vector.store {{.*}} vector<2xf32>
 // Otherwise the three loops.
 // CHECK: } else {
