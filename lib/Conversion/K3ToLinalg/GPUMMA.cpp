@@ -561,11 +561,13 @@ struct K3GPUMMAPass : k3::impl::K3GPUMMAPassBase<K3GPUMMAPass> {
           << static_cast<int64_t>(targetBlocks);
       return signalPassFailure();
     }
-    SmallVector<func::FuncOp> marked =
-        k3::markedFunctions(getOperation(), kAttr);
-    for (func::FuncOp f : marked)
-      if (failed(check(f)))
+    SmallVector<std::pair<func::FuncOp, func::FuncOp>> marked; // (f, out)
+    for (func::FuncOp f : k3::markedFunctions(getOperation(), kAttr)) {
+      FailureOr<func::FuncOp> out = k3::productOutFunction(f, kAttr);
+      if (failed(out))
         return signalPassFailure();
+      marked.push_back({f, *out});
+    }
     // PTX ISA: mma.sync with .bf16 operands needs sm_80.
     if (sm < 80)
       return;
@@ -585,7 +587,7 @@ struct K3GPUMMAPass : k3::impl::K3GPUMMAPassBase<K3GPUMMAPass> {
       build(b, op.getLoc(), op.getDpsInputs()[0], op.getDpsInputs()[1],
             op.getDpsInits()[0], nullptr, {op.getOperation()});
     }
-    for (func::FuncOp f : marked) {
+    for (auto [f, outFn] : marked) {
       Block &body = f.getBody().front();
       // bf16 activations only: an f32 library keeps its kernels.
       if (!cast<MemRefType>(body.getArgument(0).getType())
@@ -595,50 +597,13 @@ struct K3GPUMMAPass : k3::impl::K3GPUMMAPassBase<K3GPUMMAPass> {
       SmallVector<Operation *> rest = k3::bodyOps(body);
       OpBuilder b = OpBuilder::atBlockBegin(&body);
       build(b, f.getLoc(), body.getArgument(0), body.getArgument(1),
-            body.getArgument(2), outFunction(f), rest);
+            body.getArgument(2), outFn, rest);
     }
   }
 
-  /// The `out` function of a `k3.mma_matmul` function (null if none).
-  static func::FuncOp outFunction(func::FuncOp f) {
-    auto spec = f->getAttrOfType<DictionaryAttr>(kAttr);
-    auto ref = spec ? spec.getAs<FlatSymbolRefAttr>("out") : nullptr;
-    return ref ? SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(f, ref)
-               : nullptr;
-  }
-
-  /// Whether `f`'s signature and attribute are a `k3.mma_matmul`'s.
-  static LogicalResult check(func::FuncOp f) {
-    auto fail = [&](const Twine &why) {
-      return f.emitError() << kAttr << ": " << why, failure();
-    };
-    Block &body = f.getBody().front();
-    auto memref = [&](unsigned i) {
-      return i < body.getNumArguments()
-                 ? dyn_cast<MemRefType>(body.getArgument(i).getType())
-                 : MemRefType();
-    };
-    MemRefType x = memref(0), w = memref(1), out = memref(2);
-    if (body.getNumArguments() != 3 || !x || !w || !out || x.getRank() != 2 ||
-        w.getRank() != 2 || out.getRank() != 2 ||
-        !w.getElementType().isBF16() || !x.getLayout().isIdentity() ||
-        !w.getLayout().isIdentity() || !out.getLayout().isIdentity())
-      return fail("expected (x [T, K], bf16 W [N, K], output [T, N]) memrefs");
-    func::FuncOp outFn = outFunction(f);
-    Builder b(f.getContext());
-    if (!outFn || outFn.getFunctionType() !=
-                      b.getFunctionType({b.getF32Type()},
-                                        {out.getElementType()}))
-      return fail("expected {out = @function}, a function (f32) -> the "
-                  "output's element type");
-    if (!k3::returnsNothing(body))
-      return fail("the function must return nothing");
-    return success();
-  }
-
   /// if (T >= min-rows && K % 64 == 0 && X, W 16-byte aligned, and with
-  /// `outFn` W's K is X's) the tensor-core kernel, storing C[m][n] = out(sum) with
-  /// `outFn`, else C[m][n] += sum; else `rest` as before.
+  /// `outFn` W's K is X's) the tensor-core kernel, storing C[m][n] =
+  /// out(sum) with `outFn`, else C[m][n] += sum; else `rest` as before.
   void build(OpBuilder &b, Location loc, Value x, Value w, Value c,
              func::FuncOp outFn, ArrayRef<Operation *> rest) {
     auto cst = [&](int64_t v) {

@@ -370,34 +370,11 @@ struct K3GPUSkinnyMMAPass
   }
 
   LogicalResult rewrite(func::FuncOp f) {
-    auto fail = [&](const Twine &why) {
-      return f.emitError() << kAttr << ": " << why, failure();
-    };
-    auto spec = f->getAttrOfType<DictionaryAttr>(kAttr);
-    auto ref = spec ? spec.getAs<FlatSymbolRefAttr>("out") : nullptr;
-    if (!ref)
-      return fail("expected a dictionary {out = @function}");
+    FailureOr<func::FuncOp> outFn = k3::productOutFunction(f, kAttr);
+    if (failed(outFn))
+      return failure();
     Block &body = f.getBody().front();
-    auto memref = [&](unsigned i) {
-      return i < body.getNumArguments()
-                 ? dyn_cast<MemRefType>(body.getArgument(i).getType())
-                 : MemRefType();
-    };
-    MemRefType x = memref(0), w = memref(1), out = memref(2);
-    if (body.getNumArguments() != 3 || !x || !w || !out || x.getRank() != 2 ||
-        w.getRank() != 2 || out.getRank() != 2 ||
-        !w.getElementType().isBF16() || !x.getLayout().isIdentity() ||
-        !w.getLayout().isIdentity())
-      return fail("expected (x [T, K], bf16 W [N, K], output [T, N]) memrefs");
-    auto outFn = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(f, ref);
-    Builder b(f.getContext());
-    if (!outFn || outFn.getFunctionType() !=
-                      b.getFunctionType({b.getF32Type()},
-                                        {out.getElementType()}))
-      return fail("'out' must name a function (f32) -> the output's "
-                  "element type");
-    if (!k3::returnsNothing(body))
-      return fail("the function must return nothing");
+    auto x = cast<MemRefType>(body.getArgument(0).getType());
     // bf16 activations only (an f32 library keeps its CUDA-core kernels);
     // PTX ISA: mma.sync with .bf16 operands needs sm_80.
     if (!x.getElementType().isBF16() || sm < 80)
@@ -406,7 +383,7 @@ struct K3GPUSkinnyMMAPass
     OpBuilder builder(f.getContext());
     builder.setInsertionPointToStart(&body);
     SkinnyKernel(builder, f.getLoc(), body.getArgument(0),
-                 body.getArgument(1), body.getArgument(2), outFn,
+                 body.getArgument(1), body.getArgument(2), *outFn,
                  // The warps' cp.async rings, one workgroup buffer per block.
                  k3::workgroupBuffer(getOperation(), "k3k_skinny_ring",
                                      {kWarps, kStages, kRows, kChunk}),

@@ -9,6 +9,7 @@
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/SymbolTable.h"
 
 using namespace mlir;
 
@@ -45,6 +46,39 @@ bool mlir::k3::returnsNothing(Block &body) {
   return body.mightHaveTerminator() &&
          isa<func::ReturnOp>(body.getTerminator()) &&
          body.getTerminator()->getNumOperands() == 0;
+}
+
+FailureOr<func::FuncOp> mlir::k3::productOutFunction(func::FuncOp f,
+                                                     StringRef attr) {
+  auto fail = [&](const Twine &why) {
+    return f.emitError() << attr << ": " << why, failure();
+  };
+  auto spec = f->getAttrOfType<DictionaryAttr>(attr);
+  auto ref = spec ? spec.getAs<FlatSymbolRefAttr>("out") : nullptr;
+  if (!ref)
+    return fail("expected a dictionary {out = @function}");
+  Block &body = f.getBody().front();
+  auto memref = [&](unsigned i) {
+    return i < body.getNumArguments()
+               ? dyn_cast<MemRefType>(body.getArgument(i).getType())
+               : MemRefType();
+  };
+  MemRefType x = memref(0), w = memref(1), out = memref(2);
+  if (body.getNumArguments() != 3 || !x || !w || !out || x.getRank() != 2 ||
+      w.getRank() != 2 || out.getRank() != 2 ||
+      !w.getElementType().isBF16() || !x.getLayout().isIdentity() ||
+      !w.getLayout().isIdentity())
+    return fail("expected (x [T, K], bf16 W [N, K], output [T, N]) memrefs");
+  auto outFn = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(f, ref);
+  Builder b(f.getContext());
+  if (!outFn || outFn.getFunctionType() !=
+                    b.getFunctionType({b.getF32Type()},
+                                      {out.getElementType()}))
+    return fail("'out' must name a function (f32) -> the output's element "
+                "type");
+  if (!returnsNothing(body))
+    return fail("the function must return nothing");
+  return outFn;
 }
 
 SmallVector<Operation *> mlir::k3::bodyOps(Block &body) {

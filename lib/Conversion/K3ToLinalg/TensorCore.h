@@ -29,6 +29,13 @@ SmallVector<func::FuncOp> markedFunctions(Operation *root, StringRef attr);
 /// Whether function body `body` ends in a `func.return` of nothing.
 bool returnsNothing(Block &body);
 
+/// The `out` function of a product function marked `attr = {out = @f}`
+/// (`k3.skinny_matmul`, `k3.mma_matmul`): `f` takes the product's f32 sum
+/// to the output's element type; the arguments are x [T, K], bf16 W [N, K]
+/// and the output [T, N] (memrefs, x and W with identity layouts) and the
+/// function returns nothing. Otherwise an error on `f` that names `attr`.
+FailureOr<func::FuncOp> productOutFunction(func::FuncOp f, StringRef attr);
+
 /// The operations of `body` before its terminator: the generic body that a
 /// kernel-building pass moves into the `else` of its run-time choice.
 SmallVector<Operation *> bodyOps(Block &body);

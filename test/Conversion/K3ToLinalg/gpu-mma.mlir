@@ -21,8 +21,8 @@
 // BADBLOCKS: k3-gpu-mma: target-blocks must be at least 1, got 0
 // RUN: not k3-opt %S/Inputs/gpu-mma-bad.mlir --split-input-file --pass-pipeline='builtin.module(k3-gpu-mma)' 2>&1 | FileCheck %s --check-prefix=BADFN
 // BADFN: error: k3.mma_matmul: expected (x [T, K], bf16 W [N, K], output [T, N]) memrefs
-// BADFN: error: k3.mma_matmul: expected {out = @function}, a function (f32) -> the output's element type
-// BADFN: error: k3.mma_matmul: expected {out = @function}, a function (f32) -> the output's element type
+// BADFN: error: k3.mma_matmul: expected a dictionary {out = @function}
+// BADFN: error: k3.mma_matmul: 'out' must name a function (f32) -> the output's element type
 // BADFN: error: k3.mma_matmul: the function must return nothing
 // ROWS-LABEL: func.func @matmul
 // ROWS: %[[C64:.+]] = arith.constant 64 : index
