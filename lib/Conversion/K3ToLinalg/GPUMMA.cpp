@@ -27,10 +27,12 @@
 // layers and logits of 16 tokens and more) gets the kernel for its whole
 // body, storing out(sum) itself: no zeroed f32 output before it and no
 // rounding kernel after (batch-64 decode step 24.05 -> 23.19 ms of kernels
-// with the wider tile, prefill 1648 -> 1578 ms). A product with fewer than `target-blocks` tiles (a decode batch: a
-// few dozen rows against a long W) is split over K as well, into slices of
-// at least kMinSliceSteps k steps: each block writes its slice's partial
-// tile, and a second loop adds the slices in order (deterministic). With
+// with the wider tile, prefill 1648 -> 1578 ms).
+//
+// A product with fewer than `target-blocks` tiles (a decode batch: a few
+// dozen rows against a long W) is split over K as well, into slices of at
+// least kMinSliceSteps k steps: each block writes its slice's partial tile,
+// and a second loop adds the slices in order (deterministic). With
 // the `fuse-slices` option there is no second kernel: the tile's last block
 // to finish, found with a counter per tile as in k3-gpu-skinny-mma's split,
 // adds C and the slices in the same order. It computes the same bits but
@@ -70,19 +72,19 @@ using namespace mlir;
 
 namespace {
 // K step, warp tile (rows of X, rows of W), shared row padding. The block
-// tile is an option (`tile-m` x `tile-n`, 64 x 64 by default), one warp per
-// 32 x 32 of it.
+// tile is an option (`tile-m` x `tile-n`, 64 x 128 by default), one warp
+// per 32 x 32 of it.
 constexpr int64_t kTileK = 64;
 constexpr int64_t kWarpM = 32, kWarpN = 32;
 // Shared rows of 72 bf16 (144 bytes): the 8 rows a fragment load touches
 // fall in distinct banks, and every row stays 16-byte aligned.
 constexpr int64_t kPad = 8;
-// Stages of the X and W rings (cp.async, option `stages`): with two, one k
-// step in flight while the other one's mma run, 2 x 2 x 9 KB of static
-// workgroup memory (48 KB at most); more stages go in dynamic workgroup
-// memory. Against k steps of 32 in three stages (the same bytes in flight,
-// twice the barriers), a batch-64 decode step's products took 4.26 ms
-// instead of 4.98 (BENCHMARKS.md, twelfth session).
+// Stages of the X and W rings (cp.async, option `stages`, 2 by default):
+// one k step in flight while the other one's mma run. Rings of at most 48
+// KB are static workgroup memory (64 x 64 tiles: 2 x 2 x 9 KB), larger ones
+// dynamic (64 x 128: 2 x 27 KB). Against k steps of 32 in three stages (the
+// same bytes in flight, twice the barriers), a batch-64 decode step's
+// products took 4.26 ms instead of 4.98 (BENCHMARKS.md, twelfth session).
 constexpr int64_t kStaticBytes = 48 * 1024;
 // Workgroup memory a block of sm_90 may have (CUDA C++ Programming Guide,
 // "Technical Specifications per Compute Capability": 227 KB).
@@ -226,7 +228,9 @@ private:
   /// order: out(p0 + p1 + ...), or C[m][n] + p0 + p1 + ...
   Value sliceResult(OpBuilder &ob, Location ol, Value partial, Value slices,
                     Value m, Value n) {
-    auto at = [&](int64_t v) { return arith::ConstantIndexOp::create(ob, ol, v); };
+    auto at = [&](int64_t v) {
+      return arith::ConstantIndexOp::create(ob, ol, v);
+    };
     if (!outFn)
       return k3::addSlices(
           ob, ol, partial, at(0), slices,
@@ -345,6 +349,9 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
   const int64_t stages = layout.stages;
   Value xs, ws;
   if (layout.dynamic()) {
+    // The kernel has no static workgroup memory, so the dynamic bytes are
+    // the whole window (MLIR's lowering declares them as a zero-sized
+    // workgroup global, PTX `.shared .align 16 .b8 __dynamic_shmem__0`).
     Attribute space = gpu::AddressSpaceAttr::get(
         b.getContext(), gpu::GPUDialect::getWorkgroupAddressSpace());
     Value bytes = gpu::DynamicSharedMemoryOp::create(

@@ -784,13 +784,14 @@ static size_t functionSlot(void *module, const char *name) {
   return (size_t)((h >> 7) ^ (h >> 29)) % kFunctionCache;
 }
 
-/* A kernel with more than 48 KB of dynamic shared memory (k3c's k3-gpu-mma
- * with more than two stages) must opt in before its first launch or graph
- * node (CUDA C++ Programming Guide, "Shared Memory", compute capability
- * 9.0): CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, once per function
- * and size; the driver rejects more than the device allows. The functions
- * that did are kept until a module is unloaded (a later module's function
- * may have the same handle). Guarded by functionsLock. */
+/* A kernel with more than 48 KB of dynamic shared memory (k3c's k3-gpu-mma:
+ * 54 KB of rings for its 64 x 128 tiles) must opt in before its first
+ * launch or graph node (CUDA C++ Programming Guide, "Shared Memory",
+ * compute capability 9.0): CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+ * once per function and size; the driver rejects more than the device
+ * allows. The functions that did are kept until a module is unloaded (a
+ * later module's function may have the same handle). Guarded by
+ * functionsLock. */
 enum { kSharedOptIns = 256, kSharedDefault = 48 * 1024 };
 static struct {
   CUfunction function;
