@@ -253,7 +253,8 @@ def K3GPUMMAPass : Pass<"k3-gpu-mma", "::mlir::ModuleOp"> {
     Option<"stages", "stages", "int64_t", "2",
            "Stages of the X and W rings (at least 2); rings of more than 48 KB "
            "(9 KB per 64 rows a stage) go in dynamic workgroup memory, at "
-           "most 227 KB">,
+           "most what a block of the oldest target may have (227 KB on "
+           "sm_90, 163 KB on sm_80, 99 KB on sm_86)">,
     Option<"targetBlocks", "target-blocks", "int64_t", "528",
            "Blocks a split-K product aims for (the slices: as many as reach "
            "it, each at least 8 k steps)">

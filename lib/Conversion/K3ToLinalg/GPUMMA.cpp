@@ -86,9 +86,17 @@ constexpr int64_t kPad = 8;
 // same bytes in flight, twice the barriers), a batch-64 decode step's
 // products took 4.26 ms instead of 4.98 (BENCHMARKS.md, twelfth session).
 constexpr int64_t kStaticBytes = 48 * 1024;
-// Workgroup memory a block of sm_90 may have (CUDA C++ Programming Guide,
-// "Technical Specifications per Compute Capability": 227 KB).
-constexpr int64_t kMostBytes = 227 * 1024;
+/// Workgroup memory a block may have on compute capability `sm` (x10),
+/// opted in (CUDA C++ Programming Guide, "Technical Specifications per
+/// Compute Capability": 163 KB on 8.0 and 8.7, 227 KB on 9.0 and 10.x,
+/// 99 KB on 8.6, 8.9 and 12.x).
+int64_t mostSharedBytes(int64_t sm) {
+  if (sm == 80 || sm == 87)
+    return 163 * 1024;
+  if (sm >= 90 && sm < 120)
+    return 227 * 1024;
+  return 99 * 1024;
+}
 // Split-K (option `target-blocks`): the blocks to aim for, and the fewest
 // k steps of a slice. A decode batch's product is split until the blocks
 // fill the GPU: 528 by default, four blocks of 64 x 128 per SM of an H200
@@ -555,11 +563,13 @@ struct K3GPUMMAPass : k3::impl::K3GPUMMAPassBase<K3GPUMMAPass> {
           << layout.threads() << " threads, more than 512";
       return signalPassFailure();
     }
-    if (stages < 2 || layout.ringBytes() > kMostBytes) {
+    // The oldest target's limit (`sm`).
+    if (stages < 2 || layout.ringBytes() > mostSharedBytes(sm)) {
       getOperation()->emitError("k3-gpu-mma: stages must be at least 2 and ")
-          << "the rings at most " << kMostBytes << " bytes; "
-          << static_cast<int64_t>(stages) << " stages of " << layout.tileM << " x " << layout.tileN
-          << " tiles are " << layout.ringBytes();
+          << "the rings at most " << mostSharedBytes(sm) << " bytes (sm_"
+          << static_cast<int64_t>(sm) << "); "
+          << static_cast<int64_t>(stages) << " stages of " << layout.tileM
+          << " x " << layout.tileN << " tiles are " << layout.ringBytes();
       return signalPassFailure();
     }
     if (targetBlocks < 1) {

@@ -14,7 +14,12 @@
 // RUN: not k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{tile-m=256 tile-n=128})' 2>&1 | FileCheck %s --check-prefix=BADTHREADS
 // BADTHREADS: k3-gpu-mma: a tile of 256 x 128 needs 1024 threads, more than 512
 // RUN: not k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{tile-m=128 tile-n=128 stages=7})' 2>&1 | FileCheck %s --check-prefix=BADSTAGES
-// BADSTAGES: k3-gpu-mma: stages must be at least 2 and the rings at most 232448 bytes; 7 stages of 128 x 128 tiles are 258048
+// BADSTAGES: k3-gpu-mma: stages must be at least 2 and the rings at most 232448 bytes (sm_90); 7 stages of 128 x 128 tiles are 258048
+// The oldest target's limit: 99 KB on sm_86, so 4 stages of 64 x 128 (108 KB) do not fit there.
+// RUN: not k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{sm=86 stages=4})' 2>&1 | FileCheck %s --check-prefix=BADSM86
+// BADSM86: k3-gpu-mma: stages must be at least 2 and the rings at most 101376 bytes (sm_86); 4 stages of 64 x 128 tiles are 110592
+// RUN: k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{sm=80 stages=4})' | FileCheck %s --check-prefix=SM80
+// SM80: dynamic_shared_memory_size %c110592_i32
 // RUN: not k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{stages=1})' 2>&1 | FileCheck %s --check-prefix=BADSTAGES1
 // BADSTAGES1: k3-gpu-mma: stages must be at least 2
 // RUN: not k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{target-blocks=0})' 2>&1 | FileCheck %s --check-prefix=BADBLOCKS
