@@ -45,7 +45,11 @@ def K3ExposeABIPass : Pass<"k3-expose-abi", "::mlir::ModuleOp"> {
     After `convert-k3-to-linalg`: every tensor argument of @forward becomes a
     memref of the same shape read through `bufferization.to_tensor`, the
     state results (the argument buffers, updated in place) are dropped, and
-    the logits are written into a new trailing memref argument. The function
+    the logits are written into a new trailing memref argument: by the call
+    that computes them when their producer is a destination-passing wrapper
+    (a function that only allocates its result, passes it to one call with
+    its own arguments and returns it, as `@k3k_lm_head`), else through
+    `bufferization.materialize_in_destination` (a copy). The function
     gets `llvm.emit_c_interface`, so `_mlir_ciface_forward` takes one
     memref descriptor pointer per argument.
   }];

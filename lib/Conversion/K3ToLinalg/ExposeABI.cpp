@@ -10,9 +10,11 @@
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/BitVector.h"
 
 namespace mlir::k3 {
@@ -77,6 +79,77 @@ LogicalResult dropInPlaceResults(ModuleOp module, func::FuncOp fn) {
   return success();
 }
 
+/// The call inside `fn` that writes its result, when `fn` is a
+/// destination-passing wrapper: it allocates a buffer, passes it as the last
+/// operand of one call whose other operands are `fn`'s arguments in order,
+/// and returns it (`bufferization.to_tensor ... restrict`); everything else
+/// in it is free of memory effects. Null otherwise.
+func::CallOp writerOf(func::FuncOp fn) {
+  if (fn.isExternal() || !fn.getBody().hasOneBlock() ||
+      fn.getNumResults() != 1)
+    return nullptr;
+  Block &body = fn.front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  auto toTensor = ret.getOperand(0).getDefiningOp<bufferization::ToTensorOp>();
+  auto alloc = toTensor ? toTensor.getBuffer().getDefiningOp<memref::AllocOp>()
+                        : nullptr;
+  if (!alloc || !toTensor.getRestrict())
+    return nullptr;
+  func::CallOp writer;
+  for (Operation *user : alloc->getUsers()) {
+    if (user == toTensor)
+      continue;
+    auto call = dyn_cast<func::CallOp>(user);
+    if (writer || !call || call.getNumResults() != 0 ||
+        call.getNumOperands() != body.getNumArguments() + 1 ||
+        call.getOperands().back() != alloc.getResult() ||
+        !llvm::equal(call.getOperands().drop_back(), body.getArguments()))
+      return nullptr;
+    writer = call;
+  }
+  for (Operation &op : body)
+    if (&op != alloc && &op != writer && &op != toTensor && &op != ret &&
+        !isMemoryEffectFree(&op))
+      return nullptr;
+  return writer;
+}
+
+/// The logits written where they go: when `store`'s tensor is (up to
+/// casts) the result of a call of a destination-passing wrapper (as
+/// @k3k_lm_head around @k3k_lm_head_rounded, Kernels/Dense.mlir), the
+/// wrapped call is made with the logits argument as its destination
+/// instead, so that no copy of the logits follows.
+void writeInPlace(ModuleOp module, bufferization::MaterializeInDestinationOp store) {
+  Value source = store.getSource();
+  SmallVector<tensor::CastOp> casts;
+  while (auto cast = source.getDefiningOp<tensor::CastOp>()) {
+    casts.push_back(cast);
+    source = cast.getSource();
+  }
+  auto call = source.getDefiningOp<func::CallOp>();
+  auto fn = call ? module.lookupSymbol<func::FuncOp>(call.getCallee())
+                 : nullptr;
+  func::CallOp writer = fn ? writerOf(fn) : nullptr;
+  if (!writer || !call->hasOneUse() ||
+      llvm::any_of(casts, [](tensor::CastOp c) { return !c->hasOneUse(); }))
+    return;
+  Value dest = store.getDest();
+  Type want = writer.getOperands().back().getType();
+  if (!memref::CastOp::areCastCompatible(dest.getType(), want))
+    return;
+  OpBuilder b(store);
+  if (dest.getType() != want)
+    dest = memref::CastOp::create(b, store.getLoc(), want, dest);
+  SmallVector<Value> operands(call.getOperands());
+  operands.push_back(dest);
+  func::CallOp::create(b, call.getLoc(), writer.getCallee(), TypeRange{},
+                       operands);
+  store.erase();
+  for (tensor::CastOp c : casts)
+    c.erase();
+  call.erase();
+}
+
 struct K3ExposeABIPass : k3::impl::K3ExposeABIPassBase<K3ExposeABIPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -136,6 +209,7 @@ struct K3ExposeABIPass : k3::impl::K3ExposeABIPassBase<K3ExposeABIPass> {
     store.setWritable(true);
     func::ReturnOp::create(b, ret.getLoc());
     ret.erase();
+    writeInPlace(module, store);
 
     forward.setType(FunctionType::get(module.getContext(),
                                       entry.getArgumentTypes(), {}));
