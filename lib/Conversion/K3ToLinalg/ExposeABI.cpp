@@ -118,8 +118,10 @@ func::CallOp writerOf(func::FuncOp fn) {
 /// casts) the result of a call of a destination-passing wrapper (as
 /// @k3k_lm_head around @k3k_lm_head_rounded, Kernels/Dense.mlir), the
 /// wrapped call is made with the logits argument as its destination
-/// instead, so that no copy of the logits follows.
-void writeInPlace(ModuleOp module, bufferization::MaterializeInDestinationOp store) {
+/// instead (where the wrapper was called: the destination is an argument
+/// of @forward), so that no copy of the logits follows.
+void writeInPlace(ModuleOp module,
+                  bufferization::MaterializeInDestinationOp store) {
   Value source = store.getSource();
   SmallVector<tensor::CastOp> casts;
   while (auto cast = source.getDefiningOp<tensor::CastOp>()) {
@@ -137,7 +139,7 @@ void writeInPlace(ModuleOp module, bufferization::MaterializeInDestinationOp sto
   Type want = writer.getOperands().back().getType();
   if (!memref::CastOp::areCastCompatible(dest.getType(), want))
     return;
-  OpBuilder b(store);
+  OpBuilder b(call);
   if (dest.getType() != want)
     dest = memref::CastOp::create(b, store.getLoc(), want, dest);
   SmallVector<Value> operands(call.getOperands());
