@@ -26,7 +26,10 @@
  *                     may) faults at once, as it would with a real device
  *
  * A context is current per thread, as with the real driver (calls from a
- * thread that did not make it current fail with 201, invalid context).
+ * thread that did not make it current fail with 201, invalid context), and
+ * a launch or graph node with more than 48 KB of dynamic shared memory
+ * fails with 1, invalid value, unless its function opted in
+ * (cuFuncSetAttribute), as with the real driver.
  *
  * Only the entry points MgpuRuntime.c resolves exist.
  *===----------------------------------------------------------------------===*/
@@ -303,7 +306,8 @@ static CUresult graphInstantiate(FakeGraph **exec, FakeGraph *g,
 static CUresult graphExecSetParams(FakeGraph *exec, void *node,
                                    const NodeParams *p) {
   size_t i = (size_t)(uintptr_t)node;
-  if (i >= exec->n || exec->node[i].fn != p->fn || !sharedFits(p->fn, p->smem))
+  if (i >= exec->n || exec->node[i].fn != p->fn ||
+      !sharedFits(p->fn, p->smem))
     return 1; /* CUDA_ERROR_INVALID_VALUE */
   memcpy(exec->node[i].grid, p->grid, sizeof(p->grid));
   exec->node[i].smem = p->smem;
