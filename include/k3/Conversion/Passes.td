@@ -289,11 +289,14 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma", "::mlir::ModuleOp"> {
 
     The pass gives the function a second body, chosen at run time by
     `scf.if` (activations and packed weights 16-byte aligned, scales 4-byte
-    aligned, K % 32 == 0, N % 16 == 0, at least one entry): a `gpu.launch`
-    with a block of four warps per (segment, 64 rows), a segment being up to
-    8 consecutive entries of `order` with one expert that start at a
-    multiple of 8 or at an expert change. Each warp computes 16 rows x 8 entries with
-    `nvvm.mma.sync` m16n8k16 (bf16 operands, f32 accumulators): every
+    aligned, K % 32 == 0, N % (16 x tiles) == 0, at least one entry): a
+    `gpu.launch` with a block of four warps per (segment, 64 x tiles rows), a
+    segment being up to 8 consecutive entries of `order` with one expert
+    that start at a multiple of 8 or at an expert change. Each warp computes
+    16 x tiles rows x 8 entries with `nvvm.mma.sync` m16n8k16 (bf16
+    operands, f32 accumulators), its `tiles` m tiles (`up-tiles` of a
+    two-matrix stage, 1 by default; `down-tiles` of a one-matrix stage, 2)
+    against the same activation fragments: every
     32-element group is two mma steps from a zero accumulator, scaled and
     added to the row sums in group order. A lane reads its words of 4
     groups at a time (when 4 divides the groups) straight from global
@@ -365,6 +368,15 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma", "::mlir::ModuleOp"> {
            "may spill; 0: no bound). 6 puts K3's batch-1 gate/up grid (768 "
            "blocks) in one wave on 132 SMs: H200 B = 1 gate/up 0.328 -> "
            "0.260 ms">,
+    Option<"upTiles", "up-tiles", "int64_t", "1",
+           "m16 row tiles per warp of a two-matrix (gate/up) stage, 1 or 2 "
+           "(2: 32 rows per warp against the same activation fragments, "
+           "half the activation loads per weight byte; needs staged=false; "
+           "140 registers without up-min-blocks)">,
+    Option<"downTiles", "down-tiles", "int64_t", "2",
+           "m16 row tiles per warp of a one-matrix (down) stage, 1 or 2, as "
+           "up-tiles (H200, 2: down B = 8 1.074 -> 0.866 ms, B = 64 6.02 -> "
+           "4.83, B = 1 0.163 -> 0.150; BENCHMARKS.md sixteenth session)">,
     Option<"groupsInFlight", "groups-in-flight", "int64_t", "8",
            "Without staged: groups whose loads a warp issues together, "
            "over the matrices (a multiple of 4 from 4 to 32; the same sums; "

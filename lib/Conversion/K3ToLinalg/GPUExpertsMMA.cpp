@@ -49,6 +49,17 @@
 // bounds it to 80 registers (ptxas spills 60 bytes) and one wave: B = 1
 // gate/up 0.328 -> 0.260 ms.
 //
+// Rows per warp: a warp reads its 8 entries' activations (its B
+// fragments) for every 16 rows it takes, twice the bytes of the codes
+// they meet, and the L1 was the limit (Nsight Compute, B = 64 down stage:
+// L1/TEX 95% busy, DRAM 54%). With `down-tiles=2` (the default of a
+// one-matrix stage) or `up-tiles=2` a warp takes two m tiles, 32 rows,
+// against the same fragments: half the activation loads per weight byte.
+// A row's sum is taken as before (same bits); the fold test then covers the
+// warp's 32 rows. H200: down B = 8 1.074 -> 0.866 ms, B = 64 6.02 -> 4.83
+// (116 registers, 4 blocks per SM). The gate/up stage at 140 registers
+// (no `up-min-blocks`): B = 64 9.17 -> 8.94 ms, B = 1 0.261 -> 0.253.
+//
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16", .bf16):
 // lane = 4 g + t; A (16 x 16, row) a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1],
 // a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9]; B (16 x 8, col)
@@ -98,9 +109,10 @@ namespace mlir::k3 {
 using namespace mlir;
 
 namespace {
-// Entries per segment (the mma's n), rows per warp (its m), warps per block.
+// Entries per segment (the mma's n), rows of an m tile (the mma's m), warps
+// per block. A warp takes `tiles` m tiles (the up-tiles and down-tiles
+// options): 16 or 32 rows against the same activation fragments.
 constexpr int64_t kEntries = 8, kRowsPerWarp = 16, kWarps = 4;
-constexpr int64_t kBlockRows = kRowsPerWarp * kWarps;
 // Each warp streams its 16 rows through a ring of kStages stages in
 // workgroup memory with cp.async, kStageGroups groups per stage: per matrix
 // 16 rows x 64 bytes of codes and 16 x 4 bytes of scales; three stages in
@@ -187,11 +199,11 @@ public:
   ExpertsKernel(OpBuilder &b, Location loc, const Stage &st,
                 memref::GlobalOp codesGlobal, memref::GlobalOp scalesGlobal,
                 bool fold, bool wide, bool prefetch, int64_t laneGroups,
-                int64_t inFlight, int64_t minBlocks)
+                int64_t inFlight, int64_t minBlocks, int64_t tiles)
       : IndexMath{b, loc}, st(st), codesGlobal(codesGlobal),
         scalesGlobal(scalesGlobal), fold(fold), wide(wide),
         prefetch(prefetch), laneGroups(laneGroups),
-        inFlight(inFlight), minBlocks(minBlocks) {}
+        inFlight(inFlight), minBlocks(minBlocks), tiles(tiles) {}
 
   /// scf.if (runnable) { kernel } else { `rest` }: `rest` is moved there.
   void build(SmallVectorImpl<Operation *> &rest);
@@ -211,12 +223,12 @@ private:
   Value decodePair(Value word, int64_t j, Value scale = nullptr);
 
   /// What a lane needs for consecutive groups: per group the B registers
-  /// (steps 0 and 1), per matrix and group the words and scales of rows g
-  /// and g+8.
+  /// (steps 0 and 1), per slot (matrix and m tile) and group the words and
+  /// scales of the tile's rows g and g+8.
   struct Loaded {
     SmallVector<std::array<Value, 4>> x;
     SmallVector<SmallVector<std::array<Value, 2>>> word, scale;
-    /// loadFour: per matrix, rows g and g+8's 4 scales as one i32.
+    /// loadFour: per slot, rows g and g+8's 4 scales as one i32.
     SmallVector<std::array<Value, 2>> scaleWord;
   };
   /// The entry's B registers for `group` (its elements 8t .. 8t + 7), or
@@ -278,7 +290,9 @@ private:
   const Stage &st;
   // Inside the launch.
   memref::GlobalOp codesGlobal, scalesGlobal;
-  Value t, expert, row0, row1, srcToken, srcSlot;
+  Value t, expert, srcToken, srcSlot;
+  /// Per m tile of the warp, its rows g and g + 8.
+  SmallVector<std::array<Value, 2>> tileRows;
   Value warp, lane, g, rowBase, units, codes, scaleRing;
   bool fold, wide, prefetch;
   /// wide: consecutive groups per lane (1 or 2; a unit is 4 of them).
@@ -288,6 +302,10 @@ private:
   int64_t inFlight;
   /// Resident blocks per SM a kernel of two matrices must allow (0: any).
   int64_t minBlocks;
+  /// m tiles per warp (1 or 2) and the sums' slots: (matrix, tile) pairs,
+  /// slot m * tiles + tile, 4 accumulators each.
+  int64_t tiles;
+  size_t slots() const { return st.matrices.size() * tiles; }
 };
 
 std::array<Value, 3> ExpertsKernel::entry(Value q) {
@@ -360,10 +378,11 @@ ExpertsKernel::Loaded ExpertsKernel::loadOne(Value group) {
   in.x.push_back(loadX(group));
   auto i8x4 = VectorType::get({4}, b.getI8Type());
   Value byte = add(mul(group, idx(16)), mul(t, idx(4)));
-  for (auto [packed, scales] : st.matrices) {
+  for (size_t q = 0; q < slots(); ++q) {
+    auto [packed, scales] = st.matrices[q / tiles];
     std::array<Value, 2> w, s;
     for (int r = 0; r < 2; ++r) {
-      Value row = r ? row1 : row0;
+      Value row = tileRows[q % tiles][r];
       Value bytes = vector::LoadOp::create(b, loc, i8x4, packed,
                                            ValueRange{expert, row, byte},
                                            /*nontemporal=*/false,
@@ -386,11 +405,12 @@ ExpertsKernel::Loaded ExpertsKernel::loadFour(Value c0) {
     in.x.push_back(loadX(add(c0, u)));
   auto i8x4 = VectorType::get({4}, b.getI8Type());
   auto i32x1 = VectorType::get({1}, b.getI32Type());
-  for (auto [packed, scales] : st.matrices) {
+  for (size_t q = 0; q < slots(); ++q) {
+    auto [packed, scales] = st.matrices[q / tiles];
     SmallVector<std::array<Value, 2>> w(4), s(4);
     std::array<Value, 2> sw;
     for (int r = 0; r < 2; ++r) {
-      Value row = r ? row1 : row0;
+      Value row = tileRows[q % tiles][r];
       for (int64_t u = 0; u < 4; ++u) {
         Value byte = add(mul(add(c0, u), idx(16)), mul(t, idx(4)));
         Value bytes = vector::LoadOp::create(b, loc, i8x4, packed,
@@ -437,11 +457,12 @@ ExpertsKernel::Loaded ExpertsKernel::loadFourWide(Value c0, bool withX) {
   auto i8xn = VectorType::get({4 * n}, b.getI8Type());
   auto i32x1 = VectorType::get({1}, b.getI32Type());
   auto i32xn = VectorType::get({n}, b.getI32Type());
-  for (auto [packed, scales] : st.matrices) {
+  for (size_t q = 0; q < slots(); ++q) {
+    auto [packed, scales] = st.matrices[q / tiles];
     SmallVector<std::array<Value, 2>> w(n);
     std::array<Value, 2> sw;
     for (int r = 0; r < 2; ++r) {
-      Value row = r ? row1 : row0;
+      Value row = tileRows[q % tiles][r];
       Value bytes = vector::LoadOp::create(
           b, loc, i8xn, packed, ValueRange{expert, row, mul(group, idx(16))},
           /*nontemporal=*/false, llvm::MaybeAlign(16));
@@ -464,12 +485,12 @@ ExpertsKernel::Loaded ExpertsKernel::loadFourWide(Value c0, bool withX) {
 
 SmallVector<Value> ExpertsKernel::prefetchedWide(Value whole,
                                                  ValueRange acc) {
-  // Unit c0's words, flat: per matrix, the 4 words of rows g and g+8, then
+  // Unit c0's words, flat: per slot, the 4 words of rows g and g+8, then
   // the 2 scale words.
   auto fetch = [&](Value c0) {
     SmallVector<Value> flat;
     Loaded in = loadFourWide(c0, /*withX=*/false);
-    for (size_t m = 0; m < st.matrices.size(); ++m) {
+    for (size_t m = 0; m < slots(); ++m) {
       for (int64_t i = 0; i < 4; ++i)
         llvm::append_range(flat, in.word[m][i]);
       llvm::append_range(flat, in.scaleWord[m]);
@@ -479,7 +500,7 @@ SmallVector<Value> ExpertsKernel::prefetchedWide(Value whole,
   auto unpack = [&](ValueRange flat, Value c0) {
     Loaded in;
     loadWideX(in, c0);
-    for (size_t m = 0; m < st.matrices.size(); ++m) {
+    for (size_t m = 0; m < slots(); ++m) {
       SmallVector<std::array<Value, 2>> w(4);
       for (int64_t i = 0; i < 4; ++i)
         w[i] = {flat[0], flat[1]}, flat = flat.drop_front(2);
@@ -620,7 +641,7 @@ SmallVector<Value> ExpertsKernel::accumulate(const Loaded &in,
       arith::ConstantFloatOp::create(b, loc, b.getF32Type(), APFloat(0.0f));
   SmallVector<Value> next(acc);
   for (size_t c = 0; c < in.x.size(); ++c)
-    for (size_t m = 0; m < st.matrices.size(); ++m) {
+    for (size_t m = 0; m < in.word.size(); ++m) {
       SmallVector<Value> d =
           groupProduct(in.word[m][c], in.x[c], {}, SmallVector<Value>(4, zero));
       // sum += scale · group sum (a power of two: the product is exact).
@@ -657,7 +678,8 @@ Value ExpertsKernel::foldable(Value groups) {
         b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
         Value bad = acc[0];
         for (auto [packed, scales] : st.matrices)
-          for (Value row : {row0, row1}) {
+          for (const std::array<Value, 2> &rows : tileRows)
+            for (Value row : rows) {
             Value s = vector::ExtractOp::create(
                 b, loc,
                 vector::BitCastOp::create(
@@ -686,7 +708,7 @@ Value ExpertsKernel::foldable(Value groups) {
 SmallVector<Value> ExpertsKernel::accumulateFolded(const Loaded &in,
                                                    ValueRange acc, bool wide) {
   SmallVector<Value> next(acc);
-  for (size_t m = 0; m < st.matrices.size(); ++m) {
+  for (size_t m = 0; m < in.word.size(); ++m) {
     // Per row, the 4 groups' bf16 2^(e-1) = (e + 126) << 7 in both halves:
     // bytes e + 126 (no carry: e <= 127), byte c put at bytes 1 and 3 and
     // zeros at bytes 0 and 2 (prmt selector 4 c 4 c), shifted down by one.
@@ -842,7 +864,7 @@ void ExpertsKernel::build(SmallVectorImpl<Operation *> &rest) {
   Value rows = memref::DimOp::create(b, loc, packed0, 1);
   Value depth = memref::DimOp::create(b, loc, st.src, kDim);
   Value entries = memref::DimOp::create(b, loc, st.order, 0);
-  Value ok = both(rem0(depth, 32), rem0(rows, kRowsPerWarp));
+  Value ok = both(rem0(depth, 32), rem0(rows, kRowsPerWarp * tiles));
   ok = both(ok, cmp(arith::CmpIPredicate::ugt, entries, idx(0)));
   ok = both(ok, aligned(st.src));
   // The scales are read 4 at a time (4-byte loads) when 4 | groups.
@@ -857,7 +879,8 @@ void ExpertsKernel::build(SmallVectorImpl<Operation *> &rest) {
 
 void ExpertsKernel::buildLaunch(Value entries, Value rows, Value depth) {
   Value c1 = idx(1);
-  Value gridY = arith::CeilDivUIOp::create(b, loc, rows, idx(kBlockRows));
+  Value gridY =
+      arith::CeilDivUIOp::create(b, loc, rows, idx(kWarps * kRowsPerWarp * tiles));
   auto launch = gpu::LaunchOp::create(b, loc, entries, gridY, c1,
                                       idx(kWarps * 32), c1, c1);
   launch->setAttr("k3.mma_shape", b.getDenseI64ArrayAttr({16, 8, 16}));
@@ -889,8 +912,8 @@ void ExpertsKernel::buildLaunch(Value entries, Value rows, Value depth) {
   Value starts = arith::OrIOp::create(
       b, loc, rem0(p, kEntries),
       cmp(arith::CmpIPredicate::ne, before, expert));
-  rowBase = add(mul(launch.getBlockIds().y, idx(kBlockRows)),
-                mul(warp, idx(kRowsPerWarp)));
+  rowBase = add(mul(launch.getBlockIds().y, idx(kWarps * kRowsPerWarp * tiles)),
+                mul(warp, idx(kRowsPerWarp * tiles)));
   Value active =
       both(starts, cmp(arith::CmpIPredicate::ult, rowBase, rows));
   auto body = scf::IfOp::create(b, loc, active, /*withElseRegion=*/false);
@@ -912,13 +935,15 @@ void ExpertsKernel::buildLaunch(Value entries, Value rows, Value depth) {
   auto [tb, sb, inB] = member(g);
   srcToken = pick(inB, tb, token);
   srcSlot = pick(inB, sb, slot);
-  row0 = add(rowBase, g);
-  row1 = add(row0, 8);
+  for (int64_t i = 0; i < tiles; ++i) {
+    Value row = add(rowBase, add(g, idx(kRowsPerWarp * i)));
+    tileRows.push_back({row, add(row, 8)});
+  }
 
   // Row sums, matrix by matrix: rows g, g (col 2t, 2t+1), g+8, g+8.
   Value zero =
       arith::ConstantFloatOp::create(b, loc, b.getF32Type(), APFloat(0.0f));
-  SmallVector<Value> acc(4 * st.matrices.size(), zero);
+  SmallVector<Value> acc(4 * slots(), zero);
   Value groups = arith::DivUIOp::create(b, loc, depth, idx(32));
   auto [sums, whole] = units4(groups, acc);
   auto tail = scf::ForOp::create(
@@ -933,18 +958,19 @@ void ExpertsKernel::buildLaunch(Value entries, Value rows, Value depth) {
   for (int64_t c = 0; c < 2; ++c) {
     std::array<Value, 3> dst = member(add(mul(t, idx(2)), c));
     Value tq = dst[0], sq = dst[1], in = dst[2];
-    for (int64_t r = 0; r < 2; ++r) {
-      SmallVector<Value> args;
-      for (size_t m = 0; m < st.matrices.size(); ++m)
-        args.push_back(tail.getResult(m * 4 + 2 * r + c));
-      llvm::append_range(args, st.scalars);
-      Value row = r ? row1 : row0;
-      scf::IfOp::create(b, loc, in, [&](OpBuilder &tb, Location l) {
-        Value v = func::CallOp::create(tb, l, st.outFn, args).getResult(0);
-        memref::StoreOp::create(tb, l, v, st.out, ValueRange{tq, sq, row});
-        scf::YieldOp::create(tb, l);
-      });
-    }
+    scf::IfOp::create(b, loc, in, [&](OpBuilder &tb, Location l) {
+      for (int64_t i = 0; i < tiles; ++i)
+        for (int64_t r = 0; r < 2; ++r) {
+          SmallVector<Value> args;
+          for (size_t m = 0; m < st.matrices.size(); ++m)
+            args.push_back(tail.getResult((m * tiles + i) * 4 + 2 * r + c));
+          llvm::append_range(args, st.scalars);
+          Value v = func::CallOp::create(tb, l, st.outFn, args).getResult(0);
+          memref::StoreOp::create(tb, l, v, st.out,
+                                  ValueRange{tq, sq, tileRows[i][r]});
+        }
+      scf::YieldOp::create(tb, l);
+    });
   }
   b.setInsertionPointToEnd(&launch.getBody().front());
   gpu::TerminatorOp::create(b, loc);
@@ -980,6 +1006,18 @@ struct K3GPUExpertsMMAPass
           << static_cast<int64_t>(groupsInFlight);
       return signalPassFailure();
     }
+    for (auto [name, value] : {std::pair{"up-tiles", int64_t(upTiles)},
+                               std::pair{"down-tiles", int64_t(downTiles)}})
+      if (value != 1 && value != 2) {
+        getOperation().emitError() << "k3-gpu-experts-mma: " << name
+                                   << " must be 1 or 2, not " << value;
+        return signalPassFailure();
+      } else if (value != 1 && staged) {
+        getOperation().emitError()
+            << "k3-gpu-experts-mma: " << name << "=" << value
+            << " needs staged=false (the rings hold 16 rows per warp)";
+        return signalPassFailure();
+      }
     for (func::FuncOp f : k3::markedFunctions(getOperation(), kAttr)) {
       auto spec = f->getAttrOfType<DictionaryAttr>(kAttr);
       if (!spec) {
@@ -1019,7 +1057,7 @@ struct K3GPUExpertsMMAPass
       }
       ExpertsKernel(b, f.getLoc(), *st, codes, scales, foldScales,
                     wideGroups, prefetchWords, laneGroups, groupsInFlight,
-                    upMinBlocks)
+                    upMinBlocks, st->matrices.size() > 1 ? upTiles : downTiles)
           .build(rest);
     }
   }

@@ -1,7 +1,7 @@
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{fold-scales=0})' | FileCheck %s
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{sm=75})' | FileCheck %s --check-prefix=OLD
 // RUN: %python %S/Inputs/e2m1_bf16_decode.py | FileCheck %s --check-prefix=DECODE
-// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{staged=1 fold-scales=0})' | FileCheck %s --check-prefix=STAGED
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{staged=1 fold-scales=0 down-tiles=1})' | FileCheck %s --check-prefix=STAGED
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{wide-groups=0})' | FileCheck %s --check-prefix=FOLD
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{lane-groups=1})' | FileCheck %s --check-prefix=WIDE
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{lane-groups=1 prefetch=1})' | FileCheck %s --check-prefix=PREFETCH
@@ -15,6 +15,11 @@
 // RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-experts-mma{groups-in-flight=6})' 2>&1 | FileCheck %s --check-prefix=BADFLIGHT
 // BADFLIGHT: error: k3-gpu-experts-mma: groups-in-flight must be a multiple of 4 from 4 to 32, not 6
 // RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-experts-mma{up-min-blocks=17})' 2>&1 | FileCheck %s --check-prefix=BADBLOCKS
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{up-tiles=2 up-min-blocks=0})' | FileCheck %s --check-prefix=TILES
+// RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-experts-mma{down-tiles=3})' 2>&1 | FileCheck %s --check-prefix=BADTILES
+// BADTILES: error: k3-gpu-experts-mma: down-tiles must be 1 or 2, not 3
+// RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-experts-mma{staged=1})' 2>&1 | FileCheck %s --check-prefix=STAGEDTILES
+// STAGEDTILES: error: k3-gpu-experts-mma: down-tiles=2 needs staged=false (the rings hold 16 rows per warp)
 // BADBLOCKS: error: k3-gpu-experts-mma: up-min-blocks must be 0 to 16, not 17
 // RUN: %python %S/Inputs/e2m1_bf16_fold.py | FileCheck %s --check-prefix=FOLDMATH
 // CHECK-NOT: k3k_experts_codes
@@ -271,6 +276,37 @@ func.func @up(%xi: memref<?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64
 // LANES2-LABEL: func.func @down
 // LANES2-NOT: launch_bounds
 // LANES2-NOT: function(@
+// A one-matrix stage takes two m tiles per warp by default (down-tiles=2):
+// N % 32, blocks of 128 rows, the four rows g, g+8, g+16, g+24 of a lane
+// read against the same 8 activation loads, 8 sums.
+// LANES2: arith.remui %{{.+}}, %c32 : index
+// LANES2: arith.ceildivui %{{.+}}, %c128 : index
+// LANES2: scf.for {{.+}} -> (f32, f32, f32, f32, f32, f32, f32, f32) {
+// LANES2-COUNT-8: vector.load %arg0[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xbf16>, vector<8xbf16>
+// LANES2-COUNT-4: vector.load %arg3[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<32xi8>
+// LANES2-NOT: vector.load %arg3{{.+}}vector<32xi8>
+// LANES2-COUNT-32: nvvm.mma.sync
+// LANES2-NOT: nvvm.mma.sync
+// LANES2: scf.yield
+// Each of the lane's two entries stores its four rows under one test.
+// LANES2: scf.if
+// LANES2-COUNT-4: memref.store
+// LANES2: scf.if
+// LANES2-COUNT-4: memref.store
+// up-tiles=2: the gate/up stage alike, 16 sums, both matrices' four rows.
+// TILES-LABEL: func.func @up
+// TILES-NOT: launch_bounds
+// TILES: arith.remui %{{.+}}, %c32 : index
+// TILES: arith.ceildivui %{{.+}}, %c128 : index
+// TILES: scf.for {{.+}} -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32)
+// TILES-COUNT-8: vector.load %arg0[{{.+}}] {alignment = 16 : i64} : memref<?x?xbf16>, vector<8xbf16>
+// TILES-COUNT-4: vector.load %arg3[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<32xi8>
+// TILES-COUNT-4: vector.load %arg5[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<32xi8>
+// TILES-COUNT-64: nvvm.mma.sync
+// TILES-NOT: nvvm.mma.sync
+// TILES: scf.yield
+// TILES-LABEL: func.func @down
+// TILES: arith.ceildivui %{{.+}}, %c128 : index
 // With up-min-blocks=0 the kernel keeps its default name and no bound.
 // NOBOUND-LABEL: func.func @up
 // NOBOUND-NOT: launch_bounds
