@@ -295,7 +295,7 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma", "::mlir::ModuleOp"> {
     that start at a multiple of 8 or at an expert change. Each warp computes
     16 x tiles rows x 8 entries with `nvvm.mma.sync` m16n8k16 (bf16
     operands, f32 accumulators), its `tiles` m tiles (`up-tiles` of a
-    two-matrix stage, 1 by default; `down-tiles` of a one-matrix stage, 2)
+    two-matrix stage, `down-tiles` of a one-matrix stage, 2 by default)
     against the same activation fragments: every
     32-element group is two mma steps from a zero accumulator, scaled and
     added to the row sums in group order. A lane reads its words of 4
@@ -326,7 +326,7 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma", "::mlir::ModuleOp"> {
     iteration ahead. An expert's weights are
     read once per segment instead of once per entry. The launch records
     `k3.mma_shape = [16, 8, 16]`, as
-    k3-gpu-mma's. With `up-min-blocks` (6 by default) the kernel of a
+    k3-gpu-mma's. With `up-min-blocks` above 0 (0 by default) the kernel of a
     two-matrix (gate/up) stage is named `<function>_mma_kernel` and its
     function gets `k3.launch_bounds`, which k3-gpu-launch-bounds turns
     into `.minnctapersm` after outlining. Other functions and bodies are left alone (f32
@@ -361,18 +361,21 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma", "::mlir::ModuleOp"> {
            "quad reads 128 contiguous bytes of a row, another order of the "
            "row's sum; H200 B = 8 gate/up 2.491 -> 1.744 ms, B = 1 0.346 "
            "-> 0.326, BENCHMARKS.md fourteenth session; prefetch needs 1)">,
-    Option<"upMinBlocks", "up-min-blocks", "int64_t", "6",
+    Option<"upMinBlocks", "up-min-blocks", "int64_t", "0",
            "Resident blocks of 128 threads per SM that the registers of a "
            "two-matrix (gate/up) kernel must allow (k3.launch_bounds for "
            "k3-gpu-launch-bounds; ptxas caps the registers, 80 for 6, and "
            "may spill; 0: no bound). 6 puts K3's batch-1 gate/up grid (768 "
            "blocks) in one wave on 132 SMs: H200 B = 1 gate/up 0.328 -> "
-           "0.260 ms">,
-    Option<"upTiles", "up-tiles", "int64_t", "1",
+           "0.260 ms, with up-tiles=1; up-tiles=2 (the default) needs no "
+           "bound for one wave, and 4 was slower, BENCHMARKS.md sixteenth "
+           "session)">,
+    Option<"upTiles", "up-tiles", "int64_t", "2",
            "m16 row tiles per warp of a two-matrix (gate/up) stage, 1 or 2 "
            "(2: 32 rows per warp against the same activation fragments, "
            "half the activation loads per weight byte; needs staged=false; "
-           "140 registers without up-min-blocks)">,
+           "140 registers; H200 gate/up B = 64 9.10 -> 8.80 ms, B = 1 "
+           "0.258 -> 0.254, BENCHMARKS.md sixteenth session)">,
     Option<"downTiles", "down-tiles", "int64_t", "2",
            "m16 row tiles per warp of a one-matrix (down) stage, 1 or 2, as "
            "up-tiles (H200, 2: down B = 8 1.074 -> 0.866 ms, B = 64 6.02 -> "

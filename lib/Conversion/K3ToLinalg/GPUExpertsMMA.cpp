@@ -53,12 +53,14 @@
 // fragments) for every 16 rows it takes, twice the bytes of the codes
 // they meet, and the L1 was the limit (Nsight Compute, B = 64 down stage:
 // L1/TEX 95% busy, DRAM 54%). With `down-tiles=2` (the default of a
-// one-matrix stage) or `up-tiles=2` a warp takes two m tiles, 32 rows,
+// one-matrix stage) and `up-tiles=2` (of a two-matrix one) a warp takes two m tiles, 32 rows,
 // against the same fragments: half the activation loads per weight byte.
 // A row's sum is taken as before (same bits); the fold test then covers the
 // warp's 32 rows. H200: down B = 8 1.074 -> 0.866 ms, B = 64 6.02 -> 4.83
 // (116 registers, 4 blocks per SM). The gate/up stage at 140 registers
-// (no `up-min-blocks`): B = 64 9.17 -> 8.94 ms, B = 1 0.261 -> 0.253.
+// (no `up-min-blocks`): B = 64 9.17 -> 8.94 ms, B = 1 0.261 -> 0.253 in
+// one run, 9.10 -> 8.80 and 0.258 -> 0.254 in another: the default since
+// the sixteenth session (with 4 blocks per SM, 128 registers, slower).
 //
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16", .bf16):
 // lane = 4 g + t; A (16 x 16, row) a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1],

@@ -1,12 +1,12 @@
-// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{fold-scales=0})' | FileCheck %s
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{fold-scales=0 up-tiles=1})' | FileCheck %s
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{sm=75})' | FileCheck %s --check-prefix=OLD
 // RUN: %python %S/Inputs/e2m1_bf16_decode.py | FileCheck %s --check-prefix=DECODE
-// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{staged=1 fold-scales=0 down-tiles=1})' | FileCheck %s --check-prefix=STAGED
-// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{wide-groups=0})' | FileCheck %s --check-prefix=FOLD
-// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{lane-groups=1})' | FileCheck %s --check-prefix=WIDE
-// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{lane-groups=1 prefetch=1})' | FileCheck %s --check-prefix=PREFETCH
-// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{lane-groups=1 groups-in-flight=16})' | FileCheck %s --check-prefix=FLIGHT
-// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma)' | FileCheck %s --check-prefix=LANES2
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{staged=1 fold-scales=0 down-tiles=1 up-tiles=1})' | FileCheck %s --check-prefix=STAGED
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{wide-groups=0 up-tiles=1})' | FileCheck %s --check-prefix=FOLD
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{lane-groups=1 up-tiles=1})' | FileCheck %s --check-prefix=WIDE
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{lane-groups=1 prefetch=1 up-tiles=1})' | FileCheck %s --check-prefix=PREFETCH
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{lane-groups=1 groups-in-flight=16 up-tiles=1})' | FileCheck %s --check-prefix=FLIGHT
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{up-tiles=1 up-min-blocks=6})' | FileCheck %s --check-prefix=LANES2
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{up-min-blocks=0})' | FileCheck %s --check-prefix=NOBOUND
 // RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-experts-mma{prefetch=1})' 2>&1 | FileCheck %s --check-prefix=BADPREFETCH
 // BADPREFETCH: error: k3-gpu-experts-mma: prefetch needs lane-groups=1, not 2
@@ -15,10 +15,10 @@
 // RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-experts-mma{groups-in-flight=6})' 2>&1 | FileCheck %s --check-prefix=BADFLIGHT
 // BADFLIGHT: error: k3-gpu-experts-mma: groups-in-flight must be a multiple of 4 from 4 to 32, not 6
 // RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-experts-mma{up-min-blocks=17})' 2>&1 | FileCheck %s --check-prefix=BADBLOCKS
-// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{up-tiles=2 up-min-blocks=0})' | FileCheck %s --check-prefix=TILES
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma)' | FileCheck %s --check-prefix=TILES
 // RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-experts-mma{down-tiles=3})' 2>&1 | FileCheck %s --check-prefix=BADTILES
 // BADTILES: error: k3-gpu-experts-mma: down-tiles must be 1 or 2, not 3
-// RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-experts-mma{staged=1})' 2>&1 | FileCheck %s --check-prefix=STAGEDTILES
+// RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-experts-mma{staged=1 up-tiles=1})' 2>&1 | FileCheck %s --check-prefix=STAGEDTILES
 // STAGEDTILES: error: k3-gpu-experts-mma: down-tiles=2 needs staged=false (the rings hold 16 rows per warp)
 // BADBLOCKS: error: k3-gpu-experts-mma: up-min-blocks must be 0 to 16, not 17
 // RUN: %python %S/Inputs/e2m1_bf16_fold.py | FileCheck %s --check-prefix=FOLDMATH
@@ -106,9 +106,9 @@
 // By default (lane-groups 2): groups c0 + 2t and c0 + 2t + 1, 32 bytes per
 // row, 8 loads of activations, 8 groups per iteration, the scales from the
 // word at c0 + 4 (t / 2); the last 4 groups, where 8 does not divide them,
-// one group per lane. The two-matrix kernel is named and bounded to 6
-// resident blocks per SM (up-min-blocks, for k3-gpu-launch-bounds); the
-// one-matrix kernel is left alone.
+// one group per lane. With up-tiles=1 and up-min-blocks=6 the two-matrix
+// kernel is named and bounded to 6 resident blocks per SM (for
+// k3-gpu-launch-bounds); the one-matrix kernel is left alone.
 // LANES2-LABEL: func.func @up
 // LANES2-SAME: k3.launch_bounds = {up_mma_kernel = 6 : i64}
 // LANES2-NOT: arith.cmpi ule
@@ -293,7 +293,8 @@ func.func @up(%xi: memref<?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64
 // LANES2-COUNT-4: memref.store
 // LANES2: scf.if
 // LANES2-COUNT-4: memref.store
-// up-tiles=2: the gate/up stage alike, 16 sums, both matrices' four rows.
+// By default (up-tiles=2, up-min-blocks=0) the gate/up stage alike: no
+// bound, 16 sums, both matrices' four rows.
 // TILES-LABEL: func.func @up
 // TILES-NOT: launch_bounds
 // TILES: arith.remui %{{.+}}, %c32 : index
@@ -307,7 +308,8 @@ func.func @up(%xi: memref<?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64
 // TILES: scf.yield
 // TILES-LABEL: func.func @down
 // TILES: arith.ceildivui %{{.+}}, %c128 : index
-// With up-min-blocks=0 the kernel keeps its default name and no bound.
+// With up-min-blocks=0 (the default) the kernel keeps its default name and
+// no bound.
 // NOBOUND-LABEL: func.func @up
 // NOBOUND-NOT: launch_bounds
 // NOBOUND-NOT: function(@
