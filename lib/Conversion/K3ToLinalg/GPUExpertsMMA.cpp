@@ -52,9 +52,10 @@
 // Rows per warp: a warp reads its 8 entries' activations (its B
 // fragments) for every 16 rows it takes, twice the bytes of the codes
 // they meet, and the L1 was the limit (Nsight Compute, B = 64 down stage:
-// L1/TEX 95% busy, DRAM 54%). With `down-tiles=2` (the default of a
-// one-matrix stage) and `up-tiles=2` (of a two-matrix one) a warp takes two m tiles, 32 rows,
-// against the same fragments: half the activation loads per weight byte.
+// L1/TEX 95% busy, DRAM 54%). With `down-tiles=2` (one-matrix stages) and
+// `up-tiles=2` (two-matrix ones), both the default, a warp takes two m
+// tiles, 32 rows, against the same fragments: half the activation loads
+// per weight byte.
 // A row's sum is taken as before (same bits); the fold test then covers the
 // warp's 32 rows. H200: down B = 8 1.074 -> 0.866 ms, B = 64 6.02 -> 4.83
 // (116 registers, 4 blocks per SM). The gate/up stage at 140 registers
