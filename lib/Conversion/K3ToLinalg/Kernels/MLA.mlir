@@ -18,6 +18,114 @@ func.func private @k3k_mla_rows(%ntk: memref<?xindex>, %i: index, %pertoken: i1,
   return %r : index
 }
 
+// Column %col of q for tokens %i0 .. %i0 + 7, widened (a token past %tlast
+// reads %tlast: computed, never stored).
+func.func private @k3k_mla_q8(%q: tensor<?x?x!act>, %i0: index, %tlast: index, %col: index) -> vector<8xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %c3 = arith.constant 3 : index
+  %c4 = arith.constant 4 : index
+  %c5 = arith.constant 5 : index
+  %c6 = arith.constant 6 : index
+  %c7 = arith.constant 7 : index
+  %j0a = arith.addi %i0, %c0 : index
+  %j0 = arith.minui %j0a, %tlast : index
+  %v0 = tensor.extract %q[%j0, %col] : tensor<?x?x!act>
+  %f0 = func.call @k3k_widen(%v0) : (!act) -> f32
+  %j1a = arith.addi %i0, %c1 : index
+  %j1 = arith.minui %j1a, %tlast : index
+  %v1 = tensor.extract %q[%j1, %col] : tensor<?x?x!act>
+  %f1 = func.call @k3k_widen(%v1) : (!act) -> f32
+  %j2a = arith.addi %i0, %c2 : index
+  %j2 = arith.minui %j2a, %tlast : index
+  %v2 = tensor.extract %q[%j2, %col] : tensor<?x?x!act>
+  %f2 = func.call @k3k_widen(%v2) : (!act) -> f32
+  %j3a = arith.addi %i0, %c3 : index
+  %j3 = arith.minui %j3a, %tlast : index
+  %v3 = tensor.extract %q[%j3, %col] : tensor<?x?x!act>
+  %f3 = func.call @k3k_widen(%v3) : (!act) -> f32
+  %j4a = arith.addi %i0, %c4 : index
+  %j4 = arith.minui %j4a, %tlast : index
+  %v4 = tensor.extract %q[%j4, %col] : tensor<?x?x!act>
+  %f4 = func.call @k3k_widen(%v4) : (!act) -> f32
+  %j5a = arith.addi %i0, %c5 : index
+  %j5 = arith.minui %j5a, %tlast : index
+  %v5 = tensor.extract %q[%j5, %col] : tensor<?x?x!act>
+  %f5 = func.call @k3k_widen(%v5) : (!act) -> f32
+  %j6a = arith.addi %i0, %c6 : index
+  %j6 = arith.minui %j6a, %tlast : index
+  %v6 = tensor.extract %q[%j6, %col] : tensor<?x?x!act>
+  %f6 = func.call @k3k_widen(%v6) : (!act) -> f32
+  %j7a = arith.addi %i0, %c7 : index
+  %j7 = arith.minui %j7a, %tlast : index
+  %v7 = tensor.extract %q[%j7, %col] : tensor<?x?x!act>
+  %f7 = func.call @k3k_widen(%v7) : (!act) -> f32
+  %r = vector.from_elements %f0, %f1, %f2, %f3, %f4, %f5, %f6, %f7 : vector<8xf32>
+  return %r : vector<8xf32>
+}
+
+// Stores element k of %v at qt[%i0 + k, %e, %hp] for the tokens below %t.
+func.func private @k3k_mla_qt8(%qt: memref<?x?x?xf32>, %v: vector<8xf32>, %i0: index, %t: index, %e: index, %hp: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %c3 = arith.constant 3 : index
+  %c4 = arith.constant 4 : index
+  %c5 = arith.constant 5 : index
+  %c6 = arith.constant 6 : index
+  %c7 = arith.constant 7 : index
+  %j0 = arith.addi %i0, %c0 : index
+  %in0 = arith.cmpi ult, %j0, %t : index
+  scf.if %in0 {
+    %x0 = vector.extract %v[0] : f32 from vector<8xf32>
+    memref.store %x0, %qt[%j0, %e, %hp] : memref<?x?x?xf32>
+  }
+  %j1 = arith.addi %i0, %c1 : index
+  %in1 = arith.cmpi ult, %j1, %t : index
+  scf.if %in1 {
+    %x1 = vector.extract %v[1] : f32 from vector<8xf32>
+    memref.store %x1, %qt[%j1, %e, %hp] : memref<?x?x?xf32>
+  }
+  %j2 = arith.addi %i0, %c2 : index
+  %in2 = arith.cmpi ult, %j2, %t : index
+  scf.if %in2 {
+    %x2 = vector.extract %v[2] : f32 from vector<8xf32>
+    memref.store %x2, %qt[%j2, %e, %hp] : memref<?x?x?xf32>
+  }
+  %j3 = arith.addi %i0, %c3 : index
+  %in3 = arith.cmpi ult, %j3, %t : index
+  scf.if %in3 {
+    %x3 = vector.extract %v[3] : f32 from vector<8xf32>
+    memref.store %x3, %qt[%j3, %e, %hp] : memref<?x?x?xf32>
+  }
+  %j4 = arith.addi %i0, %c4 : index
+  %in4 = arith.cmpi ult, %j4, %t : index
+  scf.if %in4 {
+    %x4 = vector.extract %v[4] : f32 from vector<8xf32>
+    memref.store %x4, %qt[%j4, %e, %hp] : memref<?x?x?xf32>
+  }
+  %j5 = arith.addi %i0, %c5 : index
+  %in5 = arith.cmpi ult, %j5, %t : index
+  scf.if %in5 {
+    %x5 = vector.extract %v[5] : f32 from vector<8xf32>
+    memref.store %x5, %qt[%j5, %e, %hp] : memref<?x?x?xf32>
+  }
+  %j6 = arith.addi %i0, %c6 : index
+  %in6 = arith.cmpi ult, %j6, %t : index
+  scf.if %in6 {
+    %x6 = vector.extract %v[6] : f32 from vector<8xf32>
+    memref.store %x6, %qt[%j6, %e, %hp] : memref<?x?x?xf32>
+  }
+  %j7 = arith.addi %i0, %c7 : index
+  %in7 = arith.cmpi ult, %j7, %t : index
+  scf.if %in7 {
+    %x7 = vector.extract %v[7] : f32 from vector<8xf32>
+    memref.store %x7, %qt[%j7, %e, %hp] : memref<?x?x?xf32>
+  }
+  return
+}
+
 // Eight consecutive elements of cache row %row from column %col, widened,
 // as one 16-byte vector load: the caller has checked that the pool's rows
 // allow it (rows of a multiple of 8 elements, base aligned).
@@ -810,8 +918,9 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     // q̂ and q_r per token, transposed: qt[i, e, h] for the R + dr elements e
     // of a cache row and the heads h padded to a multiple of %hblk (a padded
     // head repeats head H-1 and is never stored), so that the scores below
-    // load the q̂ of 8 heads at once. One thread per (token, head, element),
-    // the threads of a warp along the weight row.
+    // load the q̂ of 8 heads at once. q̂: one thread per (8 tokens, head,
+    // element), the threads of a warp along the weight row (below); q_r: one
+    // per (token, head, element).
     %hblk = arith.constant 8 : index
     %rblk = arith.constant 4 : index
     %nhb = arith.ceildivui %nh, %hblk : index
@@ -825,64 +934,73 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     %ob = memref.alloc(%t, %nh, %r) : memref<?x?x?xf32>
     %p = memref.alloc(%t, %nh, %cap) : memref<?x?x?xf32>
     %rowsum = memref.alloc(%t, %nh) : memref<?x?xf32>
-    scf.parallel (%i, %hp, %e) = (%c0, %c0, %c0) to (%t, %nhp, %r) step (%c1, %c1, %c1) {
+    // Eight tokens per thread (token block %ib: tokens 8 ib .. 8 ib + 7, one
+    // past the last computed on the last and not stored), so that a weight
+    // element read serves 8 tokens: a batch of 64 read W_UK 8 times, not 64.
+    // Each token's sum is taken in d order, as by a thread of its own.
+    %tb = arith.constant 8 : index
+    %ntb = arith.ceildivui %t, %tb : index
+    %tlast = arith.subi %t, %c1 : index
+    %zero8 = arith.constant dense<0.0> : vector<8xf32>
+    scf.parallel (%ib, %hp, %e) = (%c0, %c0, %c0) to (%ntb, %nhp, %r) step (%c1, %c1, %c1) {
       %h = arith.minui %hp, %hlast : index
       %qbase = arith.muli %h, %dq : index
       %kvbase = arith.muli %h, %dkv : index
+      %i0 = arith.muli %ib, %tb : index
       // Four terms per iteration, their loads issued together (the sum
       // still in d order), then the rest one by one.
       %dnr = arith.remui %dn, %c4q : index
       %dn4 = arith.subi %dn, %dnr : index
-      %s4 = scf.for %d = %c0 to %dn4 step %c4q iter_args(%a = %zero) -> (f32) {
+      %s4 = scf.for %d = %c0 to %dn4 step %c4q iter_args(%a = %zero8) -> (vector<8xf32>) {
         %qi0 = arith.addi %qbase, %d : index
-        %qv0 = tensor.extract %q[%i, %qi0] : tensor<?x?x!act>
-        %qf0 = func.call @k3k_widen(%qv0) : (!act) -> f32
+        %qv0 = func.call @k3k_mla_q8(%q, %i0, %tlast, %qi0) : (tensor<?x?x!act>, index, index, index) -> vector<8xf32>
         %row0 = arith.addi %kvbase, %d : index
         %wv0 = tensor.extract %wkvb[%row0, %e] : tensor<?x?xbf16>
         %wf0 = arith.extf %wv0 : bf16 to f32
-        %pr0 = arith.mulf %qf0, %wf0 : f32
+        %wb0 = vector.broadcast %wf0 : f32 to vector<8xf32>
+        %pr0 = arith.mulf %qv0, %wb0 : vector<8xf32>
         %dk1 = arith.addi %d, %c1q : index
         %qi1 = arith.addi %qbase, %dk1 : index
-        %qv1 = tensor.extract %q[%i, %qi1] : tensor<?x?x!act>
-        %qf1 = func.call @k3k_widen(%qv1) : (!act) -> f32
+        %qv1 = func.call @k3k_mla_q8(%q, %i0, %tlast, %qi1) : (tensor<?x?x!act>, index, index, index) -> vector<8xf32>
         %row1 = arith.addi %kvbase, %dk1 : index
         %wv1 = tensor.extract %wkvb[%row1, %e] : tensor<?x?xbf16>
         %wf1 = arith.extf %wv1 : bf16 to f32
-        %pr1 = arith.mulf %qf1, %wf1 : f32
+        %wb1 = vector.broadcast %wf1 : f32 to vector<8xf32>
+        %pr1 = arith.mulf %qv1, %wb1 : vector<8xf32>
         %dk2 = arith.addi %d, %c2q : index
         %qi2 = arith.addi %qbase, %dk2 : index
-        %qv2 = tensor.extract %q[%i, %qi2] : tensor<?x?x!act>
-        %qf2 = func.call @k3k_widen(%qv2) : (!act) -> f32
+        %qv2 = func.call @k3k_mla_q8(%q, %i0, %tlast, %qi2) : (tensor<?x?x!act>, index, index, index) -> vector<8xf32>
         %row2 = arith.addi %kvbase, %dk2 : index
         %wv2 = tensor.extract %wkvb[%row2, %e] : tensor<?x?xbf16>
         %wf2 = arith.extf %wv2 : bf16 to f32
-        %pr2 = arith.mulf %qf2, %wf2 : f32
+        %wb2 = vector.broadcast %wf2 : f32 to vector<8xf32>
+        %pr2 = arith.mulf %qv2, %wb2 : vector<8xf32>
         %dk3 = arith.addi %d, %c3q : index
         %qi3 = arith.addi %qbase, %dk3 : index
-        %qv3 = tensor.extract %q[%i, %qi3] : tensor<?x?x!act>
-        %qf3 = func.call @k3k_widen(%qv3) : (!act) -> f32
+        %qv3 = func.call @k3k_mla_q8(%q, %i0, %tlast, %qi3) : (tensor<?x?x!act>, index, index, index) -> vector<8xf32>
         %row3 = arith.addi %kvbase, %dk3 : index
         %wv3 = tensor.extract %wkvb[%row3, %e] : tensor<?x?xbf16>
         %wf3 = arith.extf %wv3 : bf16 to f32
-        %pr3 = arith.mulf %qf3, %wf3 : f32
-        %s1 = arith.addf %a, %pr0 : f32
-        %s2 = arith.addf %s1, %pr1 : f32
-        %s3 = arith.addf %s2, %pr2 : f32
-        %s4n = arith.addf %s3, %pr3 : f32
-        scf.yield %s4n : f32
+        %wb3 = vector.broadcast %wf3 : f32 to vector<8xf32>
+        %pr3 = arith.mulf %qv3, %wb3 : vector<8xf32>
+        %s1 = arith.addf %a, %pr0 : vector<8xf32>
+        %s2 = arith.addf %s1, %pr1 : vector<8xf32>
+        %s3 = arith.addf %s2, %pr2 : vector<8xf32>
+        %s4n = arith.addf %s3, %pr3 : vector<8xf32>
+        scf.yield %s4n : vector<8xf32>
       }
-      %s = scf.for %d = %dn4 to %dn step %c1 iter_args(%a = %s4) -> (f32) {
+      %s = scf.for %d = %dn4 to %dn step %c1 iter_args(%a = %s4) -> (vector<8xf32>) {
         %qi = arith.addi %qbase, %d : index
-        %qv = tensor.extract %q[%i, %qi] : tensor<?x?x!act>
-        %qf = func.call @k3k_widen(%qv) : (!act) -> f32
+        %qv = func.call @k3k_mla_q8(%q, %i0, %tlast, %qi) : (tensor<?x?x!act>, index, index, index) -> vector<8xf32>
         %row = arith.addi %kvbase, %d : index
         %wv = tensor.extract %wkvb[%row, %e] : tensor<?x?xbf16>
         %wf = arith.extf %wv : bf16 to f32
-        %pr = arith.mulf %qf, %wf : f32
-        %s2 = arith.addf %a, %pr : f32
-        scf.yield %s2 : f32
+        %wb = vector.broadcast %wf : f32 to vector<8xf32>
+        %pr = arith.mulf %qv, %wb : vector<8xf32>
+        %s2 = arith.addf %a, %pr : vector<8xf32>
+        scf.yield %s2 : vector<8xf32>
       }
-      memref.store %s, %qt[%i, %e, %hp] : memref<?x?x?xf32>
+      func.call @k3k_mla_qt8(%qt, %s, %i0, %t, %e, %hp) : (memref<?x?x?xf32>, vector<8xf32>, index, index, index, index) -> ()
     }
     scf.parallel (%i, %e, %hp) = (%c0, %c0, %c0) to (%t, %dr, %nhp) step (%c1, %c1, %c1) {
       %h = arith.minui %hp, %hlast : index
