@@ -371,13 +371,13 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma", "::mlir::ModuleOp"> {
            "bound for one wave, and 4 was slower, BENCHMARKS.md sixteenth "
            "session)">,
     Option<"upTiles", "up-tiles", "int64_t", "2",
-           "m16 row tiles per warp of a two-matrix (gate/up) stage, 1 or 2 "
-           "(2: 32 rows per warp against the same activation fragments, "
+           "m16 row tiles per warp of a two-matrix (gate/up) stage, 1, 2 or "
+           "4 (2: 32 rows per warp against the same activation fragments, "
            "half the activation loads per weight byte; needs staged=false; "
            "140 registers; H200 gate/up B = 64 9.10 -> 8.80 ms, B = 1 "
            "0.258 -> 0.254, BENCHMARKS.md sixteenth session)">,
     Option<"downTiles", "down-tiles", "int64_t", "2",
-           "m16 row tiles per warp of a one-matrix (down) stage, 1 or 2, as "
+           "m16 row tiles per warp of a one-matrix (down) stage, 1, 2 or 4, as "
            "up-tiles (H200, 2: down B = 8 1.074 -> 0.866 ms, B = 64 6.02 -> "
            "4.83, B = 1 0.163 -> 0.150; BENCHMARKS.md sixteenth session)">,
     Option<"groupsInFlight", "groups-in-flight", "int64_t", "8",

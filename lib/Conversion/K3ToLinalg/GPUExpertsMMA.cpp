@@ -1011,9 +1011,9 @@ struct K3GPUExpertsMMAPass
     }
     for (auto [name, value] : {std::pair{"up-tiles", int64_t(upTiles)},
                                std::pair{"down-tiles", int64_t(downTiles)}})
-      if (value != 1 && value != 2) {
+      if (value != 1 && value != 2 && value != 4) {
         getOperation().emitError() << "k3-gpu-experts-mma: " << name
-                                   << " must be 1 or 2, not " << value;
+                                   << " must be 1, 2 or 4, not " << value;
         return signalPassFailure();
       } else if (value != 1 && staged) {
         getOperation().emitError()

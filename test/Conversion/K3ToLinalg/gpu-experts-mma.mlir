@@ -17,7 +17,8 @@
 // RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-experts-mma{up-min-blocks=17})' 2>&1 | FileCheck %s --check-prefix=BADBLOCKS
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma)' | FileCheck %s --check-prefix=TILES
 // RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-experts-mma{down-tiles=3})' 2>&1 | FileCheck %s --check-prefix=BADTILES
-// BADTILES: error: k3-gpu-experts-mma: down-tiles must be 1 or 2, not 3
+// BADTILES: error: k3-gpu-experts-mma: down-tiles must be 1, 2 or 4, not 3
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{down-tiles=4})' | FileCheck %s --check-prefix=TILES4
 // RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-experts-mma{staged=1 up-tiles=1})' 2>&1 | FileCheck %s --check-prefix=STAGEDTILES
 // STAGEDTILES: error: k3-gpu-experts-mma: down-tiles=2 needs staged=false (the rings hold 16 rows per warp)
 // BADBLOCKS: error: k3-gpu-experts-mma: up-min-blocks must be 0 to 16, not 17
@@ -308,6 +309,18 @@ func.func @up(%xi: memref<?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64
 // TILES: scf.yield
 // TILES-LABEL: func.func @down
 // TILES: arith.ceildivui %{{.+}}, %c128 : index
+// down-tiles=4: 64 rows per warp (N % 64, blocks of 256 rows), 8 rows of
+// codes per lane against the same 8 activation loads, 16 sums.
+// TILES4-LABEL: func.func @down
+// TILES4: arith.remui %{{.+}}, %c64 : index
+// TILES4: arith.ceildivui %{{.+}}, %c256 : index
+// TILES4: scf.for {{.+}} -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32) {
+// TILES4-COUNT-8: vector.load %arg0[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xbf16>, vector<8xbf16>
+// TILES4-COUNT-8: vector.load %arg3[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<32xi8>
+// TILES4-NOT: vector.load %arg3{{.+}}vector<32xi8>
+// TILES4-COUNT-64: nvvm.mma.sync
+// TILES4-NOT: nvvm.mma.sync
+// TILES4: scf.yield
 // With up-min-blocks=0 (the default) the kernel keeps its default name and
 // no bound.
 // NOBOUND-LABEL: func.func @up
