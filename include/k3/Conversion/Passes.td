@@ -289,14 +289,15 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma", "::mlir::ModuleOp"> {
 
     The pass gives the function a second body, chosen at run time by
     `scf.if` (activations and packed weights 16-byte aligned, scales 4-byte
-    aligned, K % 32 == 0, N % (16 x tiles) == 0, at least one entry): a
-    `gpu.launch` with a block of four warps per (segment, 64 x tiles rows), a
-    segment being up to 8 consecutive entries of `order` with one expert
-    that start at a multiple of 8 or at an expert change. Each warp computes
-    16 x tiles rows x 8 entries with `nvvm.mma.sync` m16n8k16 (bf16
-    operands, f32 accumulators), its `tiles` m tiles (`up-tiles` of a
-    two-matrix stage, `down-tiles` of a one-matrix stage, 2 by default)
-    against the same activation fragments: every
+    aligned, K % 32 == 0, N % 16 == 0, at least one entry): a `gpu.launch`
+    with a block of four warps per (segment, 64 x tiles rows), a segment
+    being up to 8 consecutive entries of `order` with one expert that start
+    at a multiple of 8 or at an expert change. Each warp computes 16 x tiles
+    rows x 8 entries with `nvvm.mma.sync` m16n8k16 (bf16 operands, f32
+    accumulators), its `tiles` m tiles (`up-tiles` of a two-matrix stage,
+    `down-tiles` of a one-matrix stage, 2 by default) against the same
+    activation fragments (a tile past the last row reads the last 16 rows
+    and stores nothing): every
     32-element group is two mma steps from a zero accumulator, scaled and
     added to the row sums in group order. A lane reads its words of 4
     groups at a time (when 4 divides the groups) straight from global
