@@ -157,6 +157,9 @@ class K3Lib:
                 self.w[i] = random_weight(a, g)
         self.vocab = self.args[-1]["shape"][1]
         self.host_s = []  # per call: host time to enqueue k3_forward's work
+        # per call: (before k3_forward, k3_forward, the reset's wait for the
+        # GPU, after it) in seconds: where a step's wall time goes on the host
+        self.host_parts = []
 
     def graph_stats(self):
         """libk3rt_cuda's graph counters (built, launched, nodes updated,
@@ -242,6 +245,7 @@ class K3Lib:
         lengths = per_call["length"].numpy()  # a view: no torch op per step
 
         def run():
+            start = time.perf_counter()
             # The ABI's precondition (docs/ABI.md): the page tables cover
             # every row the call writes.
             need = (int(lengths.max()) + each + P - 1) // P
@@ -249,12 +253,15 @@ class K3Lib:
                 raise RuntimeError("page table of %d pages, the call needs %d" % (n, need))
             t0 = time.perf_counter()
             self.lib.k3_forward(ptrs)
-            self.host_s.append(time.perf_counter() - t0)
+            t1 = time.perf_counter()
+            self.host_s.append(t1 - t0)
             self.rt.k3rt_cuda_workspace_reset()
+            t2 = time.perf_counter()
             err = self.rt.k3rt_cuda_last_error()
             if err:
                 raise RuntimeError(err.decode())
             st["length"][rows] += each
+            self.host_parts.append((t0 - start, t1 - t0, t2 - t1, time.perf_counter() - t2))
 
         # The library writes `logits` on every call: the buffer lives as long
         # as the call does, whether the caller keeps it or not.
@@ -383,6 +390,7 @@ def main():
         toks = torch.randint(3, lib.vocab, (B,), dtype=torch.int32, generator=gen).pin_memory()
         runs = [lib.call(toks, st)[0]]
         lib.host_s.clear()
+        lib.host_parts.clear()
         g0 = lib.graph_stats()
         s = timed(lambda: [r() for r in runs], a.reps, warmup=1)
         g1 = lib.graph_stats()
@@ -391,6 +399,13 @@ def main():
         s["host_enqueue_s"] = statistics.median(lib.host_s[1:] or lib.host_s)
         print("decode B=%d: host enqueue %.3f ms per step (median)"
               % (B, s["host_enqueue_s"] * 1e3), flush=True)
+        parts = lib.host_parts[1:] or lib.host_parts
+        if parts:
+            med = [statistics.median(p[k] for p in parts) for k in range(4)]
+            s["host_parts_s"] = dict(zip(("before", "enqueue", "wait", "after"), med))
+            print("decode B=%d: per call, medians: %.3f ms before k3_forward, %.3f in it, "
+                  "%.3f waiting for the GPU (k3rt_cuda_workspace_reset), %.3f after"
+                  % (B, *(x * 1e3 for x in med)), flush=True)
         if g0 is not None:
             d = [y - x for x, y in zip(g0, g1)]
             s["graphs"] = {"built": d[0], "launched": d[1], "nodes_updated": d[2],
