@@ -327,8 +327,8 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma", "::mlir::ModuleOp"> {
     iteration ahead. An expert's weights are
     read once per segment instead of once per entry. The launch records
     `k3.mma_shape = [16, 8, 16]`, as
-    k3-gpu-mma's. With `up-min-blocks` above 0 (0 by default) the kernel of a
-    two-matrix (gate/up) stage is named `<function>_mma_kernel` and its
+    k3-gpu-mma's. With `up-min-blocks` above 0 (0 by default) the kernel of
+    a two-matrix (gate/up) stage is named `<function>_mma_kernel` and its
     function gets `k3.launch_bounds`, which k3-gpu-launch-bounds turns
     into `.minnctapersm` after outlining. Other functions and bodies are left alone (f32
     activations: no change). Needs sm_80 (bf16 mma.sync): with `sm` below
@@ -368,8 +368,9 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma", "::mlir::ModuleOp"> {
            "k3-gpu-launch-bounds; ptxas caps the registers, 80 for 6, and "
            "may spill; 0: no bound). 6 puts K3's batch-1 gate/up grid (768 "
            "blocks) in one wave on 132 SMs: H200 B = 1 gate/up 0.328 -> "
-           "0.260 ms, with up-tiles=1; up-tiles=2 (the default) needs no "
-           "bound for one wave, and 4 was slower, BENCHMARKS.md sixteenth "
+           "0.260 ms with up-tiles=1 (fourteenth session). With up-tiles=2, "
+           "the default, that grid is 384 blocks, one wave at 3 blocks per "
+           "SM, and a bound of 4 was slower (BENCHMARKS.md sixteenth "
            "session)">,
     Option<"upTiles", "up-tiles", "int64_t", "2",
            "m16 row tiles per warp of a two-matrix (gate/up) stage, 1, 2 or "

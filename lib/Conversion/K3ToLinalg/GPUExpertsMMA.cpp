@@ -114,7 +114,7 @@ using namespace mlir;
 namespace {
 // Entries per segment (the mma's n), rows of an m tile (the mma's m), warps
 // per block. A warp takes `tiles` m tiles (the up-tiles and down-tiles
-// options): 16 or 32 rows against the same activation fragments.
+// options): 16, 32 or 64 rows against the same activation fragments.
 constexpr int64_t kEntries = 8, kRowsPerWarp = 16, kWarps = 4;
 // Each warp streams its 16 rows through a ring of kStages stages in
 // workgroup memory with cp.async, kStageGroups groups per stage: per matrix
@@ -204,9 +204,9 @@ public:
                 bool fold, bool wide, bool prefetch, int64_t laneGroups,
                 int64_t inFlight, int64_t minBlocks, int64_t tiles)
       : IndexMath{b, loc}, st(st), codesGlobal(codesGlobal),
-        scalesGlobal(scalesGlobal), fold(fold), wide(wide),
-        prefetch(prefetch), laneGroups(laneGroups),
-        inFlight(inFlight), minBlocks(minBlocks), tiles(tiles) {}
+        scalesGlobal(scalesGlobal), fold(fold), wide(wide), prefetch(prefetch),
+        laneGroups(laneGroups), inFlight(inFlight), minBlocks(minBlocks),
+        tiles(tiles) {}
 
   /// scf.if (runnable) { kernel } else { `rest` }: `rest` is moved there.
   void build(SmallVectorImpl<Operation *> &rest);
@@ -305,7 +305,7 @@ private:
   int64_t inFlight;
   /// Resident blocks per SM a kernel of two matrices must allow (0: any).
   int64_t minBlocks;
-  /// m tiles per warp (1 or 2) and the sums' slots: (matrix, tile) pairs,
+  /// m tiles per warp (1, 2 or 4) and the sums' slots: (matrix, tile) pairs,
   /// slot m * tiles + tile, 4 accumulators each.
   int64_t tiles;
   size_t slots() const { return st.matrices.size() * tiles; }
@@ -683,21 +683,21 @@ Value ExpertsKernel::foldable(Value groups) {
         for (auto [packed, scales] : st.matrices)
           for (const std::array<Value, 2> &rows : tileRows)
             for (Value row : rows) {
-            Value s = vector::ExtractOp::create(
-                b, loc,
-                vector::BitCastOp::create(
-                    b, loc, i32x1,
-                    vector::LoadOp::create(b, loc, i8x4, scales,
-                                           ValueRange{expert, row, mul(q, 4)},
-                                           /*nontemporal=*/false,
-                                           llvm::MaybeAlign(4))),
-                ArrayRef<int64_t>{0});
-            Value below = arith::AndIOp::create(
-                b, loc, arith::SubIOp::create(b, loc, s, i32(0x02020202)),
-                arith::XOrIOp::create(b, loc, s, i32(-1)));
-            bad = arith::OrIOp::create(
-                b, loc, bad, arith::OrIOp::create(b, loc, below, s));
-          }
+              Value s = vector::ExtractOp::create(
+                  b, loc,
+                  vector::BitCastOp::create(
+                      b, loc, i32x1,
+                      vector::LoadOp::create(b, loc, i8x4, scales,
+                                             ValueRange{expert, row, mul(q, 4)},
+                                             /*nontemporal=*/false,
+                                             llvm::MaybeAlign(4))),
+                  ArrayRef<int64_t>{0});
+              Value below = arith::AndIOp::create(
+                  b, loc, arith::SubIOp::create(b, loc, s, i32(0x02020202)),
+                  arith::XOrIOp::create(b, loc, s, i32(-1)));
+              bad = arith::OrIOp::create(
+                  b, loc, bad, arith::OrIOp::create(b, loc, below, s));
+            }
         scf::YieldOp::create(b, loc, bad);
       });
   Value bad =
@@ -882,8 +882,8 @@ void ExpertsKernel::build(SmallVectorImpl<Operation *> &rest) {
 
 void ExpertsKernel::buildLaunch(Value entries, Value rows, Value depth) {
   Value c1 = idx(1);
-  Value gridY =
-      arith::CeilDivUIOp::create(b, loc, rows, idx(kWarps * kRowsPerWarp * tiles));
+  Value gridY = arith::CeilDivUIOp::create(b, loc, rows,
+                                           idx(kWarps * kRowsPerWarp * tiles));
   auto launch = gpu::LaunchOp::create(b, loc, entries, gridY, c1,
                                       idx(kWarps * 32), c1, c1);
   launch->setAttr("k3.mma_shape", b.getDenseI64ArrayAttr({16, 8, 16}));
@@ -978,8 +978,7 @@ void ExpertsKernel::buildLaunch(Value entries, Value rows, Value depth) {
             for (size_t m = 0; m < st.matrices.size(); ++m)
               args.push_back(tail.getResult((m * tiles + i) * 4 + 2 * r + c));
             llvm::append_range(args, st.scalars);
-            Value v =
-                func::CallOp::create(sb, sl, st.outFn, args).getResult(0);
+            Value v = func::CallOp::create(sb, sl, st.outFn, args).getResult(0);
             memref::StoreOp::create(sb, sl, v, st.out,
                                     ValueRange{tq, sq, tileRows[i][r]});
           }
@@ -1079,9 +1078,9 @@ struct K3GPUExpertsMMAPass
             module, "k3k_experts_scales" + suffix,
             {kWarps, kStages, 2, kRowsPerWarp, kStageGroups}, b.getI8Type());
       }
-      ExpertsKernel(b, f.getLoc(), *st, codes, scales, foldScales,
-                    wideGroups, prefetchWords, laneGroups, groupsInFlight,
-                    upMinBlocks, st->matrices.size() > 1 ? upTiles : downTiles)
+      ExpertsKernel(b, f.getLoc(), *st, codes, scales, foldScales, wideGroups,
+                    prefetchWords, laneGroups, groupsInFlight, upMinBlocks,
+                    st->matrices.size() > 1 ? upTiles : downTiles)
           .build(rest);
     }
   }

@@ -934,10 +934,11 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     %ob = memref.alloc(%t, %nh, %r) : memref<?x?x?xf32>
     %p = memref.alloc(%t, %nh, %cap) : memref<?x?x?xf32>
     %rowsum = memref.alloc(%t, %nh) : memref<?x?xf32>
-    // Eight tokens per thread (token block %ib: tokens 8 ib .. 8 ib + 7, one
-    // past the last computed on the last and not stored), so that a weight
-    // element read serves 8 tokens: a batch of 64 read W_UK 8 times, not 64.
-    // Each token's sum is taken in d order, as by a thread of its own.
+    // Eight tokens per thread (token block %ib: tokens 8 ib .. 8 ib + 7; a
+    // slot past the last token computes the last one again and stores
+    // nothing), so that a weight element read serves 8 tokens: a batch of 64
+    // reads W_UK 8 times, not 64. Each token's sum is taken in d order, as
+    // by a thread of its own.
     %tb = arith.constant 8 : index
     %ntb = arith.ceildivui %t, %tb : index
     %tlast = arith.subi %t, %c1 : index
