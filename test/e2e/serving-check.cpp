@@ -47,7 +47,7 @@ struct Model {
 k3rt_session *newSession(Model &m) {
   k3rt_session_options o{};
   o.struct_size = sizeof(o);
-  o.max_sequences = 8;
+  o.max_sequences = 16;
   o.state_budget_bytes = uint64_t(256) << 20;
   k3rt_session *s = nullptr;
   CHECK(k3rt_session_create(m.lib, m.weights, &o, &s), "session");
@@ -185,11 +185,13 @@ int main(int argc, char **argv) {
   std::printf("forked child vs fresh sequence: max abs diff %g\n", dFork);
   std::printf("parent after fork vs undisturbed: max abs diff %g\n", dParent);
 
-  // C: five sequences of different lengths decode together for four steps
-  // (one of them also prefilling a chunk in the first), batched and then
-  // with one call per decode entry; logits and every layer's state compared.
-  const int kSeqs = 5;
-  const int lengths[kSeqs] = {1, 3, 9, 17, 30};
+  // C: eleven sequences of different lengths decode together for four
+  // steps (one of them also prefilling a chunk in the first), batched and
+  // then with one call per decode entry; logits and every layer's state
+  // compared. Eleven: more than one block of 8 tokens where a kernel takes
+  // tokens 8 at a time (the MLA decode's q̂).
+  const int kSeqs = 11;
+  const int lengths[kSeqs] = {1, 3, 9, 17, 30, 2, 5, 12, 21, 8, 40};
   auto runC = [&](bool separate, std::vector<Logits> &rows,
                   std::vector<float> &states) {
     if (separate)
@@ -206,8 +208,8 @@ int main(int argc, char **argv) {
       for (int i = 0; i < kSeqs; ++i)
         work.push_back({30 + i, Chunk{int32_t((7 * k + 13 * i + 1) % m.vocab)}});
       if (k == 0) { // a prefill chunk of another sequence in the same step
-        CHECK(k3rt_sequence_add(s, 40), "add");
-        work.insert(work.begin() + 2, {40, seqTokens(6, 50, m.vocab)});
+        CHECK(k3rt_sequence_add(s, 60), "add");
+        work.insert(work.begin() + 2, {60, seqTokens(6, 70, m.vocab)});
       }
       for (Logits &r : step(m, s, work))
         rows.push_back(std::move(r));
