@@ -941,13 +941,15 @@ void ExpertsKernel::buildLaunch(Value entries, Value rows, Value depth) {
   // Tile i's rows from rowBase + 16 i; one past the last row (the last
   // warp of a row count that 16 x tiles does not divide) reads the last 16
   // rows again and stores nothing.
-  SmallVector<Value> tileIn;
+  // (Tile 0 is in range: the warp runs only if rowBase < rows.)
+  SmallVector<Value> tileIn(tiles);
   Value lastTile = arith::SubIOp::create(b, loc, rows, idx(kRowsPerWarp));
   for (int64_t i = 0; i < tiles; ++i) {
     Value base = add(rowBase, idx(kRowsPerWarp * i));
-    tileIn.push_back(cmp(arith::CmpIPredicate::ult, base, rows));
-    if (i)
+    if (i) {
+      tileIn[i] = cmp(arith::CmpIPredicate::ult, base, rows);
       base = arith::MinUIOp::create(b, loc, base, lastTile);
+    }
     Value row = add(base, g);
     tileRows.push_back({row, add(row, 8)});
   }

@@ -323,8 +323,13 @@ func.func @up(%xi: memref<?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64
 // clamped), 8 rows of codes per lane against the same 8 activation loads,
 // 16 sums.
 // TILES4-LABEL: func.func @down
-// TILES4: arith.ceildivui %{{.+}}, %c256 : index
-// TILES4-COUNT-3: arith.minui %{{.+}}, %[[LAST4:[^ ]+]] : index
+// TILES4: %[[N4:.+]] = memref.dim %arg3, %c1
+// TILES4: arith.ceildivui %[[N4]], %c256 : index
+// TILES4: %[[LAST4:.+]] = arith.subi %[[N4]], %c16{{.*}} : index
+// TILES4: arith.minui %{{.+}}, %[[LAST4]] : index
+// TILES4: arith.minui %{{.+}}, %[[LAST4]] : index
+// TILES4: arith.minui %{{.+}}, %[[LAST4]] : index
+// TILES4-NOT: arith.minui %{{.+}}, %[[LAST4]] : index
 // TILES4: scf.for {{.+}} -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32) {
 // TILES4-COUNT-8: vector.load %arg0[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xbf16>, vector<8xbf16>
 // TILES4-COUNT-8: vector.load %arg3[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<32xi8>

@@ -1138,10 +1138,10 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     %c5u = arith.constant 5 : index
     %c6u = arith.constant 6 : index
     %c7u = arith.constant 7 : index
-    %ntk4 = arith.ceildivui %t, %tk : index
+    %ntb4 = arith.ceildivui %t, %tk : index
     %ndb = arith.ceildivui %dvh, %dj : index
     %dlast = arith.subi %dvh, %c1 : index
-    scf.parallel (%ob4, %h, %db) = (%c0, %c0, %c0) to (%ntk4, %nh, %ndb) step (%c1, %c1, %c1) {
+    scf.parallel (%ob4, %h, %db) = (%c0, %c0, %c0) to (%ntb4, %nh, %ndb) step (%c1, %c1, %c1) {
       %kvbase = arith.muli %h, %dkv : index
       %row0 = arith.addi %kvbase, %dn : index
       %ti0 = arith.muli %ob4, %tk : index
