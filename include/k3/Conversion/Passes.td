@@ -289,19 +289,17 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma", "::mlir::ModuleOp"> {
 
     The pass gives the function a second body, chosen at run time by
     `scf.if` (activations and packed weights 16-byte aligned, scales 4-byte
-    aligned, K % 32 == 0, N % 16 == 0, at least one entry): a `gpu.launch`
-    with a block of four warps per (segment, 64 x tiles rows), a segment
-    being up to 8 consecutive entries of `order` with one expert that start
-    at a multiple of 8 or at an expert change. Each warp computes 16 x tiles
-    rows x 8 entries with `nvvm.mma.sync` m16n8k16 (bf16 operands, f32
-    accumulators), its `tiles` m tiles (`up-tiles` of a two-matrix stage,
-    `down-tiles` of a one-matrix stage, 2 by default) against the same
-    activation fragments (a tile past the last row reads the last 16 rows
-    and stores nothing): every
-    32-element group is two mma steps from a zero accumulator, scaled and
-    added to the row sums in group order. A lane reads its words of 4
-    groups at a time (when 4 divides the groups) straight from global
-    memory, or with `staged` (slower on the H200: off by default) each
+    aligned, K % 32 == 0, N % (16 x tiles) == 0, at least one entry): a
+    `gpu.launch` with a block of four warps per (segment, 64 x tiles rows), a
+    segment being up to 8 consecutive entries of `order` with one expert
+    that start at a multiple of 8 or at an expert change. Each warp computes
+    16 x tiles rows x 8 entries with `nvvm.mma.sync` m16n8k16 (bf16
+    operands, f32 accumulators), its `tiles` m tiles (`up-tiles` of a
+    two-matrix stage, `down-tiles` of a one-matrix stage, 2 by default)
+    against the same activation fragments: every 32-element group is two
+    mma steps from a zero accumulator, scaled and added to the row sums in
+    group order. A lane reads its words of 4 groups at a time (when 4
+    divides the groups) straight from global memory, or with `staged` (slower on the H200: off by default) each
     warp streams its 16 rows in units of 4 groups through a 4-stage ring in
     workgroup memory (`memref.global`s of i8, 16-byte aligned: per stage
     and matrix 16 x 64 bytes of codes, group j of row r at 16-byte piece
@@ -379,9 +377,11 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma", "::mlir::ModuleOp"> {
            "140 registers; H200 gate/up B = 64 9.10 -> 8.80 ms, B = 1 "
            "0.258 -> 0.254, BENCHMARKS.md sixteenth session)">,
     Option<"downTiles", "down-tiles", "int64_t", "2",
-           "m16 row tiles per warp of a one-matrix (down) stage, 1, 2 or 4, as "
-           "up-tiles (H200, 2: down B = 8 1.074 -> 0.866 ms, B = 64 6.02 -> "
-           "4.83, B = 1 0.163 -> 0.150; BENCHMARKS.md sixteenth session)">,
+           "m16 row tiles per warp of a one-matrix (down) stage, 1, 2 or 4, "
+           "as up-tiles (H200, 2: down B = 8 1.074 -> 0.866 ms, B = 64 6.02 "
+           "-> 4.83, B = 1 0.163 -> 0.150, sixteenth session; 4, 142 "
+           "registers, was slower: B = 8 0.956, B = 64 4.60 against 0.866, "
+           "4.49, seventeenth session)">,
     Option<"groupsInFlight", "groups-in-flight", "int64_t", "8",
            "Without staged: groups whose loads a warp issues together, "
            "over the matrices (a multiple of 4 from 4 to 32; the same sums; "

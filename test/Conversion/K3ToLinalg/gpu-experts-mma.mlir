@@ -278,16 +278,10 @@ func.func @up(%xi: memref<?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64
 // LANES2-NOT: launch_bounds
 // LANES2-NOT: function(@
 // A one-matrix stage takes two m tiles per warp by default (down-tiles=2):
-// N % 16 still, blocks of 128 rows, the second tile's base clamped to the
-// last 16 rows, the four rows g, g+8, g+16, g+24 of a lane read against the
-// same 8 activation loads, 8 sums.
-// LANES2: %[[N:.+]] = memref.dim %arg3, %c1
-// LANES2: arith.remui %[[N]], %c16
-// LANES2: arith.ceildivui %[[N]], %c128 : index
-// LANES2: %[[LAST:.+]] = arith.subi %[[N]], %c16{{.*}} : index
-// LANES2: %[[BASE1:.+]] = arith.addi %{{.+}}, %c16{{.*}} : index
-// LANES2-NEXT: %[[IN1:.+]] = arith.cmpi ult, %[[BASE1]], %[[N]] : index
-// LANES2-NEXT: arith.minui %[[BASE1]], %[[LAST]] : index
+// N % 32, blocks of 128 rows, the four rows g, g+8, g+16, g+24 of a lane
+// read against the same 8 activation loads, 8 sums.
+// LANES2: arith.remui %{{.+}}, %c32 : index
+// LANES2: arith.ceildivui %{{.+}}, %c128 : index
 // LANES2: scf.for {{.+}} -> (f32, f32, f32, f32, f32, f32, f32, f32) {
 // LANES2-COUNT-8: vector.load %arg0[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xbf16>, vector<8xbf16>
 // LANES2-COUNT-4: vector.load %arg3[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<32xi8>
@@ -295,20 +289,16 @@ func.func @up(%xi: memref<?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64
 // LANES2-COUNT-32: nvvm.mma.sync
 // LANES2-NOT: nvvm.mma.sync
 // LANES2: scf.yield
-// Each of the lane's two entries stores its four rows under one test, the
-// second tile's only if it starts below N.
+// Each of the lane's two entries stores its four rows under one test.
 // LANES2: scf.if
-// LANES2-COUNT-2: memref.store
-// LANES2: scf.if %[[IN1]] {
-// LANES2-COUNT-2: memref.store
+// LANES2-COUNT-4: memref.store
 // LANES2: scf.if
-// LANES2-COUNT-2: memref.store
-// LANES2: scf.if %[[IN1]] {
-// LANES2-COUNT-2: memref.store
+// LANES2-COUNT-4: memref.store
 // By default (up-tiles=2, up-min-blocks=0) the gate/up stage alike: no
 // bound, 16 sums, both matrices' four rows.
 // TILES-LABEL: func.func @up
 // TILES-NOT: launch_bounds
+// TILES: arith.remui %{{.+}}, %c32 : index
 // TILES: arith.ceildivui %{{.+}}, %c128 : index
 // TILES: scf.for {{.+}} -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32)
 // TILES-COUNT-8: vector.load %arg0[{{.+}}] {alignment = 16 : i64} : memref<?x?xbf16>, vector<8xbf16>
@@ -319,17 +309,11 @@ func.func @up(%xi: memref<?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64
 // TILES: scf.yield
 // TILES-LABEL: func.func @down
 // TILES: arith.ceildivui %{{.+}}, %c128 : index
-// down-tiles=4: 64 rows per warp (blocks of 256 rows, tiles 1 to 3
-// clamped), 8 rows of codes per lane against the same 8 activation loads,
-// 16 sums.
+// down-tiles=4: 64 rows per warp (N % 64, blocks of 256 rows), 8 rows of
+// codes per lane against the same 8 activation loads, 16 sums.
 // TILES4-LABEL: func.func @down
-// TILES4: %[[N4:.+]] = memref.dim %arg3, %c1
-// TILES4: arith.ceildivui %[[N4]], %c256 : index
-// TILES4: %[[LAST4:.+]] = arith.subi %[[N4]], %c16{{.*}} : index
-// TILES4: arith.minui %{{.+}}, %[[LAST4]] : index
-// TILES4: arith.minui %{{.+}}, %[[LAST4]] : index
-// TILES4: arith.minui %{{.+}}, %[[LAST4]] : index
-// TILES4-NOT: arith.minui %{{.+}}, %[[LAST4]] : index
+// TILES4: arith.remui %{{.+}}, %c64 : index
+// TILES4: arith.ceildivui %{{.+}}, %c256 : index
 // TILES4: scf.for {{.+}} -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32) {
 // TILES4-COUNT-8: vector.load %arg0[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xbf16>, vector<8xbf16>
 // TILES4-COUNT-8: vector.load %arg3[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<32xi8>
