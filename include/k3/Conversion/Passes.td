@@ -203,9 +203,9 @@ def K3GPUMMAPass : Pass<"k3-gpu-mma", "::mlir::ModuleOp"> {
     mma run), and each warp computing 32 x 32 of C with `nvvm.mma.sync`
     m16n8k16 (bf16 operands, f32 accumulators); otherwise the generic as
     before (a decode step's few rows go to `k3-gpu-skinny-mma`). A product
-    of fewer than `target-blocks` tiles is split over K too; a second loop
-    adds the slices in order (or, with `fuse-slices`, the tile's last
-    block).
+    of at most half `target-blocks` tiles is split over K too, into as many
+    slices as keep its blocks within `target-blocks`; a second loop adds
+    the slices in order (or, with `fuse-slices`, the tile's last block).
 
     A function marked `k3.mma_matmul = {out = @f}` with arguments X [T, K],
     bf16 W [N, K] and the output [T, N] (Kernels/Dense.mlir: the rounded
@@ -259,9 +259,10 @@ def K3GPUMMAPass : Pass<"k3-gpu-mma", "::mlir::ModuleOp"> {
            "(9 KB per 64 rows a stage) go in dynamic workgroup memory, at "
            "most what a block of the oldest target may have (227 KB on "
            "sm_90, 163 KB on sm_80, 99 KB on sm_86)">,
-    Option<"targetBlocks", "target-blocks", "int64_t", "528",
-           "Blocks a split-K product aims for (the slices: as many as reach "
-           "it, each at least 8 k steps)">
+    Option<"targetBlocks", "target-blocks", "int64_t", "396",
+           "Most blocks of a split-K product (the slices: as many as keep "
+           "the blocks within it, each at least 8 k steps; 396: three "
+           "blocks of 64 x 128 per SM of an H200, one wave)">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::arith::ArithDialect",

@@ -29,10 +29,10 @@
 // rounding kernel after (batch-64 decode step 24.05 -> 23.19 ms of kernels
 // with the wider tile, prefill 1648 -> 1578 ms).
 //
-// A product with fewer than `target-blocks` tiles (a decode batch: a few
-// dozen rows against a long W) is split over K as well, into slices of at
-// least kMinSliceSteps k steps: each block writes its slice's partial tile,
-// and a second loop adds the slices in order (deterministic). With
+// A product with at most half `target-blocks` tiles (a decode batch: a
+// few dozen rows against a long W) is split over K as well, into slices of
+// at least kMinSliceSteps k steps: each block writes its slice's partial
+// tile, and a second loop adds the slices in order (deterministic). With
 // the `fuse-slices` option there is no second kernel: the tile's last block
 // to finish, found with a counter per tile as in k3-gpu-skinny-mma's split,
 // adds C and the slices in the same order. It computes the same bits but
@@ -97,14 +97,16 @@ int64_t mostSharedBytes(int64_t sm) {
     return 227 * 1024;
   return 99 * 1024;
 }
-// Split-K (option `target-blocks`): the blocks to aim for, and the fewest
-// k steps of a slice. A decode batch's product is split until the blocks
-// fill the GPU: 528 by default, four blocks of 64 x 128 per SM of an H200
-// (the registers of 256 threads allow three, so about 1.3 waves); against
-// 1056, fewer slices also mean fewer partial tiles: batch-64 products
-// 2.73 -> 2.65 ms, prefill 105 -> 97 ms (BENCHMARKS.md fifteenth session;
-// 396 and 792 no better). Earlier: 1056 against 288 for the 64 x 64 tile,
-// batch-64 decode step 53.6 -> 52.3 ms (seventh session).
+// Split-K (option `target-blocks`): the most blocks a split product may
+// have, and the fewest k steps of a slice. A decode batch's product is
+// split into as many slices as keep its blocks within the target: 396 by
+// default, the blocks of 64 x 128 (256 threads of 69 registers: three per
+// SM) an H200 holds at once, so a split product runs in one wave. Rounding
+// the slices up to reach 528 made 1.1 to 1.45 waves: batch-64 linear
+// layers 2.63 -> 2.35 ms (BENCHMARKS.md seventeenth session). Earlier:
+// 528 against 1056, batch-64 products 2.73 -> 2.65 ms, prefill 105 -> 97
+// ms (fifteenth session); 1056 against 288 for the 64 x 64 tile, batch-64
+// decode step 53.6 -> 52.3 ms (seventh session).
 constexpr int64_t kMinSliceSteps = 8;
 constexpr llvm::StringLiteral kAttr = "k3.mma_matmul";
 
@@ -328,11 +330,11 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
   const int64_t tileM = layout.tileM, tileN = layout.tileN;
   Value gridX = arith::CeilDivUIOp::create(b, loc, rows, idx(tileM));
   Value gridY = arith::CeilDivUIOp::create(b, loc, cols, idx(tileN));
-  // Split-K: slices = min(ceil(target / tiles), steps / min steps), at least
-  // one; each slice a whole number of k steps.
+  // Split-K: slices = min(floor(target / tiles), steps / min steps), at
+  // least one; each slice a whole number of k steps.
   Value steps = arith::CeilDivUIOp::create(b, loc, depth, idx(kTileK));
-  Value want = arith::CeilDivUIOp::create(b, loc, idx(targetBlocks),
-                                          mul(gridX, gridY));
+  Value want =
+      arith::DivUIOp::create(b, loc, idx(targetBlocks), mul(gridX, gridY));
   Value most = arith::DivUIOp::create(b, loc, steps, idx(kMinSliceSteps));
   Value slices = arith::MaxUIOp::create(
       b, loc, arith::MinUIOp::create(b, loc, want, most), c1);

@@ -59,11 +59,11 @@ func.func private @widen(%a: bf16) -> f32 {
 // CHECK: scf.if %[[OK:.+]] {
 // CHECK:   %[[GX:.+]] = arith.ceildivui %[[T]], %c64
 // CHECK:   %[[GY:.+]] = arith.ceildivui %[[N]], %c64
-// Split-K: slices = max(min(ceil(528 / tiles), k steps / 8), 1), rounded to
+// Split-K: slices = max(min(floor(396 / tiles), k steps / 8), 1), rounded to
 // whole k steps; the partial tiles [slices, T, N] only with a split.
 // CHECK:   %[[STEPS:.+]] = arith.ceildivui %[[K]], %c64{{[_0-9]*}}
 // CHECK:   %[[TILES:.+]] = arith.muli %[[GX]], %[[GY]]
-// CHECK:   %[[WANT:.+]] = arith.ceildivui %c528, %[[TILES]]
+// CHECK:   %[[WANT:.+]] = arith.divui %c396, %[[TILES]]
 // CHECK:   %[[MOST:.+]] = arith.divui %[[STEPS]], %c8
 // CHECK:   %[[MIN:.+]] = arith.minui %[[WANT]], %[[MOST]]
 // CHECK:   %[[S0:.+]] = arith.maxui %[[MIN]], %c1{{[_0-9]*}}
@@ -136,7 +136,7 @@ func.func private @widen(%a: bf16) -> f32 {
 // tile's counter (zeroed device memory, an atomic add between fences), and
 // the tile's last block adds C and the slices in slice order, as the
 // second kernel did, then resets the counter.
-// FUSED-DAG: memref.global "private" @k3k_mma_count : memref<528xi32, #gpu.address_space<global>> = dense<0> {alignment = 4 : i64}
+// FUSED-DAG: memref.global "private" @k3k_mma_count : memref<396xi32, #gpu.address_space<global>> = dense<0> {alignment = 4 : i64}
 // FUSED-LABEL: func.func @matmul
 // FUSED-SAME: %{{[^:]+}}: memref<?x?xbf16>, %{{[^:]+}}: memref<?x?xbf16>, %[[C:[^:]+]]: memref<?x?xf32>
 // FUSED: %[[SPLIT:.+]] = arith.cmpi ugt, %[[S:.+]], %c1 : index
