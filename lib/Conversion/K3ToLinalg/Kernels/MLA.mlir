@@ -1185,300 +1185,322 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
       %nrm = arith.divf %acc, %sum : f32
       memref.store %nrm, %ob[%i, %h, %e] : memref<?x?x?xf32>
     }
-    // o_h = W_UV[h] ō_h: a warp per 4 tokens x 8 output elements (token
-    // block %ob4, head, element block %db), the warps of a block along the
-    // elements: a lane reads each W_UV element it needs once for 4 tokens
-    // and each ō element once for 8 outputs (with a warp per output, a
-    // batch of 64 read W_UV 64 times and each ō once per output element:
-    // 0.8 and 1.6 GB per K3 MLA layer). k3-gpu-warp-reduce splits each of
-    // the 32 sums over the lanes as it splits one, so each output's sum is
-    // taken as before. A token or element past the last computes the last
-    // one again and stores nothing.
-    %tk = arith.constant 4 : index
-    %dj = arith.constant 8 : index
-    %c0u = arith.constant 0 : index
-    %c1u = arith.constant 1 : index
-    %c2u = arith.constant 2 : index
-    %c3u = arith.constant 3 : index
-    %c4u = arith.constant 4 : index
-    %c5u = arith.constant 5 : index
-    %c6u = arith.constant 6 : index
-    %c7u = arith.constant 7 : index
-    %ntb4 = arith.ceildivui %t, %tk : index
-    %ndb = arith.ceildivui %dvh, %dj : index
-    %dlast = arith.subi %dvh, %c1 : index
-    scf.parallel (%ob4, %h, %db) = (%c0, %c0, %c0) to (%ntb4, %nh, %ndb) step (%c1, %c1, %c1) {
-      %kvbase = arith.muli %h, %dkv : index
-      %row0 = arith.addi %kvbase, %dn : index
-      %ti0 = arith.muli %ob4, %tk : index
-      %dbase = arith.muli %db, %dj : index
-      %tk0a = arith.addi %ti0, %c0u : index
-      %tk0 = arith.minui %tk0a, %tlast : index
-      %tk1a = arith.addi %ti0, %c1u : index
-      %tk1 = arith.minui %tk1a, %tlast : index
-      %tk2a = arith.addi %ti0, %c2u : index
-      %tk2 = arith.minui %tk2a, %tlast : index
-      %tk3a = arith.addi %ti0, %c3u : index
-      %tk3 = arith.minui %tk3a, %tlast : index
-      %dd0a = arith.addi %dbase, %c0u : index
-      %dd0 = arith.minui %dd0a, %dlast : index
-      %wr0 = arith.addi %row0, %dd0 : index
-      %dd1a = arith.addi %dbase, %c1u : index
-      %dd1 = arith.minui %dd1a, %dlast : index
-      %wr1 = arith.addi %row0, %dd1 : index
-      %dd2a = arith.addi %dbase, %c2u : index
-      %dd2 = arith.minui %dd2a, %dlast : index
-      %wr2 = arith.addi %row0, %dd2 : index
-      %dd3a = arith.addi %dbase, %c3u : index
-      %dd3 = arith.minui %dd3a, %dlast : index
-      %wr3 = arith.addi %row0, %dd3 : index
-      %dd4a = arith.addi %dbase, %c4u : index
-      %dd4 = arith.minui %dd4a, %dlast : index
-      %wr4 = arith.addi %row0, %dd4 : index
-      %dd5a = arith.addi %dbase, %c5u : index
-      %dd5 = arith.minui %dd5a, %dlast : index
-      %wr5 = arith.addi %row0, %dd5 : index
-      %dd6a = arith.addi %dbase, %c6u : index
-      %dd6 = arith.minui %dd6a, %dlast : index
-      %wr6 = arith.addi %row0, %dd6 : index
-      %dd7a = arith.addi %dbase, %c7u : index
-      %dd7 = arith.minui %dd7a, %dlast : index
-      %wr7 = arith.addi %row0, %dd7 : index
-      %acc:32 = scf.for %e = %c0 to %r step %c1 iter_args(%a0_0 = %zero, %a0_1 = %zero, %a0_2 = %zero, %a0_3 = %zero, %a1_0 = %zero, %a1_1 = %zero, %a1_2 = %zero, %a1_3 = %zero, %a2_0 = %zero, %a2_1 = %zero, %a2_2 = %zero, %a2_3 = %zero, %a3_0 = %zero, %a3_1 = %zero, %a3_2 = %zero, %a3_3 = %zero, %a4_0 = %zero, %a4_1 = %zero, %a4_2 = %zero, %a4_3 = %zero, %a5_0 = %zero, %a5_1 = %zero, %a5_2 = %zero, %a5_3 = %zero, %a6_0 = %zero, %a6_1 = %zero, %a6_2 = %zero, %a6_3 = %zero, %a7_0 = %zero, %a7_1 = %zero, %a7_2 = %zero, %a7_3 = %zero) -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32) {
-        %wv0 = tensor.extract %wkvb[%wr0, %e] : tensor<?x?xbf16>
-        %wf0 = arith.extf %wv0 : bf16 to f32
-        %wv1 = tensor.extract %wkvb[%wr1, %e] : tensor<?x?xbf16>
-        %wf1 = arith.extf %wv1 : bf16 to f32
-        %wv2 = tensor.extract %wkvb[%wr2, %e] : tensor<?x?xbf16>
-        %wf2 = arith.extf %wv2 : bf16 to f32
-        %wv3 = tensor.extract %wkvb[%wr3, %e] : tensor<?x?xbf16>
-        %wf3 = arith.extf %wv3 : bf16 to f32
-        %wv4 = tensor.extract %wkvb[%wr4, %e] : tensor<?x?xbf16>
-        %wf4 = arith.extf %wv4 : bf16 to f32
-        %wv5 = tensor.extract %wkvb[%wr5, %e] : tensor<?x?xbf16>
-        %wf5 = arith.extf %wv5 : bf16 to f32
-        %wv6 = tensor.extract %wkvb[%wr6, %e] : tensor<?x?xbf16>
-        %wf6 = arith.extf %wv6 : bf16 to f32
-        %wv7 = tensor.extract %wkvb[%wr7, %e] : tensor<?x?xbf16>
-        %wf7 = arith.extf %wv7 : bf16 to f32
-        %ov0 = memref.load %ob[%tk0, %h, %e] : memref<?x?x?xf32>
-        %ov1 = memref.load %ob[%tk1, %h, %e] : memref<?x?x?xf32>
-        %ov2 = memref.load %ob[%tk2, %h, %e] : memref<?x?x?xf32>
-        %ov3 = memref.load %ob[%tk3, %h, %e] : memref<?x?x?xf32>
-        %p0_0 = arith.mulf %wf0, %ov0 : f32
-        %s0_0 = arith.addf %a0_0, %p0_0 : f32
-        %p0_1 = arith.mulf %wf0, %ov1 : f32
-        %s0_1 = arith.addf %a0_1, %p0_1 : f32
-        %p0_2 = arith.mulf %wf0, %ov2 : f32
-        %s0_2 = arith.addf %a0_2, %p0_2 : f32
-        %p0_3 = arith.mulf %wf0, %ov3 : f32
-        %s0_3 = arith.addf %a0_3, %p0_3 : f32
-        %p1_0 = arith.mulf %wf1, %ov0 : f32
-        %s1_0 = arith.addf %a1_0, %p1_0 : f32
-        %p1_1 = arith.mulf %wf1, %ov1 : f32
-        %s1_1 = arith.addf %a1_1, %p1_1 : f32
-        %p1_2 = arith.mulf %wf1, %ov2 : f32
-        %s1_2 = arith.addf %a1_2, %p1_2 : f32
-        %p1_3 = arith.mulf %wf1, %ov3 : f32
-        %s1_3 = arith.addf %a1_3, %p1_3 : f32
-        %p2_0 = arith.mulf %wf2, %ov0 : f32
-        %s2_0 = arith.addf %a2_0, %p2_0 : f32
-        %p2_1 = arith.mulf %wf2, %ov1 : f32
-        %s2_1 = arith.addf %a2_1, %p2_1 : f32
-        %p2_2 = arith.mulf %wf2, %ov2 : f32
-        %s2_2 = arith.addf %a2_2, %p2_2 : f32
-        %p2_3 = arith.mulf %wf2, %ov3 : f32
-        %s2_3 = arith.addf %a2_3, %p2_3 : f32
-        %p3_0 = arith.mulf %wf3, %ov0 : f32
-        %s3_0 = arith.addf %a3_0, %p3_0 : f32
-        %p3_1 = arith.mulf %wf3, %ov1 : f32
-        %s3_1 = arith.addf %a3_1, %p3_1 : f32
-        %p3_2 = arith.mulf %wf3, %ov2 : f32
-        %s3_2 = arith.addf %a3_2, %p3_2 : f32
-        %p3_3 = arith.mulf %wf3, %ov3 : f32
-        %s3_3 = arith.addf %a3_3, %p3_3 : f32
-        %p4_0 = arith.mulf %wf4, %ov0 : f32
-        %s4_0 = arith.addf %a4_0, %p4_0 : f32
-        %p4_1 = arith.mulf %wf4, %ov1 : f32
-        %s4_1 = arith.addf %a4_1, %p4_1 : f32
-        %p4_2 = arith.mulf %wf4, %ov2 : f32
-        %s4_2 = arith.addf %a4_2, %p4_2 : f32
-        %p4_3 = arith.mulf %wf4, %ov3 : f32
-        %s4_3 = arith.addf %a4_3, %p4_3 : f32
-        %p5_0 = arith.mulf %wf5, %ov0 : f32
-        %s5_0 = arith.addf %a5_0, %p5_0 : f32
-        %p5_1 = arith.mulf %wf5, %ov1 : f32
-        %s5_1 = arith.addf %a5_1, %p5_1 : f32
-        %p5_2 = arith.mulf %wf5, %ov2 : f32
-        %s5_2 = arith.addf %a5_2, %p5_2 : f32
-        %p5_3 = arith.mulf %wf5, %ov3 : f32
-        %s5_3 = arith.addf %a5_3, %p5_3 : f32
-        %p6_0 = arith.mulf %wf6, %ov0 : f32
-        %s6_0 = arith.addf %a6_0, %p6_0 : f32
-        %p6_1 = arith.mulf %wf6, %ov1 : f32
-        %s6_1 = arith.addf %a6_1, %p6_1 : f32
-        %p6_2 = arith.mulf %wf6, %ov2 : f32
-        %s6_2 = arith.addf %a6_2, %p6_2 : f32
-        %p6_3 = arith.mulf %wf6, %ov3 : f32
-        %s6_3 = arith.addf %a6_3, %p6_3 : f32
-        %p7_0 = arith.mulf %wf7, %ov0 : f32
-        %s7_0 = arith.addf %a7_0, %p7_0 : f32
-        %p7_1 = arith.mulf %wf7, %ov1 : f32
-        %s7_1 = arith.addf %a7_1, %p7_1 : f32
-        %p7_2 = arith.mulf %wf7, %ov2 : f32
-        %s7_2 = arith.addf %a7_2, %p7_2 : f32
-        %p7_3 = arith.mulf %wf7, %ov3 : f32
-        %s7_3 = arith.addf %a7_3, %p7_3 : f32
-        scf.yield %s0_0, %s0_1, %s0_2, %s0_3, %s1_0, %s1_1, %s1_2, %s1_3, %s2_0, %s2_1, %s2_2, %s2_3, %s3_0, %s3_1, %s3_2, %s3_3, %s4_0, %s4_1, %s4_2, %s4_3, %s5_0, %s5_1, %s5_2, %s5_3, %s6_0, %s6_1, %s6_2, %s6_3, %s7_0, %s7_1, %s7_2, %s7_3 : f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32
+    // o_h = W_UV[h] ō_h. Fewer than 4 tokens: a warp per output element
+    // (token, head, d), the warps of a block along d (4 tokens per warp
+    // would compute the last token up to 3 more times).
+    scf.if %few {
+      scf.parallel (%i, %h, %d) = (%c0, %c0, %c0) to (%t, %nh, %dvh) step (%c1, %c1, %c1) {
+        %kvbase = arith.muli %h, %dkv : index
+        %row0 = arith.addi %kvbase, %dn : index
+        %row = arith.addi %row0, %d : index
+        %acc = scf.for %e = %c0 to %r step %c1 iter_args(%a = %zero) -> (f32) {
+          %wv = tensor.extract %wkvb[%row, %e] : tensor<?x?xbf16>
+          %wf = arith.extf %wv : bf16 to f32
+          %ov = memref.load %ob[%i, %h, %e] : memref<?x?x?xf32>
+          %pr = arith.mulf %wf, %ov : f32
+          %s2 = arith.addf %a, %pr : f32
+          scf.yield %s2 : f32
+        }
+        %hb = arith.muli %h, %dvh : index
+        %col = arith.addi %hb, %d : index
+        memref.store %acc, %o[%i, %col] : memref<?x?xf32>
       }
-      %hb = arith.muli %h, %dvh : index
-      %din0 = arith.cmpi ult, %dd0a, %dvh : index
-      %col0 = arith.addi %hb, %dd0 : index
-      %din1 = arith.cmpi ult, %dd1a, %dvh : index
-      %col1 = arith.addi %hb, %dd1 : index
-      %din2 = arith.cmpi ult, %dd2a, %dvh : index
-      %col2 = arith.addi %hb, %dd2 : index
-      %din3 = arith.cmpi ult, %dd3a, %dvh : index
-      %col3 = arith.addi %hb, %dd3 : index
-      %din4 = arith.cmpi ult, %dd4a, %dvh : index
-      %col4 = arith.addi %hb, %dd4 : index
-      %din5 = arith.cmpi ult, %dd5a, %dvh : index
-      %col5 = arith.addi %hb, %dd5 : index
-      %din6 = arith.cmpi ult, %dd6a, %dvh : index
-      %col6 = arith.addi %hb, %dd6 : index
-      %din7 = arith.cmpi ult, %dd7a, %dvh : index
-      %col7 = arith.addi %hb, %dd7 : index
-      %tin0 = arith.cmpi ult, %tk0a, %t : index
-      %tin1 = arith.cmpi ult, %tk1a, %t : index
-      %tin2 = arith.cmpi ult, %tk2a, %t : index
-      %tin3 = arith.cmpi ult, %tk3a, %t : index
-      %in0_0 = arith.andi %din0, %tin0 : i1
-      scf.if %in0_0 {
-        memref.store %acc#0, %o[%tk0, %col0] : memref<?x?xf32>
-      }
-      %in0_1 = arith.andi %din0, %tin1 : i1
-      scf.if %in0_1 {
-        memref.store %acc#1, %o[%tk1, %col0] : memref<?x?xf32>
-      }
-      %in0_2 = arith.andi %din0, %tin2 : i1
-      scf.if %in0_2 {
-        memref.store %acc#2, %o[%tk2, %col0] : memref<?x?xf32>
-      }
-      %in0_3 = arith.andi %din0, %tin3 : i1
-      scf.if %in0_3 {
-        memref.store %acc#3, %o[%tk3, %col0] : memref<?x?xf32>
-      }
-      %in1_0 = arith.andi %din1, %tin0 : i1
-      scf.if %in1_0 {
-        memref.store %acc#4, %o[%tk0, %col1] : memref<?x?xf32>
-      }
-      %in1_1 = arith.andi %din1, %tin1 : i1
-      scf.if %in1_1 {
-        memref.store %acc#5, %o[%tk1, %col1] : memref<?x?xf32>
-      }
-      %in1_2 = arith.andi %din1, %tin2 : i1
-      scf.if %in1_2 {
-        memref.store %acc#6, %o[%tk2, %col1] : memref<?x?xf32>
-      }
-      %in1_3 = arith.andi %din1, %tin3 : i1
-      scf.if %in1_3 {
-        memref.store %acc#7, %o[%tk3, %col1] : memref<?x?xf32>
-      }
-      %in2_0 = arith.andi %din2, %tin0 : i1
-      scf.if %in2_0 {
-        memref.store %acc#8, %o[%tk0, %col2] : memref<?x?xf32>
-      }
-      %in2_1 = arith.andi %din2, %tin1 : i1
-      scf.if %in2_1 {
-        memref.store %acc#9, %o[%tk1, %col2] : memref<?x?xf32>
-      }
-      %in2_2 = arith.andi %din2, %tin2 : i1
-      scf.if %in2_2 {
-        memref.store %acc#10, %o[%tk2, %col2] : memref<?x?xf32>
-      }
-      %in2_3 = arith.andi %din2, %tin3 : i1
-      scf.if %in2_3 {
-        memref.store %acc#11, %o[%tk3, %col2] : memref<?x?xf32>
-      }
-      %in3_0 = arith.andi %din3, %tin0 : i1
-      scf.if %in3_0 {
-        memref.store %acc#12, %o[%tk0, %col3] : memref<?x?xf32>
-      }
-      %in3_1 = arith.andi %din3, %tin1 : i1
-      scf.if %in3_1 {
-        memref.store %acc#13, %o[%tk1, %col3] : memref<?x?xf32>
-      }
-      %in3_2 = arith.andi %din3, %tin2 : i1
-      scf.if %in3_2 {
-        memref.store %acc#14, %o[%tk2, %col3] : memref<?x?xf32>
-      }
-      %in3_3 = arith.andi %din3, %tin3 : i1
-      scf.if %in3_3 {
-        memref.store %acc#15, %o[%tk3, %col3] : memref<?x?xf32>
-      }
-      %in4_0 = arith.andi %din4, %tin0 : i1
-      scf.if %in4_0 {
-        memref.store %acc#16, %o[%tk0, %col4] : memref<?x?xf32>
-      }
-      %in4_1 = arith.andi %din4, %tin1 : i1
-      scf.if %in4_1 {
-        memref.store %acc#17, %o[%tk1, %col4] : memref<?x?xf32>
-      }
-      %in4_2 = arith.andi %din4, %tin2 : i1
-      scf.if %in4_2 {
-        memref.store %acc#18, %o[%tk2, %col4] : memref<?x?xf32>
-      }
-      %in4_3 = arith.andi %din4, %tin3 : i1
-      scf.if %in4_3 {
-        memref.store %acc#19, %o[%tk3, %col4] : memref<?x?xf32>
-      }
-      %in5_0 = arith.andi %din5, %tin0 : i1
-      scf.if %in5_0 {
-        memref.store %acc#20, %o[%tk0, %col5] : memref<?x?xf32>
-      }
-      %in5_1 = arith.andi %din5, %tin1 : i1
-      scf.if %in5_1 {
-        memref.store %acc#21, %o[%tk1, %col5] : memref<?x?xf32>
-      }
-      %in5_2 = arith.andi %din5, %tin2 : i1
-      scf.if %in5_2 {
-        memref.store %acc#22, %o[%tk2, %col5] : memref<?x?xf32>
-      }
-      %in5_3 = arith.andi %din5, %tin3 : i1
-      scf.if %in5_3 {
-        memref.store %acc#23, %o[%tk3, %col5] : memref<?x?xf32>
-      }
-      %in6_0 = arith.andi %din6, %tin0 : i1
-      scf.if %in6_0 {
-        memref.store %acc#24, %o[%tk0, %col6] : memref<?x?xf32>
-      }
-      %in6_1 = arith.andi %din6, %tin1 : i1
-      scf.if %in6_1 {
-        memref.store %acc#25, %o[%tk1, %col6] : memref<?x?xf32>
-      }
-      %in6_2 = arith.andi %din6, %tin2 : i1
-      scf.if %in6_2 {
-        memref.store %acc#26, %o[%tk2, %col6] : memref<?x?xf32>
-      }
-      %in6_3 = arith.andi %din6, %tin3 : i1
-      scf.if %in6_3 {
-        memref.store %acc#27, %o[%tk3, %col6] : memref<?x?xf32>
-      }
-      %in7_0 = arith.andi %din7, %tin0 : i1
-      scf.if %in7_0 {
-        memref.store %acc#28, %o[%tk0, %col7] : memref<?x?xf32>
-      }
-      %in7_1 = arith.andi %din7, %tin1 : i1
-      scf.if %in7_1 {
-        memref.store %acc#29, %o[%tk1, %col7] : memref<?x?xf32>
-      }
-      %in7_2 = arith.andi %din7, %tin2 : i1
-      scf.if %in7_2 {
-        memref.store %acc#30, %o[%tk2, %col7] : memref<?x?xf32>
-      }
-      %in7_3 = arith.andi %din7, %tin3 : i1
-      scf.if %in7_3 {
-        memref.store %acc#31, %o[%tk3, %col7] : memref<?x?xf32>
+    } else {
+      // Else a warp per 4 tokens x 8 output elements (token block %ob4,
+      // head, element block %db), the warps of a block along the elements:
+      // a lane reads each W_UV element it needs once for 4 tokens and each
+      // ō element once for 8 outputs (with a warp per output, a batch of 64
+      // read W_UV 64 times and each ō once per output element: 0.8 and 1.6
+      // GB per K3 MLA layer). k3-gpu-warp-reduce splits each of
+      // the 32 sums over the lanes as it splits one, so each output's sum is
+      // taken as before. A token or element past the last computes the last
+      // one again and stores nothing.
+      %tk = arith.constant 4 : index
+      %dj = arith.constant 8 : index
+      %c0u = arith.constant 0 : index
+      %c1u = arith.constant 1 : index
+      %c2u = arith.constant 2 : index
+      %c3u = arith.constant 3 : index
+      %c4u = arith.constant 4 : index
+      %c5u = arith.constant 5 : index
+      %c6u = arith.constant 6 : index
+      %c7u = arith.constant 7 : index
+      %ntb4 = arith.ceildivui %t, %tk : index
+      %ndb = arith.ceildivui %dvh, %dj : index
+      %dlast = arith.subi %dvh, %c1 : index
+      scf.parallel (%ob4, %h, %db) = (%c0, %c0, %c0) to (%ntb4, %nh, %ndb) step (%c1, %c1, %c1) {
+        %kvbase = arith.muli %h, %dkv : index
+        %row0 = arith.addi %kvbase, %dn : index
+        %ti0 = arith.muli %ob4, %tk : index
+        %dbase = arith.muli %db, %dj : index
+        %tk0a = arith.addi %ti0, %c0u : index
+        %tk0 = arith.minui %tk0a, %tlast : index
+        %tk1a = arith.addi %ti0, %c1u : index
+        %tk1 = arith.minui %tk1a, %tlast : index
+        %tk2a = arith.addi %ti0, %c2u : index
+        %tk2 = arith.minui %tk2a, %tlast : index
+        %tk3a = arith.addi %ti0, %c3u : index
+        %tk3 = arith.minui %tk3a, %tlast : index
+        %dd0a = arith.addi %dbase, %c0u : index
+        %dd0 = arith.minui %dd0a, %dlast : index
+        %wr0 = arith.addi %row0, %dd0 : index
+        %dd1a = arith.addi %dbase, %c1u : index
+        %dd1 = arith.minui %dd1a, %dlast : index
+        %wr1 = arith.addi %row0, %dd1 : index
+        %dd2a = arith.addi %dbase, %c2u : index
+        %dd2 = arith.minui %dd2a, %dlast : index
+        %wr2 = arith.addi %row0, %dd2 : index
+        %dd3a = arith.addi %dbase, %c3u : index
+        %dd3 = arith.minui %dd3a, %dlast : index
+        %wr3 = arith.addi %row0, %dd3 : index
+        %dd4a = arith.addi %dbase, %c4u : index
+        %dd4 = arith.minui %dd4a, %dlast : index
+        %wr4 = arith.addi %row0, %dd4 : index
+        %dd5a = arith.addi %dbase, %c5u : index
+        %dd5 = arith.minui %dd5a, %dlast : index
+        %wr5 = arith.addi %row0, %dd5 : index
+        %dd6a = arith.addi %dbase, %c6u : index
+        %dd6 = arith.minui %dd6a, %dlast : index
+        %wr6 = arith.addi %row0, %dd6 : index
+        %dd7a = arith.addi %dbase, %c7u : index
+        %dd7 = arith.minui %dd7a, %dlast : index
+        %wr7 = arith.addi %row0, %dd7 : index
+        %acc:32 = scf.for %e = %c0 to %r step %c1 iter_args(%a0_0 = %zero, %a0_1 = %zero, %a0_2 = %zero, %a0_3 = %zero, %a1_0 = %zero, %a1_1 = %zero, %a1_2 = %zero, %a1_3 = %zero, %a2_0 = %zero, %a2_1 = %zero, %a2_2 = %zero, %a2_3 = %zero, %a3_0 = %zero, %a3_1 = %zero, %a3_2 = %zero, %a3_3 = %zero, %a4_0 = %zero, %a4_1 = %zero, %a4_2 = %zero, %a4_3 = %zero, %a5_0 = %zero, %a5_1 = %zero, %a5_2 = %zero, %a5_3 = %zero, %a6_0 = %zero, %a6_1 = %zero, %a6_2 = %zero, %a6_3 = %zero, %a7_0 = %zero, %a7_1 = %zero, %a7_2 = %zero, %a7_3 = %zero) -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32) {
+          %wv0 = tensor.extract %wkvb[%wr0, %e] : tensor<?x?xbf16>
+          %wf0 = arith.extf %wv0 : bf16 to f32
+          %wv1 = tensor.extract %wkvb[%wr1, %e] : tensor<?x?xbf16>
+          %wf1 = arith.extf %wv1 : bf16 to f32
+          %wv2 = tensor.extract %wkvb[%wr2, %e] : tensor<?x?xbf16>
+          %wf2 = arith.extf %wv2 : bf16 to f32
+          %wv3 = tensor.extract %wkvb[%wr3, %e] : tensor<?x?xbf16>
+          %wf3 = arith.extf %wv3 : bf16 to f32
+          %wv4 = tensor.extract %wkvb[%wr4, %e] : tensor<?x?xbf16>
+          %wf4 = arith.extf %wv4 : bf16 to f32
+          %wv5 = tensor.extract %wkvb[%wr5, %e] : tensor<?x?xbf16>
+          %wf5 = arith.extf %wv5 : bf16 to f32
+          %wv6 = tensor.extract %wkvb[%wr6, %e] : tensor<?x?xbf16>
+          %wf6 = arith.extf %wv6 : bf16 to f32
+          %wv7 = tensor.extract %wkvb[%wr7, %e] : tensor<?x?xbf16>
+          %wf7 = arith.extf %wv7 : bf16 to f32
+          %ov0 = memref.load %ob[%tk0, %h, %e] : memref<?x?x?xf32>
+          %ov1 = memref.load %ob[%tk1, %h, %e] : memref<?x?x?xf32>
+          %ov2 = memref.load %ob[%tk2, %h, %e] : memref<?x?x?xf32>
+          %ov3 = memref.load %ob[%tk3, %h, %e] : memref<?x?x?xf32>
+          %p0_0 = arith.mulf %wf0, %ov0 : f32
+          %s0_0 = arith.addf %a0_0, %p0_0 : f32
+          %p0_1 = arith.mulf %wf0, %ov1 : f32
+          %s0_1 = arith.addf %a0_1, %p0_1 : f32
+          %p0_2 = arith.mulf %wf0, %ov2 : f32
+          %s0_2 = arith.addf %a0_2, %p0_2 : f32
+          %p0_3 = arith.mulf %wf0, %ov3 : f32
+          %s0_3 = arith.addf %a0_3, %p0_3 : f32
+          %p1_0 = arith.mulf %wf1, %ov0 : f32
+          %s1_0 = arith.addf %a1_0, %p1_0 : f32
+          %p1_1 = arith.mulf %wf1, %ov1 : f32
+          %s1_1 = arith.addf %a1_1, %p1_1 : f32
+          %p1_2 = arith.mulf %wf1, %ov2 : f32
+          %s1_2 = arith.addf %a1_2, %p1_2 : f32
+          %p1_3 = arith.mulf %wf1, %ov3 : f32
+          %s1_3 = arith.addf %a1_3, %p1_3 : f32
+          %p2_0 = arith.mulf %wf2, %ov0 : f32
+          %s2_0 = arith.addf %a2_0, %p2_0 : f32
+          %p2_1 = arith.mulf %wf2, %ov1 : f32
+          %s2_1 = arith.addf %a2_1, %p2_1 : f32
+          %p2_2 = arith.mulf %wf2, %ov2 : f32
+          %s2_2 = arith.addf %a2_2, %p2_2 : f32
+          %p2_3 = arith.mulf %wf2, %ov3 : f32
+          %s2_3 = arith.addf %a2_3, %p2_3 : f32
+          %p3_0 = arith.mulf %wf3, %ov0 : f32
+          %s3_0 = arith.addf %a3_0, %p3_0 : f32
+          %p3_1 = arith.mulf %wf3, %ov1 : f32
+          %s3_1 = arith.addf %a3_1, %p3_1 : f32
+          %p3_2 = arith.mulf %wf3, %ov2 : f32
+          %s3_2 = arith.addf %a3_2, %p3_2 : f32
+          %p3_3 = arith.mulf %wf3, %ov3 : f32
+          %s3_3 = arith.addf %a3_3, %p3_3 : f32
+          %p4_0 = arith.mulf %wf4, %ov0 : f32
+          %s4_0 = arith.addf %a4_0, %p4_0 : f32
+          %p4_1 = arith.mulf %wf4, %ov1 : f32
+          %s4_1 = arith.addf %a4_1, %p4_1 : f32
+          %p4_2 = arith.mulf %wf4, %ov2 : f32
+          %s4_2 = arith.addf %a4_2, %p4_2 : f32
+          %p4_3 = arith.mulf %wf4, %ov3 : f32
+          %s4_3 = arith.addf %a4_3, %p4_3 : f32
+          %p5_0 = arith.mulf %wf5, %ov0 : f32
+          %s5_0 = arith.addf %a5_0, %p5_0 : f32
+          %p5_1 = arith.mulf %wf5, %ov1 : f32
+          %s5_1 = arith.addf %a5_1, %p5_1 : f32
+          %p5_2 = arith.mulf %wf5, %ov2 : f32
+          %s5_2 = arith.addf %a5_2, %p5_2 : f32
+          %p5_3 = arith.mulf %wf5, %ov3 : f32
+          %s5_3 = arith.addf %a5_3, %p5_3 : f32
+          %p6_0 = arith.mulf %wf6, %ov0 : f32
+          %s6_0 = arith.addf %a6_0, %p6_0 : f32
+          %p6_1 = arith.mulf %wf6, %ov1 : f32
+          %s6_1 = arith.addf %a6_1, %p6_1 : f32
+          %p6_2 = arith.mulf %wf6, %ov2 : f32
+          %s6_2 = arith.addf %a6_2, %p6_2 : f32
+          %p6_3 = arith.mulf %wf6, %ov3 : f32
+          %s6_3 = arith.addf %a6_3, %p6_3 : f32
+          %p7_0 = arith.mulf %wf7, %ov0 : f32
+          %s7_0 = arith.addf %a7_0, %p7_0 : f32
+          %p7_1 = arith.mulf %wf7, %ov1 : f32
+          %s7_1 = arith.addf %a7_1, %p7_1 : f32
+          %p7_2 = arith.mulf %wf7, %ov2 : f32
+          %s7_2 = arith.addf %a7_2, %p7_2 : f32
+          %p7_3 = arith.mulf %wf7, %ov3 : f32
+          %s7_3 = arith.addf %a7_3, %p7_3 : f32
+          scf.yield %s0_0, %s0_1, %s0_2, %s0_3, %s1_0, %s1_1, %s1_2, %s1_3, %s2_0, %s2_1, %s2_2, %s2_3, %s3_0, %s3_1, %s3_2, %s3_3, %s4_0, %s4_1, %s4_2, %s4_3, %s5_0, %s5_1, %s5_2, %s5_3, %s6_0, %s6_1, %s6_2, %s6_3, %s7_0, %s7_1, %s7_2, %s7_3 : f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32
+        }
+        %hb = arith.muli %h, %dvh : index
+        %din0 = arith.cmpi ult, %dd0a, %dvh : index
+        %col0 = arith.addi %hb, %dd0 : index
+        %din1 = arith.cmpi ult, %dd1a, %dvh : index
+        %col1 = arith.addi %hb, %dd1 : index
+        %din2 = arith.cmpi ult, %dd2a, %dvh : index
+        %col2 = arith.addi %hb, %dd2 : index
+        %din3 = arith.cmpi ult, %dd3a, %dvh : index
+        %col3 = arith.addi %hb, %dd3 : index
+        %din4 = arith.cmpi ult, %dd4a, %dvh : index
+        %col4 = arith.addi %hb, %dd4 : index
+        %din5 = arith.cmpi ult, %dd5a, %dvh : index
+        %col5 = arith.addi %hb, %dd5 : index
+        %din6 = arith.cmpi ult, %dd6a, %dvh : index
+        %col6 = arith.addi %hb, %dd6 : index
+        %din7 = arith.cmpi ult, %dd7a, %dvh : index
+        %col7 = arith.addi %hb, %dd7 : index
+        %tin0 = arith.cmpi ult, %tk0a, %t : index
+        %tin1 = arith.cmpi ult, %tk1a, %t : index
+        %tin2 = arith.cmpi ult, %tk2a, %t : index
+        %tin3 = arith.cmpi ult, %tk3a, %t : index
+        %in0_0 = arith.andi %din0, %tin0 : i1
+        scf.if %in0_0 {
+          memref.store %acc#0, %o[%tk0, %col0] : memref<?x?xf32>
+        }
+        %in0_1 = arith.andi %din0, %tin1 : i1
+        scf.if %in0_1 {
+          memref.store %acc#1, %o[%tk1, %col0] : memref<?x?xf32>
+        }
+        %in0_2 = arith.andi %din0, %tin2 : i1
+        scf.if %in0_2 {
+          memref.store %acc#2, %o[%tk2, %col0] : memref<?x?xf32>
+        }
+        %in0_3 = arith.andi %din0, %tin3 : i1
+        scf.if %in0_3 {
+          memref.store %acc#3, %o[%tk3, %col0] : memref<?x?xf32>
+        }
+        %in1_0 = arith.andi %din1, %tin0 : i1
+        scf.if %in1_0 {
+          memref.store %acc#4, %o[%tk0, %col1] : memref<?x?xf32>
+        }
+        %in1_1 = arith.andi %din1, %tin1 : i1
+        scf.if %in1_1 {
+          memref.store %acc#5, %o[%tk1, %col1] : memref<?x?xf32>
+        }
+        %in1_2 = arith.andi %din1, %tin2 : i1
+        scf.if %in1_2 {
+          memref.store %acc#6, %o[%tk2, %col1] : memref<?x?xf32>
+        }
+        %in1_3 = arith.andi %din1, %tin3 : i1
+        scf.if %in1_3 {
+          memref.store %acc#7, %o[%tk3, %col1] : memref<?x?xf32>
+        }
+        %in2_0 = arith.andi %din2, %tin0 : i1
+        scf.if %in2_0 {
+          memref.store %acc#8, %o[%tk0, %col2] : memref<?x?xf32>
+        }
+        %in2_1 = arith.andi %din2, %tin1 : i1
+        scf.if %in2_1 {
+          memref.store %acc#9, %o[%tk1, %col2] : memref<?x?xf32>
+        }
+        %in2_2 = arith.andi %din2, %tin2 : i1
+        scf.if %in2_2 {
+          memref.store %acc#10, %o[%tk2, %col2] : memref<?x?xf32>
+        }
+        %in2_3 = arith.andi %din2, %tin3 : i1
+        scf.if %in2_3 {
+          memref.store %acc#11, %o[%tk3, %col2] : memref<?x?xf32>
+        }
+        %in3_0 = arith.andi %din3, %tin0 : i1
+        scf.if %in3_0 {
+          memref.store %acc#12, %o[%tk0, %col3] : memref<?x?xf32>
+        }
+        %in3_1 = arith.andi %din3, %tin1 : i1
+        scf.if %in3_1 {
+          memref.store %acc#13, %o[%tk1, %col3] : memref<?x?xf32>
+        }
+        %in3_2 = arith.andi %din3, %tin2 : i1
+        scf.if %in3_2 {
+          memref.store %acc#14, %o[%tk2, %col3] : memref<?x?xf32>
+        }
+        %in3_3 = arith.andi %din3, %tin3 : i1
+        scf.if %in3_3 {
+          memref.store %acc#15, %o[%tk3, %col3] : memref<?x?xf32>
+        }
+        %in4_0 = arith.andi %din4, %tin0 : i1
+        scf.if %in4_0 {
+          memref.store %acc#16, %o[%tk0, %col4] : memref<?x?xf32>
+        }
+        %in4_1 = arith.andi %din4, %tin1 : i1
+        scf.if %in4_1 {
+          memref.store %acc#17, %o[%tk1, %col4] : memref<?x?xf32>
+        }
+        %in4_2 = arith.andi %din4, %tin2 : i1
+        scf.if %in4_2 {
+          memref.store %acc#18, %o[%tk2, %col4] : memref<?x?xf32>
+        }
+        %in4_3 = arith.andi %din4, %tin3 : i1
+        scf.if %in4_3 {
+          memref.store %acc#19, %o[%tk3, %col4] : memref<?x?xf32>
+        }
+        %in5_0 = arith.andi %din5, %tin0 : i1
+        scf.if %in5_0 {
+          memref.store %acc#20, %o[%tk0, %col5] : memref<?x?xf32>
+        }
+        %in5_1 = arith.andi %din5, %tin1 : i1
+        scf.if %in5_1 {
+          memref.store %acc#21, %o[%tk1, %col5] : memref<?x?xf32>
+        }
+        %in5_2 = arith.andi %din5, %tin2 : i1
+        scf.if %in5_2 {
+          memref.store %acc#22, %o[%tk2, %col5] : memref<?x?xf32>
+        }
+        %in5_3 = arith.andi %din5, %tin3 : i1
+        scf.if %in5_3 {
+          memref.store %acc#23, %o[%tk3, %col5] : memref<?x?xf32>
+        }
+        %in6_0 = arith.andi %din6, %tin0 : i1
+        scf.if %in6_0 {
+          memref.store %acc#24, %o[%tk0, %col6] : memref<?x?xf32>
+        }
+        %in6_1 = arith.andi %din6, %tin1 : i1
+        scf.if %in6_1 {
+          memref.store %acc#25, %o[%tk1, %col6] : memref<?x?xf32>
+        }
+        %in6_2 = arith.andi %din6, %tin2 : i1
+        scf.if %in6_2 {
+          memref.store %acc#26, %o[%tk2, %col6] : memref<?x?xf32>
+        }
+        %in6_3 = arith.andi %din6, %tin3 : i1
+        scf.if %in6_3 {
+          memref.store %acc#27, %o[%tk3, %col6] : memref<?x?xf32>
+        }
+        %in7_0 = arith.andi %din7, %tin0 : i1
+        scf.if %in7_0 {
+          memref.store %acc#28, %o[%tk0, %col7] : memref<?x?xf32>
+        }
+        %in7_1 = arith.andi %din7, %tin1 : i1
+        scf.if %in7_1 {
+          memref.store %acc#29, %o[%tk1, %col7] : memref<?x?xf32>
+        }
+        %in7_2 = arith.andi %din7, %tin2 : i1
+        scf.if %in7_2 {
+          memref.store %acc#30, %o[%tk2, %col7] : memref<?x?xf32>
+        }
+        %in7_3 = arith.andi %din7, %tin3 : i1
+        scf.if %in7_3 {
+          memref.store %acc#31, %o[%tk3, %col7] : memref<?x?xf32>
+        }
       }
     }
   } else {
