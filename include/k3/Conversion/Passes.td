@@ -400,7 +400,7 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma", "::mlir::ModuleOp"> {
 }
 
 def K3GPUAttnResNormPass : Pass<"k3-gpu-attn-res-norm", "::mlir::ModuleOp"> {
-  let summary = "AttnRes and the RMSNorm after it in one kernel per token";
+  let summary = "AttnRes with the RMSNorm after it, and RMSNorm, in one kernel per token";
   let description = [{
     A function marked `k3.attn_res_norm = {widen = @w, narrow = @n, round =
     @r}` (`Kernels/Dense.mlir`: @k3k_attn_res_norm_rows) with arguments the
@@ -418,6 +418,13 @@ def K3GPUAttnResNormPass : Pass<"k3-gpu-attn-res-norm", "::mlir::ModuleOp"> {
     its squares (the same reduction), and normalises what it stored. The element operations are the generic kernels' (@w, @n, @r
     for the activation dtype); only the order of the three sums over D
     differs (docs/NUMERICS.md). Other shapes keep the generic kernels.
+
+    A function marked `k3.rms_norm` alike (`Kernels/Dense.mlir`:
+    @k3k_rms_norm_rows) with arguments x `[T, D]`, γ `[D]`, eps and the
+    output `[T, D]` computes RMSNorm(x) (§2) in four launches of the generic
+    kernels; it gets the same block per token (D a multiple of 16 bytes,
+    x, γ and the output aligned for 16-byte loads): the block's sum of
+    squares, then round(round(x · inv) · γ) of each thread's pieces.
   }];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::arith::ArithDialect",

@@ -17,6 +17,12 @@
 // two values in both lanes of a pair). The element operations are the
 // generic kernels', through the library's widen / narrow / round functions.
 //
+// A plain RMSNorm (§2; @k3k_rms_norm_rows, marked `k3.rms_norm`) took four
+// launches of one block each at batch 1 (the sum of squares' fill,
+// reduction and copy, then the norm: 5.2 us on the H200, BENCHMARKS.md
+// fifteenth session's trace) and gets the same block per token: the sum
+// of squares, then the norm of the thread's pieces.
+//
 //===----------------------------------------------------------------------===//
 
 #include "TensorCore.h"
@@ -46,6 +52,7 @@ constexpr int64_t kThreads = 1024, kWarps = kThreads / 32;
 // Candidates a block keeps scores for (K3: at most 93 / 12 + 2 = 9).
 constexpr int64_t kMaxCandidates = 32;
 constexpr llvm::StringLiteral kAttr = "k3.attn_res_norm";
+constexpr llvm::StringLiteral kNormAttr = "k3.rms_norm";
 
 /// The library's conversions of the activation dtype (Kernels/Prelude.*).
 struct Conversions {
@@ -65,10 +72,28 @@ public:
     per = 16 / (act.getIntOrFloatBitWidth() / 8);
   }
 
+  /// RMSNorm rows (`k3.rms_norm`): x [T, D], γ [D], eps, output [T, D].
+  AttnResNormKernel(OpBuilder &b, Location loc, Block &body, Conversions fns,
+                    memref::GlobalOp sums)
+      : IndexMath{b, loc}, v(body.getArgument(0)), gn(body.getArgument(1)),
+        eps2(body.getArgument(2)), out(body.getArgument(3)), fns(fns),
+        sumsGlobal(sums) {
+    act = cast<MemRefType>(v.getType()).getElementType();
+    per = 16 / (act.getIntOrFloatBitWidth() / 8);
+  }
+
   void build(SmallVectorImpl<Operation *> &rest);
+  void buildNorm(SmallVectorImpl<Operation *> &rest);
 
 private:
   void kernel(Value n, Value tokens, Value d);
+  void normKernel(Value tokens, Value d);
+  /// Enters a gpu.launch of one block of kThreads per token and sets the
+  /// kernel's values (tid, token, d, df, sums); returns the launch.
+  gpu::LaunchOp launchPerToken(Value tokens, Value dim);
+  /// y = round(round(h · inv) · γn) over the thread's pieces of row
+  /// `token` of `src`, stored into `out`.
+  void normalise(Value src, Value inv);
   Value fadd(Value l, Value r) { return arith::AddFOp::create(b, loc, l, r); }
   Value fmul(Value l, Value r) { return arith::MulFOp::create(b, loc, l, r); }
   Value fdiv(Value l, Value r) { return arith::DivFOp::create(b, loc, l, r); }
@@ -124,7 +149,7 @@ private:
         .getResult(0);
   }
 
-  Value v, g, p, eps, gn, eps2, out;
+  Value v, g, p, eps, gn, eps2, out; // (rms_norm: v = x; g, p, eps unset)
   Conversions fns;
   memref::GlobalOp sumsGlobal, scoresGlobal;
   Type act;
@@ -146,6 +171,64 @@ void AttnResNormKernel::build(SmallVectorImpl<Operation *> &rest) {
     ok = both(ok, aligned(w, 2 * per));
   k3::guardBody(b, loc, rest, ok);
   kernel(n, tokens, dim);
+}
+
+void AttnResNormKernel::buildNorm(SmallVectorImpl<Operation *> &rest) {
+  Value c0 = idx(0), c1 = idx(1);
+  Value tokens = memref::DimOp::create(b, loc, v, c0);
+  Value dim = memref::DimOp::create(b, loc, v, c1);
+  Value ok = both(rem0(dim, per), lt(c0, tokens));
+  ok = both(ok, both(aligned(v), aligned(out)));
+  ok = both(ok, aligned(gn, 2 * per));
+  k3::guardBody(b, loc, rest, ok);
+  normKernel(tokens, dim);
+}
+
+gpu::LaunchOp AttnResNormKernel::launchPerToken(Value tokens, Value dim) {
+  Value c1 = idx(1);
+  auto launch =
+      gpu::LaunchOp::create(b, loc, tokens, c1, c1, idx(kThreads), c1, c1);
+  b.setInsertionPointToStart(&launch.getBody().front());
+  tid = launch.getThreadIds().x;
+  token = launch.getBlockIds().x;
+  d = dim;
+  df = arith::SIToFPOp::create(
+      b, loc, b.getF32Type(),
+      arith::IndexCastOp::create(b, loc, b.getI64Type(), d));
+  sums = memref::GetGlobalOp::create(b, loc, sumsGlobal.getType(),
+                                     sumsGlobal.getSymName());
+  return launch;
+}
+
+void AttnResNormKernel::normalise(Value src, Value inv) {
+  pieces({}, [&](Value j0, ValueRange) {
+    SmallVector<Value> h = load(src, {token, j0}), w = load(gn, {j0});
+    SmallVector<Value> y;
+    for (int64_t e = 0; e < per; ++e) {
+      Value r = call(fns.round, fmul(call(fns.widen, h[e]), inv));
+      Value wf = arith::ExtFOp::create(b, loc, b.getF32Type(), w[e]);
+      y.push_back(call(fns.narrow, fmul(r, wf)));
+    }
+    store(y, {token, j0});
+    return SmallVector<Value>{};
+  });
+}
+
+void AttnResNormKernel::normKernel(Value tokens, Value dim) {
+  OpBuilder::InsertionGuard guard(b);
+  launchPerToken(tokens, dim);
+  // The row's sum of squares (a block sum), then the norm of each piece:
+  // the generic kernels' element operations, another order of the sum.
+  auto squares = pieces({f32(0.0)}, [&](Value j0, ValueRange acc) {
+    Value ss = acc[0];
+    for (Value x : load(v, {token, j0})) {
+      Value a = call(fns.widen, x);
+      ss = fadd(ss, fmul(a, a));
+    }
+    return SmallVector<Value>{ss};
+  });
+  normalise(v, invRMS(blockSums(squares.getResults())[0], eps2));
+  gpu::TerminatorOp::create(b, loc);
 }
 
 SmallVector<Value> AttnResNormKernel::blockSums(ValueRange parts) {
@@ -184,18 +267,8 @@ scf::ForOp AttnResNormKernel::loop(
 
 void AttnResNormKernel::kernel(Value n, Value tokens, Value dim) {
   Value c0 = idx(0), c1 = idx(1);
-  auto launch =
-      gpu::LaunchOp::create(b, loc, tokens, c1, c1, idx(kThreads), c1, c1);
   OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPointToStart(&launch.getBody().front());
-  tid = launch.getThreadIds().x;
-  token = launch.getBlockIds().x;
-  d = dim;
-  df = arith::SIToFPOp::create(
-      b, loc, b.getF32Type(),
-      arith::IndexCastOp::create(b, loc, b.getI64Type(), d));
-  sums = memref::GetGlobalOp::create(b, loc, sumsGlobal.getType(),
-                                     sumsGlobal.getSymName());
+  launchPerToken(tokens, dim);
   scores = memref::GetGlobalOp::create(b, loc, scoresGlobal.getType(),
                                        scoresGlobal.getSymName());
   Value zero = f32(0.0);
@@ -266,16 +339,7 @@ void AttnResNormKernel::kernel(Value n, Value tokens, Value dim) {
   Value inv = invRMS(blockSums(mixed.getResults())[0], eps2);
 
   // y = round(round(h · inv) · γ) over what this thread stored.
-  pieces({}, [&](Value j0, ValueRange) {
-    SmallVector<Value> h = load(out, {token, j0}), w = load(gn, {j0});
-    SmallVector<Value> y;
-    for (int64_t e = 0; e < per; ++e) {
-      Value r = call(fns.round, fmul(call(fns.widen, h[e]), inv));
-      y.push_back(call(fns.narrow, fmul(r, widenW(w[e]))));
-    }
-    store(y, {token, j0});
-    return SmallVector<Value>{};
-  });
+  normalise(out, inv);
   gpu::TerminatorOp::create(b, loc);
 }
 
@@ -287,6 +351,65 @@ struct K3GPUAttnResNormPass
     for (func::FuncOp f : k3::markedFunctions(getOperation(), kAttr))
       if (failed(rewrite(f)))
         return signalPassFailure();
+    for (func::FuncOp f : k3::markedFunctions(getOperation(), kNormAttr))
+      if (failed(rewriteNorm(f)))
+        return signalPassFailure();
+  }
+
+  /// The {widen, narrow, round} functions that `f`'s `attr` names for the
+  /// activation type `act`, or null ones.
+  static Conversions conversions(func::FuncOp f, StringRef attr, Type act) {
+    auto spec = f->getAttrOfType<DictionaryAttr>(attr);
+    if (!spec)
+      return {};
+    Builder t(f.getContext());
+    Type f32 = t.getF32Type();
+    auto lookup = [&](StringRef key, Type in, Type res) -> func::FuncOp {
+      auto ref = spec.getAs<FlatSymbolRefAttr>(key);
+      auto fn = ref ? SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(f, ref)
+                    : nullptr;
+      return fn && fn.getFunctionType() == t.getFunctionType({in}, {res})
+                 ? fn
+                 : nullptr;
+    };
+    return {lookup("widen", act, f32), lookup("narrow", f32, act),
+            lookup("round", f32, f32)};
+  }
+
+  LogicalResult rewriteNorm(func::FuncOp f) {
+    auto fail = [&](const Twine &why) {
+      return f.emitError() << kNormAttr << ": " << why;
+    };
+    Block &body = f.getBody().front();
+    auto memref = [&](unsigned a, int64_t rank) -> MemRefType {
+      auto t = dyn_cast<MemRefType>(body.getArgument(a).getType());
+      return t && t.getRank() == rank && t.getLayout().isIdentity() ? t
+                                                                    : nullptr;
+    };
+    if (body.getNumArguments() != 4)
+      return fail("expected (x [T, D], γ [D], eps, output [T, D]) arguments");
+    MemRefType x = memref(0, 2), g = memref(1, 1), out = memref(3, 2);
+    if (!x || !g || !out || !body.getArgument(2).getType().isF32())
+      return fail("expected identity-layout memrefs x [T, D], γ [D], output "
+                  "[T, D] and f32 eps");
+    Type act = x.getElementType();
+    if (out.getElementType() != act || !(act.isBF16() || act.isF32()) ||
+        !g.getElementType().isBF16())
+      return fail("expected bf16 or f32 activations and bf16 weights");
+    Conversions fns = conversions(f, kNormAttr, act);
+    if (!fns.widen || !fns.narrow || !fns.round)
+      return fail("'widen', 'narrow' and 'round' must name functions "
+                  "(act) -> f32, (f32) -> act and (f32) -> f32");
+    if (!k3::returnsNothing(body))
+      return fail("the function must return nothing");
+    SmallVector<Operation *> rest = k3::bodyOps(body);
+    OpBuilder b(f.getContext());
+    b.setInsertionPointToStart(&body);
+    AttnResNormKernel(b, f.getLoc(), body, fns,
+                      k3::workgroupBuffer(getOperation(), "k3k_attn_res_sums",
+                                          {2, kWarps}, b.getF32Type()))
+        .buildNorm(rest);
+    return success();
   }
 
   LogicalResult rewrite(func::FuncOp f) {
@@ -315,21 +438,10 @@ struct K3GPUAttnResNormPass
         !g.getElementType().isBF16() || !p.getElementType().isBF16() ||
         !gn.getElementType().isBF16())
       return fail("expected bf16 or f32 activations and bf16 weights");
-    auto spec = f->getAttrOfType<DictionaryAttr>(kAttr);
-    if (!spec)
+    if (!f->getAttrOfType<DictionaryAttr>(kAttr))
       return fail("must be a dictionary {widen, narrow, round}");
-    Builder t(f.getContext());
-    Type f32 = t.getF32Type();
-    auto lookup = [&](StringRef key, Type in, Type res) -> func::FuncOp {
-      auto ref = spec.getAs<FlatSymbolRefAttr>(key);
-      auto fn = ref ? SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(f, ref)
-                    : nullptr;
-      return fn && fn.getFunctionType() == t.getFunctionType({in}, {res})
-                 ? fn
-                 : nullptr;
-    };
-    Conversions fns{lookup("widen", act, f32), lookup("narrow", f32, act),
-                    lookup("round", f32, f32)};
+    Type f32 = Builder(f.getContext()).getF32Type();
+    Conversions fns = conversions(f, kAttr, act);
     if (!fns.widen || !fns.narrow || !fns.round)
       return fail("'widen', 'narrow' and 'round' must name functions "
                   "(act) -> f32, (f32) -> act and (f32) -> f32");

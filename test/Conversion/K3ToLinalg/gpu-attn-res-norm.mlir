@@ -202,3 +202,132 @@ func.func @returns(%v: memref<?x?x?xbf16>, %g: memref<?xbf16>, %p: memref<?x?xbf
 func.func private @widen_f(%a: f32) -> f32 {
   return %a : f32
 }
+
+// -----
+
+// @k3k_rms_norm_rows (`k3.rms_norm`) after bufferization: x [T, D], γ, eps,
+// the output [T, D]. Run-time choice: D a multiple of 8, T >= 1, x, the
+// output and γ 16-byte aligned.
+// CHECK-LABEL: func.func @rn
+// CHECK-SAME: (%[[X:[^:]+]]: memref<?x?xbf16>, %[[G:[^:]+]]: memref<?xbf16>, %[[EPS:[^:]+]]: f32, %[[OUT:[^:]+]]: memref<?x?xbf16>)
+// CHECK-DAG: %[[T:.+]] = memref.dim %[[X]], %c0
+// CHECK-DAG: %[[D:.+]] = memref.dim %[[X]], %c1
+// CHECK-DAG: arith.remui %[[D]], %c8
+// CHECK-DAG: arith.cmpi ugt, %[[T]], %c0
+// CHECK-DAG: memref.extract_aligned_pointer_as_index %[[X]]
+// CHECK-DAG: memref.extract_aligned_pointer_as_index %[[OUT]]
+// CHECK-DAG: memref.extract_aligned_pointer_as_index %[[G]]
+// CHECK: scf.if
+// One block of 1024 threads per token: the sum of squares of the thread's
+// pieces ...
+// CHECK: gpu.launch blocks(%[[TOK:[^,]+]], {{.*}} in (%{{.+}} = %[[T]], %{{.+}} = %c1, %{{.+}} = %c1) threads(%[[TID:[^,]+]], {{.*}} in (%{{.+}} = %c1024,
+// CHECK: %[[DF:.+]] = arith.sitofp
+// CHECK: %[[SUMS:.+]] = memref.get_global @k3k_attn_res_sums
+// CHECK: %[[J0:.+]] = arith.muli %[[TID]], %c8
+// CHECK: scf.for %[[J:.+]] = %[[J0]] to %[[D]] step %c8192 iter_args
+// CHECK: vector.load %[[X]][%[[TOK]], %[[J]]] {alignment = 16 : i64} : memref<?x?xbf16>, vector<8xbf16>
+// CHECK: %[[A:.+]] = func.call @widen(
+// CHECK: arith.mulf %[[A]], %[[A]]
+// CHECK-COUNT-7: func.call @widen(
+// CHECK: scf.yield
+// ... the block's sum (one warp tree, then the tree over the 32 warps) ...
+// CHECK: gpu.barrier
+// CHECK-COUNT-5: gpu.shuffle xor
+// CHECK: memref.store %{{.+}}, %[[SUMS]][%c0, %[[WARP:.+]]] :
+// CHECK: gpu.barrier
+// CHECK: memref.load %[[SUMS]][%c0, %[[LANE:.+]]] :
+// CHECK-COUNT-5: gpu.shuffle xor
+// CHECK-NOT: gpu.shuffle
+// ... and round(round(x · inv) · γ) of the same pieces.
+// CHECK: %[[M:.+]] = arith.divf %{{.+}}, %[[DF]]
+// CHECK: %[[ME:.+]] = arith.addf %[[M]], %[[EPS]]
+// CHECK: %[[R:.+]] = math.sqrt %[[ME]]
+// CHECK: %[[INV:.+]] = arith.divf %{{.+}}, %[[R]]
+// CHECK: scf.for %[[J2:.+]] = %{{.+}} to %[[D]] step %c8192 {
+// CHECK: vector.load %[[X]][%[[TOK]], %[[J2]]]
+// CHECK: vector.load %[[G]][%[[J2]]]
+// CHECK: %[[H:.+]] = func.call @widen(
+// CHECK: %[[HN:.+]] = arith.mulf %[[H]], %[[INV]]
+// CHECK: %[[RD:.+]] = func.call @round(%[[HN]])
+// CHECK: %[[W:.+]] = arith.extf
+// CHECK: %[[Y:.+]] = arith.mulf %[[RD]], %[[W]]
+// CHECK: func.call @narrow(%[[Y]])
+// CHECK: vector.store %{{.+}}, %[[OUT]][%[[TOK]], %[[J2]]] {alignment = 16 : i64}
+// Otherwise the generic kernels.
+// CHECK: } else {
+// CHECK: memref.store %{{.+}}, %[[OUT]][%c0, %c0]
+// CHECK: return
+func.func private @widen(%a: bf16) -> f32 {
+  %r = arith.extf %a : bf16 to f32
+  return %r : f32
+}
+func.func private @narrow(%a: f32) -> bf16 {
+  %r = arith.truncf %a : f32 to bf16
+  return %r : bf16
+}
+func.func private @round(%a: f32) -> f32 {
+  %n = arith.truncf %a : f32 to bf16
+  %r = arith.extf %n : bf16 to f32
+  return %r : f32
+}
+func.func @rn(%x: memref<?x?xbf16>, %g: memref<?xbf16>, %eps: f32, %out: memref<?x?xbf16>)
+    attributes {k3.rms_norm = {widen = @widen, narrow = @narrow, round = @round}} {
+  %c0 = arith.constant 0 : index
+  %z = arith.constant 0.0 : bf16
+  memref.store %z, %out[%c0, %c0] : memref<?x?xbf16>
+  return
+}
+
+// -----
+
+// expected-error @+1 {{k3.rms_norm: expected (x [T, D], γ [D], eps, output [T, D]) arguments}}
+func.func @rn_short(%x: memref<?x?xbf16>) attributes {k3.rms_norm = {}} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{k3.rms_norm: expected identity-layout memrefs x [T, D], γ [D], output [T, D] and f32 eps}}
+func.func @rn_strided(%x: memref<?x?xbf16, strided<[?, 1], offset: ?>>, %g: memref<?xbf16>, %eps: f32, %out: memref<?x?xbf16>)
+    attributes {k3.rms_norm = {}} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{k3.rms_norm: expected bf16 or f32 activations and bf16 weights}}
+func.func @rn_mixed(%x: memref<?x?xbf16>, %g: memref<?xf32>, %eps: f32, %out: memref<?x?xbf16>)
+    attributes {k3.rms_norm = {}} {
+  return
+}
+
+// -----
+
+func.func private @widen(%a: bf16) -> f32 {
+  %r = arith.extf %a : bf16 to f32
+  return %r : f32
+}
+// expected-error @+1 {{k3.rms_norm: 'widen', 'narrow' and 'round' must name functions (act) -> f32, (f32) -> act and (f32) -> f32}}
+func.func @rn_no_round(%x: memref<?x?xbf16>, %g: memref<?xbf16>, %eps: f32, %out: memref<?x?xbf16>)
+    attributes {k3.rms_norm = {widen = @widen, narrow = @widen}} {
+  return
+}
+
+// -----
+
+func.func private @widen(%a: bf16) -> f32 {
+  %r = arith.extf %a : bf16 to f32
+  return %r : f32
+}
+func.func private @narrow(%a: f32) -> bf16 {
+  %r = arith.truncf %a : f32 to bf16
+  return %r : bf16
+}
+func.func private @round(%a: f32) -> f32 {
+  return %a : f32
+}
+// expected-error @+1 {{k3.rms_norm: the function must return nothing}}
+func.func @rn_returns(%x: memref<?x?xbf16>, %g: memref<?xbf16>, %eps: f32, %out: memref<?x?xbf16>) -> f32
+    attributes {k3.rms_norm = {widen = @widen, narrow = @narrow, round = @round}} {
+  return %eps : f32
+}

@@ -420,9 +420,24 @@ func.func private @k3k_rms_sumsq(%x: tensor<?x?x!act>) -> tensor<?xf32> {
 }
 
 // k3.rms_norm (§2): y = round(round(x · inv) · γ), inv = 1 / sqrt(mean(x²)
-// + eps) in f32, computed by each element's thread from its row's sum of
-// squares (a few operations instead of a kernel of its own).
+// + eps) in f32.
 func.func private @k3k_rms_norm(%x: tensor<?x?x!act>, %g: tensor<?xbf16>, %eps: f32) -> tensor<?x?x!act> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %t = tensor.dim %x, %c0 : tensor<?x?x!act>
+  %d = tensor.dim %x, %c1 : tensor<?x?x!act>
+  %out = memref.alloc(%t, %d) : memref<?x?x!act>
+  func.call @k3k_rms_norm_rows(%x, %g, %eps, %out) : (tensor<?x?x!act>, tensor<?xbf16>, f32, memref<?x?x!act>) -> ()
+  %y = bufferization.to_tensor %out restrict : memref<?x?x!act> to tensor<?x?x!act>
+  return %y : tensor<?x?x!act>
+}
+
+// The same into %out (`k3.rms_norm`: on a GPU, k3-gpu-attn-res-norm gives
+// each token one block; the body below is what runs elsewhere), inv
+// computed by each element's thread from its row's sum of squares (a few
+// operations instead of a kernel of its own).
+func.func private @k3k_rms_norm_rows(%x: tensor<?x?x!act>, %g: tensor<?xbf16>, %eps: f32, %out: memref<?x?x!act>)
+    attributes {k3.rms_norm = {widen = @k3k_widen, narrow = @k3k_narrow, round = @k3k_round}} {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %t = tensor.dim %x, %c0 : tensor<?x?x!act>
@@ -447,7 +462,9 @@ func.func private @k3k_rms_norm(%x: tensor<?x?x!act>, %g: tensor<?xbf16>, %eps: 
     %r = func.call @k3k_narrow(%p) : (f32) -> !act
     linalg.yield %r : !act
   } -> tensor<?x?x!act>
-  return %y : tensor<?x?x!act>
+  %ym = bufferization.to_buffer %y read_only : tensor<?x?x!act> to memref<?x?x!act>
+  memref.copy %ym, %out : memref<?x?x!act> to memref<?x?x!act>
+  return
 }
 
 // k3.gated_rms_norm (§4.7): per head, RMSNorm(o) · γ · σ(z), one rounding.
