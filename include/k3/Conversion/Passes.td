@@ -411,13 +411,15 @@ def K3GPUAttnResNormPass : Pass<"k3-gpu-attn-res-norm", "::mlir::ModuleOp"> {
     chosen at run time by `scf.if` (D a multiple of 16 bytes of activations,
     n <= 32, the buffers aligned for 16-byte loads): a `gpu.launch` with one
     block of 1024 threads per token. Per candidate the threads sum v² and
-    (γ ⊙ p)·v over their elements, then an xor-shuffle tree per warp and
-    one over the 32 warps' sums give the score in every thread (thread 0
-    keeps it in workgroup memory); every thread takes the softmax itself,
-    mixes its elements of h in candidate order, stores round(h) and sums
-    its squares (the same reduction), and normalises what it stored. The element operations are the generic kernels' (@w, @n, @r
-    for the activation dtype); only the order of the three sums over D
-    differs (docs/NUMERICS.md). Other shapes keep the generic kernels.
+    (γ ⊙ p)·v over their elements and an xor-shuffle tree per warp; after
+    one barrier for all the candidates, a tree over the 32 warps' sums
+    gives each score in every thread (thread 0 keeps it in workgroup
+    memory); every thread takes the softmax itself, mixes its elements of h
+    in candidate order, stores round(h) and sums its squares (the same
+    reduction), and normalises what it stored. The element operations are
+    the generic kernels' (@w, @n, @r for the activation dtype); only the
+    order of the three sums over D differs (docs/NUMERICS.md). Other shapes
+    keep the generic kernels.
 
     A function marked `k3.rms_norm` alike (`Kernels/Dense.mlir`:
     @k3k_rms_norm_rows) with arguments x `[T, D]`, γ `[D]`, eps and the

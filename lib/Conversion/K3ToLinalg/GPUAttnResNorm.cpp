@@ -8,7 +8,9 @@
 // the candidates' two sums, the mix, the norm's sum of squares and the
 // norm. This pass gives the function a second body, chosen at run time: one
 // block of 1024 threads per token, each thread holding 16-byte pieces of
-// the row. Per candidate the block sums v² and (γ ⊙ p)·v; with the scores
+// the row. Per candidate the block sums v² and (γ ⊙ p)·v (every
+// candidate's warp trees, then one barrier, then the trees over the warps:
+// 2 barriers in all, not 2n + 1); with the scores
 // every thread takes the softmax itself (the same in every thread), mixes
 // its pieces of h in candidate order, stores round(h), sums its squares,
 // and after the block's sum normalises what it stored. A block sum is each
@@ -125,6 +127,12 @@ private:
   /// thread: a warp tree, then in every warp the tree over the 32 warps'
   /// sums. Starts with a barrier (the previous sums' reads are done).
   SmallVector<Value> blockSums(ValueRange parts);
+  /// The first half of blockSums: each part's warp tree, stored by lane 0
+  /// at sums[row + k][warp] (rows `row` to `row` + parts - 1).
+  void warpSums(ValueRange parts, Value row);
+  /// The second half, after a barrier: the tree over the 32 warps' sums of
+  /// rows `row` to `row` + count - 1, in every thread.
+  SmallVector<Value> totals(int64_t count, Value row);
   /// 1 / sqrt(ss / D + eps), as the generic kernels compute it.
   Value invRMS(Value ss, Value e) {
     Value m = fdiv(ss, df);
@@ -231,24 +239,35 @@ void AttnResNormKernel::normKernel(Value tokens, Value dim) {
   gpu::TerminatorOp::create(b, loc);
 }
 
-SmallVector<Value> AttnResNormKernel::blockSums(ValueRange parts) {
+void AttnResNormKernel::warpSums(ValueRange parts, Value row) {
   Value lane = rem(tid, 32), warp = div(tid, 32);
-  gpu::BarrierOp::create(b, loc);
-  SmallVector<Value> warpSums;
+  SmallVector<Value> sumsOfWarp;
   for (Value part : parts)
-    warpSums.push_back(k3::warpSum(b, loc, part));
+    sumsOfWarp.push_back(k3::warpSum(b, loc, part));
   scf::IfOp::create(b, loc, eq(lane, idx(0)), [&](OpBuilder &tb, Location l) {
-    for (auto [k, s] : llvm::enumerate(warpSums))
-      memref::StoreOp::create(tb, l, s, sums, ValueRange{idx(k), warp});
+    for (auto [k, s] : llvm::enumerate(sumsOfWarp))
+      memref::StoreOp::create(tb, l, s, sums,
+                              ValueRange{add(row, idx(k)), warp});
     scf::YieldOp::create(tb, l);
   });
+}
+
+SmallVector<Value> AttnResNormKernel::totals(int64_t count, Value row) {
+  Value lane = rem(tid, 32);
+  SmallVector<Value> r;
+  for (int64_t k = 0; k < count; ++k)
+    r.push_back(
+        k3::warpSum(b, loc,
+                    memref::LoadOp::create(
+                        b, loc, sums, ValueRange{add(row, idx(k)), lane})));
+  return r;
+}
+
+SmallVector<Value> AttnResNormKernel::blockSums(ValueRange parts) {
   gpu::BarrierOp::create(b, loc);
-  SmallVector<Value> totals;
-  for (size_t k = 0; k < parts.size(); ++k)
-    totals.push_back(k3::warpSum(
-        b, loc,
-        memref::LoadOp::create(b, loc, sums, ValueRange{idx(k), lane})));
-  return totals;
+  warpSums(parts, idx(0));
+  gpu::BarrierOp::create(b, loc);
+  return totals(parts.size(), idx(0));
 }
 
 scf::ForOp AttnResNormKernel::loop(
@@ -276,7 +295,11 @@ void AttnResNormKernel::kernel(Value n, Value tokens, Value dim) {
     return arith::ExtFOp::create(b, loc, b.getF32Type(), w).getResult();
   };
 
-  // Scores s_i = ((γ ⊙ p)·v_i) / sqrt(mean(v_i²) + eps), kept by thread 0.
+  // Scores s_i = ((γ ⊙ p)·v_i) / sqrt(mean(v_i²) + eps), kept by thread 0:
+  // every candidate's warp sums first (rows 2i, 2i + 1 of the sums; no
+  // barrier between candidates, so their loads overlap), then one barrier
+  // and every candidate's tree over the warps (the same sums as one block
+  // sum per candidate).
   loop(c0, n, c1, {}, [&](Value i, ValueRange) {
     auto partial = pieces({zero, zero}, [&](Value j0, ValueRange acc) {
       SmallVector<Value> x = load(v, {i, token, j0});
@@ -289,7 +312,12 @@ void AttnResNormKernel::kernel(Value n, Value tokens, Value dim) {
       }
       return SmallVector<Value>{ss, dot};
     });
-    SmallVector<Value> t = blockSums(partial.getResults());
+    warpSums(partial.getResults(), mul(i, 2));
+    return SmallVector<Value>{};
+  });
+  gpu::BarrierOp::create(b, loc);
+  loop(c0, n, c1, {}, [&](Value i, ValueRange) {
+    SmallVector<Value> t = totals(2, mul(i, 2));
     Value s = fmul(t[1], invRMS(t[0], eps));
     scf::IfOp::create(b, loc, eq(tid, c0), [&](OpBuilder &tb, Location l) {
       memref::StoreOp::create(tb, l, s, scores, ValueRange{i});
@@ -356,6 +384,14 @@ struct K3GPUAttnResNormPass
         return signalPassFailure();
   }
 
+  /// The warps' sums in workgroup memory: two rows per candidate (one
+  /// shape for both kernels: the global is shared by name).
+  memref::GlobalOp sumsBuffer() {
+    return k3::workgroupBuffer(getOperation(), "k3k_attn_res_sums",
+                               {2 * kMaxCandidates, kWarps},
+                               Builder(&getContext()).getF32Type());
+  }
+
   /// The {widen, narrow, round} functions that `f`'s `attr` names for the
   /// activation type `act`, or null ones.
   static Conversions conversions(func::FuncOp f, StringRef attr, Type act) {
@@ -405,10 +441,7 @@ struct K3GPUAttnResNormPass
     SmallVector<Operation *> rest = k3::bodyOps(body);
     OpBuilder b(f.getContext());
     b.setInsertionPointToStart(&body);
-    AttnResNormKernel(b, f.getLoc(), body, fns,
-                      k3::workgroupBuffer(getOperation(), "k3k_attn_res_sums",
-                                          {2, kWarps}, b.getF32Type()))
-        .buildNorm(rest);
+    AttnResNormKernel(b, f.getLoc(), body, fns, sumsBuffer()).buildNorm(rest);
     return success();
   }
 
@@ -450,12 +483,9 @@ struct K3GPUAttnResNormPass
     SmallVector<Operation *> rest = k3::bodyOps(body);
     OpBuilder b(f.getContext());
     b.setInsertionPointToStart(&body);
-    ModuleOp module = getOperation();
-    AttnResNormKernel(
-        b, f.getLoc(), body, fns,
-        k3::workgroupBuffer(module, "k3k_attn_res_sums", {2, kWarps}, f32),
-        k3::workgroupBuffer(module, "k3k_attn_res_scores", {kMaxCandidates},
-                            f32))
+    AttnResNormKernel(b, f.getLoc(), body, fns, sumsBuffer(),
+                      k3::workgroupBuffer(getOperation(), "k3k_attn_res_scores",
+                                          {kMaxCandidates}, f32))
         .build(rest);
     return success();
   }
