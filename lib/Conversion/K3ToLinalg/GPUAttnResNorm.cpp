@@ -393,11 +393,17 @@ struct K3GPUAttnResNormPass
   }
 
   /// The {widen, narrow, round} functions that `f`'s `attr` names for the
-  /// activation type `act`, or null ones.
-  static Conversions conversions(func::FuncOp f, StringRef attr, Type act) {
+  /// activation type `act`, with `f` returning nothing; a diagnostic and
+  /// failure otherwise.
+  static FailureOr<Conversions> conversions(func::FuncOp f, StringRef attr,
+                                            Type act) {
+    auto fail = [&](const Twine &why) {
+      f.emitError() << attr << ": " << why;
+      return failure();
+    };
     auto spec = f->getAttrOfType<DictionaryAttr>(attr);
     if (!spec)
-      return {};
+      return fail("must be a dictionary {widen, narrow, round}");
     Builder t(f.getContext());
     Type f32 = t.getF32Type();
     auto lookup = [&](StringRef key, Type in, Type res) -> func::FuncOp {
@@ -408,8 +414,20 @@ struct K3GPUAttnResNormPass
                  ? fn
                  : nullptr;
     };
-    return {lookup("widen", act, f32), lookup("narrow", f32, act),
-            lookup("round", f32, f32)};
+    Conversions fns{lookup("widen", act, f32), lookup("narrow", f32, act),
+                    lookup("round", f32, f32)};
+    if (!fns.widen || !fns.narrow || !fns.round)
+      return fail("'widen', 'narrow' and 'round' must name functions "
+                  "(act) -> f32, (f32) -> act and (f32) -> f32");
+    if (!k3::returnsNothing(f.getBody().front()))
+      return fail("the function must return nothing");
+    return fns;
+  }
+
+  /// Argument `a` of `body` as an identity-layout memref of `rank`, or null.
+  static MemRefType memref(Block &body, unsigned a, int64_t rank) {
+    auto t = dyn_cast<MemRefType>(body.getArgument(a).getType());
+    return t && t.getRank() == rank && t.getLayout().isIdentity() ? t : nullptr;
   }
 
   LogicalResult rewriteNorm(func::FuncOp f) {
@@ -417,14 +435,10 @@ struct K3GPUAttnResNormPass
       return f.emitError() << kNormAttr << ": " << why;
     };
     Block &body = f.getBody().front();
-    auto memref = [&](unsigned a, int64_t rank) -> MemRefType {
-      auto t = dyn_cast<MemRefType>(body.getArgument(a).getType());
-      return t && t.getRank() == rank && t.getLayout().isIdentity() ? t
-                                                                    : nullptr;
-    };
     if (body.getNumArguments() != 4)
       return fail("expected (x [T, D], γ [D], eps, output [T, D]) arguments");
-    MemRefType x = memref(0, 2), g = memref(1, 1), out = memref(3, 2);
+    MemRefType x = memref(body, 0, 2), g = memref(body, 1, 1),
+               out = memref(body, 3, 2);
     if (!x || !g || !out || !body.getArgument(2).getType().isF32())
       return fail("expected identity-layout memrefs x [T, D], γ [D], output "
                   "[T, D] and f32 eps");
@@ -432,16 +446,13 @@ struct K3GPUAttnResNormPass
     if (out.getElementType() != act || !(act.isBF16() || act.isF32()) ||
         !g.getElementType().isBF16())
       return fail("expected bf16 or f32 activations and bf16 weights");
-    Conversions fns = conversions(f, kNormAttr, act);
-    if (!fns.widen || !fns.narrow || !fns.round)
-      return fail("'widen', 'narrow' and 'round' must name functions "
-                  "(act) -> f32, (f32) -> act and (f32) -> f32");
-    if (!k3::returnsNothing(body))
-      return fail("the function must return nothing");
+    FailureOr<Conversions> fns = conversions(f, kNormAttr, act);
+    if (failed(fns))
+      return failure();
     SmallVector<Operation *> rest = k3::bodyOps(body);
     OpBuilder b(f.getContext());
     b.setInsertionPointToStart(&body);
-    AttnResNormKernel(b, f.getLoc(), body, fns, sumsBuffer()).buildNorm(rest);
+    AttnResNormKernel(b, f.getLoc(), body, *fns, sumsBuffer()).buildNorm(rest);
     return success();
   }
 
@@ -450,19 +461,15 @@ struct K3GPUAttnResNormPass
       return f.emitError() << kAttr << ": " << why;
     };
     Block &body = f.getBody().front();
-    auto memref = [&](unsigned a, int64_t rank) -> MemRefType {
-      auto t = dyn_cast<MemRefType>(body.getArgument(a).getType());
-      return t && t.getRank() == rank && t.getLayout().isIdentity() ? t
-                                                                    : nullptr;
-    };
     auto isF32 = [&](unsigned a) {
       return body.getArgument(a).getType().isF32();
     };
     if (body.getNumArguments() != 7)
       return fail("expected (v [n, T, D], γ [D], p [1, D], eps, norm γ [D], "
                   "norm eps, output [T, D]) arguments");
-    MemRefType v = memref(0, 3), g = memref(1, 1), p = memref(2, 2),
-               gn = memref(4, 1), out = memref(6, 2);
+    MemRefType v = memref(body, 0, 3), g = memref(body, 1, 1),
+               p = memref(body, 2, 2), gn = memref(body, 4, 1),
+               out = memref(body, 6, 2);
     if (!v || !g || !p || !gn || !out || !isF32(3) || !isF32(5))
       return fail("expected identity-layout memrefs v [n, T, D], γ [D], "
                   "p [1, D], norm γ [D], output [T, D] and f32 eps");
@@ -471,21 +478,15 @@ struct K3GPUAttnResNormPass
         !g.getElementType().isBF16() || !p.getElementType().isBF16() ||
         !gn.getElementType().isBF16())
       return fail("expected bf16 or f32 activations and bf16 weights");
-    if (!f->getAttrOfType<DictionaryAttr>(kAttr))
-      return fail("must be a dictionary {widen, narrow, round}");
-    Type f32 = Builder(f.getContext()).getF32Type();
-    Conversions fns = conversions(f, kAttr, act);
-    if (!fns.widen || !fns.narrow || !fns.round)
-      return fail("'widen', 'narrow' and 'round' must name functions "
-                  "(act) -> f32, (f32) -> act and (f32) -> f32");
-    if (!k3::returnsNothing(body))
-      return fail("the function must return nothing");
+    FailureOr<Conversions> fns = conversions(f, kAttr, act);
+    if (failed(fns))
+      return failure();
     SmallVector<Operation *> rest = k3::bodyOps(body);
     OpBuilder b(f.getContext());
     b.setInsertionPointToStart(&body);
-    AttnResNormKernel(b, f.getLoc(), body, fns, sumsBuffer(),
+    AttnResNormKernel(b, f.getLoc(), body, *fns, sumsBuffer(),
                       k3::workgroupBuffer(getOperation(), "k3k_attn_res_scores",
-                                          {kMaxCandidates}, f32))
+                                          {kMaxCandidates}, b.getF32Type()))
         .build(rest);
     return success();
   }

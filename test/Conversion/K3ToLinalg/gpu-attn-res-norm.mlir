@@ -337,3 +337,11 @@ func.func @rn_returns(%x: memref<?x?xbf16>, %g: memref<?xbf16>, %eps: f32, %out:
     attributes {k3.rms_norm = {widen = @widen, narrow = @narrow, round = @round}} {
   return %eps : f32
 }
+
+// -----
+
+// expected-error @+1 {{k3.rms_norm: must be a dictionary {widen, narrow, round}}}
+func.func @rn_not_dict(%x: memref<?x?xbf16>, %g: memref<?xbf16>, %eps: f32, %out: memref<?x?xbf16>)
+    attributes {k3.rms_norm = 1 : i64} {
+  return
+}
