@@ -103,6 +103,10 @@ private:
     return arith::ConstantFloatOp::create(b, loc, b.getF32Type(),
                                           APFloat(static_cast<float>(x)));
   }
+  /// A bf16 weight as f32.
+  Value widenW(Value w) {
+    return arith::ExtFOp::create(b, loc, b.getF32Type(), w);
+  }
   Value call(func::FuncOp f, Value x) {
     return func::CallOp::create(b, loc, f, x).getResult(0);
   }
@@ -214,8 +218,7 @@ void AttnResNormKernel::normalise(Value src, Value inv) {
     SmallVector<Value> y;
     for (int64_t e = 0; e < per; ++e) {
       Value r = call(fns.round, fmul(call(fns.widen, h[e]), inv));
-      Value wf = arith::ExtFOp::create(b, loc, b.getF32Type(), w[e]);
-      y.push_back(call(fns.narrow, fmul(r, wf)));
+      y.push_back(call(fns.narrow, fmul(r, widenW(w[e]))));
     }
     store(y, {token, j0});
     return SmallVector<Value>{};
@@ -291,9 +294,6 @@ void AttnResNormKernel::kernel(Value n, Value tokens, Value dim) {
   scores = memref::GetGlobalOp::create(b, loc, scoresGlobal.getType(),
                                        scoresGlobal.getSymName());
   Value zero = f32(0.0);
-  auto widenW = [&](Value w) {
-    return arith::ExtFOp::create(b, loc, b.getF32Type(), w).getResult();
-  };
 
   // Scores s_i = ((γ ⊙ p)·v_i) / sqrt(mean(v_i²) + eps), kept by thread 0:
   // every candidate's warp sums first (rows 2i, 2i + 1 of the sums; no
