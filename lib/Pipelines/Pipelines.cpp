@@ -100,7 +100,7 @@ LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
   pm.addPass(createK3GPUAttnResNormPass());
   K3GPUMLAMMAPassOptions mla;
   mla.sm = mma.sm;
-  pm.addNestedPass<func::FuncOp>(createK3GPUMLAMMAPass(mla));
+  pm.addPass(createK3GPUMLAMMAPass(mla));
   if (failed(parsePassPipeline(kGPUMap, pm)))
     return failure();
   pm.addNestedPass<func::FuncOp>(createK3GPUWarpReducePass());

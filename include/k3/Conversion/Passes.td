@@ -508,7 +508,7 @@ def K3GPUSkinnyMMAPass : Pass<"k3-gpu-skinny-mma", "::mlir::ModuleOp"> {
                            "::mlir::scf::SCFDialect"];
 }
 
-def K3GPUMLAMMAPass : Pass<"k3-gpu-mla-mma", "::mlir::func::FuncOp"> {
+def K3GPUMLAMMAPass : Pass<"k3-gpu-mla-mma", "::mlir::ModuleOp"> {
   let summary = "MLA decode scores and weighted sums on the tensor cores";
   let description = [{
     `Kernels/MLA.mlir` computes the absorbed decode attention's two heavy
@@ -523,21 +523,31 @@ def K3GPUMLAMMAPass : Pass<"k3-gpu-mla-mma", "::mlir::func::FuncOp"> {
     exact and only the order of the sum changes. Scores: a parallel loop
     writes the q̂ parts (`[T, 3, heads padded to 32, W]` bf16), then a
     `gpu.launch` of 4 warps per 128 rows and 32 heads, each warp 32 heads x
-    32 rows (two m16 tiles, four n8 tiles). Sums: a `gpu.launch` of 4
-    warps per (slice, 256 columns, 32 heads, token), a warp per 64 columns;
-    each step's p is split once per block (`nvvm.convert.f32x2.to.bf16x2`)
-    into a two-stage workgroup attribution of the launch, a barrier between;
-    the CUDA-core body's slices. Both load a step's operands one step
-    ahead. f32 caches or `sm` below 80: no change.
+    32 rows (two m16 tiles, four n8 tiles), the block streaming each step's
+    32 elements of its rows and of the q̂ parts through a cp.async ring of
+    `score-stages` stages in workgroup memory (global
+    `k3k_mla_scores_ring<stages>`), one barrier per step. Sums: a `gpu.launch` of 4 warps per (slice, 256 columns, 32
+    heads, token), a warp per 64 columns, each streaming 16 cache rows and
+    its p per step through a cp.async ring of `sum-stages` stages in
+    workgroup memory (globals `k3k_mla_wsum_cache<stages>` and
+    `k3k_mla_wsum_p<stages>`); each step's p is split once per block
+    (`nvvm.convert.f32x2.to.bf16x2`) into a two-stage workgroup attribution
+    of the launch, a barrier between; the CUDA-core body's slices. f32
+    caches or `sm` below 80: no change.
   }];
   let options = [
     Option<"sm", "sm", "int64_t", "90",
-           "Oldest compute capability the library targets (x10)">
+           "Oldest compute capability the library targets (x10)">,
+    Option<"scoreStages", "score-stages", "int64_t", "3",
+           "Stages of the scores' cp.async ring (2 or 3)">,
+    Option<"sumStages", "sum-stages", "int64_t", "4",
+           "Stages of the weighted sums' cp.async rings (2 to 4)">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::arith::ArithDialect",
                            "::mlir::LLVM::LLVMDialect",
                            "::mlir::NVVM::NVVMDialect",
+                           "::mlir::nvgpu::NVGPUDialect",
                            "::mlir::memref::MemRefDialect",
                            "::mlir::vector::VectorDialect",
                            "::mlir::scf::SCFDialect"];

@@ -42,12 +42,18 @@
 // are the CUDA-core stage's (about 256 rows, at most the output's slice
 // count, from the token's own length).
 //
-// Both loops load a step's operands one step ahead (carried in the loop),
-// so that their latency overlaps the step before.
-//
-// Numerics (docs/NUMERICS.md, "MLA decode"): a score or a slice's sum adds
-// exact products 16 rows or elements at a time in the hardware's order, the
-// steps in order; nothing depends on the other tokens of a decode batch.
+// Both stream their operands through cp.async rings in workgroup memory,
+// so that several steps are in flight and the registers hold little more
+// than the accumulators (BENCHMARKS.md, eighteenth session: 125-127
+// registers and global-load stalls when the next step's operands were
+// carried in registers). Scores: a block's ring holds per step 32 elements
+// of its 128 cache rows and of its 32 heads' q̂ parts (each part loaded
+// once per block, not per warp), `score-stages` stages, one barrier per
+// step. Sums: each warp's ring holds per step 16 rows x 64 columns of the
+// cache (16-byte pieces swizzled by row: lanes 2t read rows 32 banks apart
+// otherwise) and the 4 p each lane splits, `sum-stages` stages. A row past
+// the slice or the token's length is copied as zeros (its p is zero, its
+// score not stored).
 //
 //===----------------------------------------------------------------------===//
 
@@ -59,6 +65,7 @@
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 
@@ -78,6 +85,13 @@ constexpr int64_t kScoreTiles = kScoreRows / 8;
 constexpr int64_t kScoreWarps = 4;  // scores: warps per block
 constexpr int64_t kSumColumns = 64; // weighted sums: columns per warp
 constexpr int64_t kSumWarps = 4;    // weighted sums: warps per block (a_0..a_3)
+constexpr int64_t kSumRows = 16;    // weighted sums: cache rows per step
+// The most stages that keep a kernel's workgroup memory within the 48 KB
+// of static workgroup memory a kernel may have (CUDA C++ programming
+// guide, "Shared Memory"): the sums' rings of 4 stages and the split p take
+// 46 KB, the scores' ring of 3 stages 42 KB.
+constexpr int64_t kMaxSumStages = 4;
+constexpr int64_t kMaxScoreStages = 3;
 constexpr int64_t kSliceRows = 256; // rows per slice, as Kernels/MLA.mlir
 constexpr llvm::StringLiteral kScores = "k3.mla_scores";
 constexpr llvm::StringLiteral kSums = "k3.mla_wsum";
@@ -206,24 +220,26 @@ void storeParts(OpBuilder &b, Location loc, Value x, Value buf, ValueRange ix) {
   }
 }
 
-/// Moves `rest` (the function's original operations) into the else branch
-/// of `scf.if cond` and leaves the builder at the start of the then branch.
 /// Scores: qt [T, W, HP] f32, pool [rows, W] bf16, rows [T, CAP] index,
-/// ntk [T] index, p [T, NH, CAP] f32, scale f32.
+/// ntk [T] index, p [T, NH, CAP] f32, scale f32. `ring` [stages, 128 + 3 x
+/// 32, 32] bf16 is the block's cp.async ring: per step the 128 cache rows'
+/// and the 32 heads' q̂ parts' 32 elements.
 void buildScores(OpBuilder &builder, Location loc, Block &body,
-                 ArrayRef<Operation *> rest) {
+                 ArrayRef<Operation *> rest, memref::GlobalOp ringGlobal) {
   MLAKernel k{{builder, loc}};
   OpBuilder &b = builder;
   Value qt = body.getArgument(0), pool = body.getArgument(1),
         rows = body.getArgument(2), ntk = body.getArgument(3),
         p = body.getArgument(4), scale = body.getArgument(5);
+  int64_t stages = ringGlobal.getType().getDimSize(0);
+  constexpr int64_t blockRows = kScoreRows * kScoreWarps;
   Value c0 = k.idx(0), c1 = k.idx(1);
   Value tokens = memref::DimOp::create(b, loc, p, 0);
   Value heads = memref::DimOp::create(b, loc, p, 1);
   Value cap = memref::DimOp::create(b, loc, p, 2);
   Value width = memref::DimOp::create(b, loc, pool, 1);
   Value ok = k.both(k.rem0(width, 32), k.aligned(pool));
-  ok = k.both(ok, k.rem0(cap, kScoreRows * kScoreWarps));
+  ok = k.both(ok, k.rem0(cap, blockRows));
   k3::guardBody(b, loc, rest, ok);
 
   // The q̂ parts, heads padded to 32 (a padded head repeats the last).
@@ -244,51 +260,91 @@ void buildScores(OpBuilder &builder, Location loc, Block &body,
       });
 
   auto launch = gpu::LaunchOp::create(
-      b, loc, k.div(cap, kScoreRows * kScoreWarps), k.div(padded, kWarpHeads),
-      tokens, k.idx(kScoreWarps * 32), c1, c1);
+      b, loc, k.div(cap, blockRows), k.div(padded, kWarpHeads), tokens,
+      k.idx(kScoreWarps * 32), c1, c1);
   launch->setAttr("k3.mma_shape", b.getDenseI64ArrayAttr({16, 8, 16}));
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&launch.getBody().front());
   k.threads(launch);
+  Value ring = memref::GetGlobalOp::create(b, loc, ringGlobal.getType(),
+                                           ringGlobal.getSymName());
   Value i = launch.getBlockIds().z;
   Value h0 = k.mul(launch.getBlockIds().y, kWarpHeads);
-  Value j0 = k.mul(k.add(k.mul(launch.getBlockIds().x, kScoreWarps), k.warp),
-                   kScoreRows);
+  Value jb = k.mul(launch.getBlockIds().x, blockRows);
   Value n = k.load(ntk, {i});
-  // Warps wholly past the token's rows have nothing to store.
-  auto live = scf::IfOp::create(b, loc, k.lt(j0, n), /*withElse=*/false);
+  // Blocks wholly past the token's rows have nothing to store.
+  auto live = scf::IfOp::create(b, loc, k.lt(jb, n), /*withElse=*/false);
   b.setInsertionPoint(live.thenBlock()->getTerminator());
-  // The cache rows of n tile q's column g (past n: row n - 1, not stored).
-  Value jlast = k.sub(n, c1);
-  SmallVector<Value> row;
-  for (int64_t q = 0; q < kScoreTiles; ++q)
-    row.push_back(
-        k.load(rows, {i, k.min(k.add(j0, k.add(k.g, 8 * q)), jlast)}));
-  // Step s's words, loaded one step ahead so that their latency overlaps
-  // the step before (the last step reloads itself): the cache rows' (4 per
-  // tile), then the q̂ parts' (4 per (m tile, part, head g / g + 8)).
+  // The copies of a step: thread x brings elements 8 (x % 4) .. + 7 of the
+  // step's 32 of ring rows x / 4 + 32 c (c < 7): the block's cache rows
+  // (c < 4; zeros past n) and the q̂ parts (c - 4) of its heads.
+  Value tid = launch.getThreadIds().x;
+  Value copyRow = k.div(tid, 4), copyPiece = k.mul(k.rem(tid, 4), 8);
+  SmallVector<Value> poolRow, rowLive;
+  for (int64_t c = 0; c < 4; ++c) {
+    Value j = k.add(jb, k.add(copyRow, 32 * c));
+    rowLive.push_back(k.lt(j, n));
+    poolRow.push_back(k.load(rows, {i, k.min(j, k.sub(n, c1))}));
+  }
   Value steps = k.div(width, 32);
-  auto fetch = [&](Value s) {
-    SmallVector<Value> w;
-    Value e = k.add(k.mul(s, 32), k.mul(k.t, 8));
-    for (int64_t q = 0; q < kScoreTiles; ++q)
-      llvm::append_range(w, k.words(pool, {row[q], e}));
-    for (int64_t mt = 0; mt < 2; ++mt)
-      for (int64_t part = 0; part < kParts; ++part)
-        for (int64_t r = 0; r < 2; ++r)
-          llvm::append_range(
-              w, k.words(qs, {i, k.idx(part),
-                              k.add(h0, k.add(k.g, 16 * mt + 8 * r)), e}));
-    return w;
+  auto issue = [&](Value s) {
+    Value stage = k.rem(s, stages);
+    // Past the last step: zeros (never read), from the last step's address.
+    Value inside = k.lt(s, steps);
+    Value e = k.add(k.mul(k.min(s, k.sub(steps, c1)), 32), copyPiece);
+    SmallVector<Value> copies;
+    for (int64_t c = 0; c < 4; ++c)
+      copies.push_back(nvgpu::DeviceAsyncCopyOp::create(
+          b, loc, ring, ValueRange{stage, k.add(copyRow, 32 * c), copyPiece},
+          pool, ValueRange{poolRow[c], e}, b.getIndexAttr(8),
+          k.pick(k.both(inside, rowLive[c]), k.idx(8), c0), b.getUnitAttr()));
+    for (int64_t part = 0; part < kParts; ++part)
+      copies.push_back(nvgpu::DeviceAsyncCopyOp::create(
+          b, loc, ring,
+          ValueRange{stage, k.add(copyRow, blockRows + 32 * part), copyPiece},
+          qs, ValueRange{i, k.idx(part), k.add(h0, copyRow), e},
+          b.getIndexAttr(8), k.pick(inside, k.idx(8), c0), b.getUnitAttr()));
+    return nvgpu::DeviceAsyncCreateGroupOp::create(
+        b, loc, nvgpu::DeviceAsyncTokenType::get(b.getContext()), copies);
   };
-  scf::ForOp loop = k.pipelined(
-      steps, 2 * kScoreTiles * 4, fetch,
-      [&](Value, SmallVectorImpl<Value> &next, ValueRange cache) {
-        ValueRange qw = cache.drop_front(4 * kScoreTiles);
-        for (int64_t mt = 0; mt < 2; ++mt) {
+  // Steps 0 .. stages - 2 in flight before the loop; step s waits for its
+  // copies (stages - 2 groups may stay pending), passes a barrier (its
+  // copies are visible to the block, and every warp is done with step s -
+  // 1's stage), then refills that stage with step s + stages - 1.
+  // (The waits name the last of these groups: a token only orders a wait.)
+  Value group;
+  for (int64_t s = 0; s + 1 < stages; ++s)
+    group = issue(k.idx(s));
+  // Warp w: rows 32 w .. + 31 of the block; lane: cache rows g + 8 q (n
+  // tile q) and parts of heads g + 16 mt + 8 r, elements 8t .. 8t+7 of the
+  // step.
+  Value j0 = k.add(jb, k.mul(k.warp, kScoreRows));
+  Value e8 = k.mul(k.t, 8);
+  SmallVector<Value> init(2 * kScoreTiles * 4, k.f32(0.0));
+  auto loop = scf::ForOp::create(
+      b, loc, c0, steps, c1, init,
+      [&](OpBuilder &fb, Location, Value s, ValueRange acc) {
+        OpBuilder::InsertionGuard inner(b);
+        b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
+        Value stage = k.rem(s, stages);
+        nvgpu::DeviceAsyncWaitOp::create(b, loc, group,
+                                         b.getI32IntegerAttr(stages - 2));
+        gpu::BarrierOp::create(b, loc);
+        issue(k.add(s, stages - 1));
+        SmallVector<Value> next(acc);
+        auto words = [&](Value row) {
+          return k.words(ring, {stage, row, e8});
+        };
+        SmallVector<Value> cache;
+        for (int64_t q = 0; q < kScoreTiles; ++q)
+          llvm::append_range(
+              cache, words(k.add(k.mul(k.warp, kScoreRows), k.add(k.g, 8 * q))));
+        for (int64_t mt = 0; mt < 2; ++mt)
           for (int64_t part = 0; part < kParts; ++part) {
-            ValueRange r0 = qw.slice(8 * (mt * kParts + part), 4);
-            ValueRange r1 = qw.slice(8 * (mt * kParts + part) + 4, 4);
+            SmallVector<Value> r0 =
+                words(k.add(k.g, blockRows + 32 * part + 16 * mt));
+            SmallVector<Value> r1 =
+                words(k.add(k.g, blockRows + 32 * part + 16 * mt + 8));
             for (int64_t q = 0; q < kScoreTiles; ++q)
               for (int64_t half = 0; half < 2; ++half) {
                 std::array<Value, 4> a = {r0[2 * half], r1[2 * half],
@@ -298,8 +354,10 @@ void buildScores(OpBuilder &builder, Location loc, Block &body,
                 k.mma(next, mt * kScoreTiles + q, a, bx);
               }
           }
-        }
+        scf::YieldOp::create(b, loc, next);
       });
+  // The copies issued past the last step land before the block ends.
+  nvgpu::DeviceAsyncWaitOp::create(b, loc, group, b.getI32IntegerAttr(0));
   // Tile q's values are rows 2t, 2t+1 (d0, d1 and d2, d3).
   k.results(loop, h0, kScoreTiles, [&](int64_t q, int64_t e, Value h, Value v) {
     Value j = k.add(j0, k.add(k.mul(k.t, 2), 8 * q + e % 2));
@@ -311,14 +369,18 @@ void buildScores(OpBuilder &builder, Location loc, Block &body,
 }
 
 /// Weighted sums: p [T, NH, CAP] f32, pool [rows, W] bf16, rows [T, CAP]
-/// index, ntk [T] index, partial [T, NH, S, R] f32.
+/// index, ntk [T] index, partial [T, NH, S, R] f32. `cacheRing` [warps,
+/// stages, 16, 64] bf16 and `pRing` [warps, stages, 4, 32] f32 are the
+/// warps' cp.async rings.
 void buildSums(OpBuilder &builder, Location loc, Block &body,
-               ArrayRef<Operation *> rest) {
+               ArrayRef<Operation *> rest, memref::GlobalOp cacheRing,
+               memref::GlobalOp pRing) {
   MLAKernel k{{builder, loc}};
   OpBuilder &b = builder;
   Value p = body.getArgument(0), pool = body.getArgument(1),
         rows = body.getArgument(2), ntk = body.getArgument(3),
         partial = body.getArgument(4);
+  int64_t stages = cacheRing.getType().getDimSize(1);
   Value c0 = k.idx(0), c1 = k.idx(1);
   Value tokens = memref::DimOp::create(b, loc, p, 0);
   Value heads = memref::DimOp::create(b, loc, p, 1);
@@ -331,8 +393,6 @@ void buildSums(OpBuilder &builder, Location loc, Block &body,
   k3::guardBody(b, loc, rest, ok);
 
   Value padded = k.mul(k.ceilDiv(heads, k.idx(kWarpHeads)), kWarpHeads);
-  // Warps of 64 columns, 4 per block where they divide evenly (a block per
-  // (slice, column block) along x).
   // Blocks of 4 warps of 64 columns (a block per (slice, column block)
   // along x; warps past R only help split p).
   Value warps = k.div(columns, kSumColumns);
@@ -352,6 +412,10 @@ void buildSums(OpBuilder &builder, Location loc, Block &body,
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&launch.getBody().front());
   k.threads(launch);
+  Value cring = memref::GetGlobalOp::create(b, loc, cacheRing.getType(),
+                                            cacheRing.getSymName());
+  Value pring = memref::GetGlobalOp::create(b, loc, pRing.getType(),
+                                            pRing.getSymName());
   Value i = launch.getBlockIds().z;
   Value h0 = k.mul(launch.getBlockIds().y, kWarpHeads);
   Value slice =
@@ -374,44 +438,99 @@ void buildSums(OpBuilder &builder, Location loc, Block &body,
   // NH: the last head (not stored).
   Value myHead = k.add(k.g, k.mul(k.rem(k.warp, 2), 8));
   Value myRow = k.add(k.mul(k.t, 2), k.mul(k.div(k.warp, 2), 8));
-  // Step s's inputs, loaded one step ahead: the cache rows 2t, 2t+1, 2t+8,
-  // 2t+9 of the step (columns 8g .. 8g+7 each; a row past the slice reads
-  // row n - 1 with p = 0) and the two p pairs this lane splits.
-  Value steps = k.ceilDiv(len, k.idx(16));
-  Value zero = k.f32(0.0);
-  auto fetch = [&](Value s) {
-    SmallVector<Value> in;
-    Value jj = k.add(js, k.mul(s, 16));
-    for (int64_t r : {0, 1, 8, 9}) {
-      Value j = k.add(jj, k.add(k.mul(k.t, 2), r));
-      Value at = k.load(rows, {i, k.min(j, jlast)});
-      in.push_back(vector::LoadOp::create(
-          b, loc, VectorType::get({8}, b.getBF16Type()), pool,
-          ValueRange{at, k.add(colRead, k.mul(k.g, 8))},
-          /*nontemporal=*/false, llvm::MaybeAlign(16)));
+  // The copies of a step: lane l brings columns 8 (l % 8) .. + 7 of the
+  // warp's 64 of rows l / 8 + 4 q (q < 4; zeros past the slice) and the 4 p
+  // it splits (zero past the slice).
+  Value copyRow = k.div(k.lane, 8), copyPiece = k.mul(k.rem(k.lane, 8), 8);
+  auto firstRow = [&](Value s) { return k.add(js, k.mul(s, kSumRows)); };
+  // Columns c .. c + 7 (c % 8 == 0) of ring row r sit at (c / 8 xor (r &
+  // 6)) * 8, so that the 8 lanes of a 16-byte read phase (g < 2, rows 2t +
+  // {0, 1, 8, 9}) find 8 different bank quads.
+  auto swizzled = [&](Value r, Value c) {
+    return k.mul(arith::XOrIOp::create(
+                     b, loc, k.div(c, 8),
+                     arith::AndIOp::create(b, loc, r, k.idx(6))),
+                 8);
+  };
+  // The pool rows of the lane's cache copies of step s, loaded a step
+  // before the copies are issued.
+  auto poolRows = [&](Value s) {
+    SmallVector<Value> at;
+    for (int64_t q = 0; q < 4; ++q) {
+      Value j = k.add(firstRow(s), k.add(copyRow, 4 * q));
+      at.push_back(k.load(rows, {i, k.min(j, jlast)}));
+    }
+    return at;
+  };
+  auto issue = [&](Value s, ValueRange at) -> Value {
+    Value stage = k.rem(s, stages);
+    SmallVector<Value> copies;
+    for (int64_t q = 0; q < 4; ++q) {
+      Value r = k.add(copyRow, 4 * q);
+      Value j = k.add(firstRow(s), r);
+      copies.push_back(nvgpu::DeviceAsyncCopyOp::create(
+          b, loc, cring, ValueRange{k.warp, stage, r, swizzled(r, copyPiece)},
+          pool, ValueRange{at[q], k.add(colRead, copyPiece)}, b.getIndexAttr(8),
+          k.pick(k.lt(j, je), k.idx(8), c0), b.getUnitAttr()));
     }
     for (int64_t mt = 0; mt < 2; ++mt)
       for (int64_t e = 0; e < 2; ++e) {
-        Value j = k.add(k.add(jj, myRow), e);
+        Value j = k.add(k.add(firstRow(s), myRow), e);
         Value h = k.min(k.add(h0, k.add(myHead, 16 * mt)), last);
-        Value v = k.load(p, {i, h, k.min(j, plast)});
-        in.push_back(arith::SelectOp::create(b, loc, k.lt(j, je), v, zero));
+        copies.push_back(nvgpu::DeviceAsyncCopyOp::create(
+            b, loc, pring, ValueRange{k.warp, stage, k.idx(2 * mt + e), k.lane},
+            p, ValueRange{i, h, k.min(j, plast)}, b.getIndexAttr(1),
+            k.pick(k.lt(j, je), c1, c0), UnitAttr()));
       }
-    return in;
+    return nvgpu::DeviceAsyncCreateGroupOp::create(
+        b, loc, nvgpu::DeviceAsyncTokenType::get(b.getContext()), copies);
   };
-  scf::ForOp loop = k.pipelined(
-      steps, 2 * kTiles * 4, fetch,
-      [&](Value s, SmallVectorImpl<Value> &next, ValueRange in) {
-        ValueRange cache = in.take_front(4), pv = in.drop_front(4);
-        Value stage = k.rem(s, 2);
+  // Steps 0 .. stages - 2 in flight before the loop; step s issues step
+  // s + stages - 1 (the pool rows of which it carries) and loads the pool
+  // rows of the step after.
+  Value steps = k.ceilDiv(len, k.idx(kSumRows));
+  // (The last wait names the last of these groups: a token only orders a
+  // wait.)
+  Value group;
+  for (int64_t s = 0; s + 1 < stages; ++s)
+    group = issue(k.idx(s), poolRows(k.idx(s)));
+  SmallVector<Value> init(2 * kTiles * 4, k.f32(0.0));
+  llvm::append_range(init, poolRows(k.idx(stages - 1)));
+  Value all = arith::ConstantIntOp::create(b, loc, b.getI32Type(), -1);
+  auto loop = scf::ForOp::create(
+      b, loc, c0, steps, c1, init,
+      [&](OpBuilder &fb, Location, Value s, ValueRange carried) {
+        OpBuilder::InsertionGuard inner(b);
+        b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
+        SmallVector<Value> next(carried.take_front(2 * kTiles * 4));
+        // Every lane is done with the stage that step s + stages - 1 fills.
+        NVVM::SyncWarpOp::create(b, loc, all);
+        Value ahead = issue(k.add(s, stages - 1),
+                            carried.drop_front(2 * kTiles * 4));
+        SmallVector<Value> at = poolRows(k.add(s, stages));
+        nvgpu::DeviceAsyncWaitOp::create(b, loc, ahead,
+                                         b.getI32IntegerAttr(stages - 1));
+        NVVM::SyncWarpOp::create(b, loc, all);
+        Value stage = k.rem(s, stages), half = k.rem(s, 2);
         for (int64_t mt = 0; mt < 2; ++mt) {
-          std::array<Value, kParts> w = k.parts(pv[2 * mt], pv[2 * mt + 1]);
+          Value x0 = k.load(pring, {k.warp, stage, k.idx(2 * mt), k.lane});
+          Value x1 = k.load(pring, {k.warp, stage, k.idx(2 * mt + 1), k.lane});
+          std::array<Value, kParts> w = k.parts(x0, x1);
           for (int64_t part = 0; part < kParts; ++part)
             memref::StoreOp::create(
                 b, loc, w[part], shared,
-                ValueRange{stage, k.idx(mt), k.idx(part), k.warp, k.lane});
+                ValueRange{half, k.idx(mt), k.idx(part), k.warp, k.lane});
         }
         gpu::BarrierOp::create(b, loc);
+        // The lane's cache rows 2t, 2t+1, 2t+8, 2t+9, columns 8g .. 8g+7.
+        SmallVector<Value> cache;
+        for (int64_t r : {0, 1, 8, 9}) {
+          Value row = k.add(k.mul(k.t, 2), r);
+          cache.push_back(vector::LoadOp::create(
+              b, loc, VectorType::get({8}, b.getBF16Type()), cring,
+              ValueRange{k.warp, stage, row, swizzled(row, k.mul(k.g, 8))},
+              /*nontemporal=*/false, llvm::MaybeAlign(16)));
+        }
         // B of tile q: column 8g + q of rows (2t, 2t+1) and (2t+8, 2t+9).
         auto pair = [&](Value x, Value y, int64_t q) {
           auto el = [&](Value v) {
@@ -432,11 +551,15 @@ void buildSums(OpBuilder &builder, Location loc, Block &body,
             std::array<Value, 4> av;
             for (int64_t w = 0; w < 4; ++w)
               av[w] = k.load(shared,
-                             {stage, k.idx(mt), k.idx(part), k.idx(w), k.lane});
+                             {half, k.idx(mt), k.idx(part), k.idx(w), k.lane});
             for (int64_t q = 0; q < kTiles; ++q)
               k.mma(next, mt * kTiles + q, av, bt[q]);
           }
+        llvm::append_range(next, at);
+        scf::YieldOp::create(b, loc, next);
       });
+  // The copies issued past the last step land before the block exits.
+  nvgpu::DeviceAsyncWaitOp::create(b, loc, group, b.getI32IntegerAttr(0));
   // Tile q's values are columns 8 (2t) + q and 8 (2t + 1) + q (d0, d1 and
   // d2, d3).
   k.results(loop, h0, kTiles, [&](int64_t q, int64_t e, Value h, Value v) {
@@ -450,10 +573,23 @@ struct K3GPUMLAMMAPass : k3::impl::K3GPUMLAMMAPassBase<K3GPUMLAMMAPass> {
   using Base::Base;
 
   void runOnOperation() override {
-    func::FuncOp f = getOperation();
-    bool scores = f->hasAttr(kScores), sums = f->hasAttr(kSums);
-    if ((!scores && !sums) || f.isExternal())
-      return;
+    for (auto [name, value, most] :
+         {std::tuple<StringRef, int64_t, int64_t>{"score-stages", scoreStages,
+                                                  kMaxScoreStages},
+          {"sum-stages", sumStages, kMaxSumStages}})
+      if (value < 2 || value > most) {
+        getOperation().emitError()
+            << "k3-gpu-mla-mma: " << name << " must be in [2, " << most
+            << "], got " << value;
+        return signalPassFailure();
+      }
+    for (StringRef attr : {kScores, kSums})
+      for (func::FuncOp f : k3::markedFunctions(getOperation(), attr))
+        if (failed(rewrite(f, attr == kScores)))
+          return signalPassFailure();
+  }
+
+  LogicalResult rewrite(func::FuncOp f, bool scores) {
     Block &body = f.getBody().front();
     auto type = [&](unsigned a) {
       return a < body.getNumArguments() ? body.getArgument(a).getType()
@@ -469,32 +605,42 @@ struct K3GPUMLAMMAPass : k3::impl::K3GPUMLAMMAPassBase<K3GPUMLAMMAPass> {
     bool cache =
         memref(1, 2, Type()) && memref(2, 2, index) && memref(3, 1, index);
     if (scores && !(body.getNumArguments() == 6 && memref(0, 3, f32) && cache &&
-                    memref(4, 3, f32) && type(5) == f32)) {
-      f.emitError() << kScores
-                    << ": expected (qt [T, W, HP] f32, pool [rows, W], "
-                       "rows [T, CAP] index, ntk [T] index, p [T, NH, CAP] "
-                       "f32, scale f32)";
-      return signalPassFailure();
-    }
-    if (sums && !(body.getNumArguments() == 5 && memref(0, 3, f32) && cache &&
-                  memref(4, 4, f32))) {
-      f.emitError() << kSums
-                    << ": expected (p [T, NH, CAP] f32, pool [rows, W], rows "
-                       "[T, CAP] index, ntk [T] index, partial [T, NH, S, R] "
-                       "f32)";
-      return signalPassFailure();
-    }
+                    memref(4, 3, f32) && type(5) == f32))
+      return f.emitError() << kScores
+                           << ": expected (qt [T, W, HP] f32, pool [rows, W], "
+                              "rows [T, CAP] index, ntk [T] index, p [T, NH, "
+                              "CAP] f32, scale f32)";
+    if (!scores && !(body.getNumArguments() == 5 && memref(0, 3, f32) &&
+                     cache && memref(4, 4, f32)))
+      return f.emitError() << kSums
+                           << ": expected (p [T, NH, CAP] f32, pool [rows, W], "
+                              "rows [T, CAP] index, ntk [T] index, partial [T, "
+                              "NH, S, R] f32)";
     // A bf16 cache only (an f32 library keeps its CUDA-core kernels); PTX
     // ISA: mma.sync with .bf16 operands and cvt.rn.bf16x2.f32 need sm_80.
     if (!cast<MemRefType>(type(1)).getElementType().isBF16() || sm < 80)
-      return;
+      return success();
     SmallVector<Operation *> rest = k3::bodyOps(body);
     OpBuilder builder(f.getContext());
     builder.setInsertionPointToStart(&body);
-    if (scores)
-      buildScores(builder, f.getLoc(), body, rest);
-    else
-      buildSums(builder, f.getLoc(), body, rest);
+    if (scores) {
+      buildScores(builder, f.getLoc(), body, rest,
+                  k3::workgroupBuffer(
+                      getOperation(),
+                      "k3k_mla_scores_ring" + std::to_string(scoreStages),
+                      {scoreStages, kScoreRows * kScoreWarps + kParts * 32,
+                       32}));
+      return success();
+    }
+    // The rings' names carry the stage count: one global per shape.
+    std::string stages = std::to_string(sumStages);
+    buildSums(builder, f.getLoc(), body, rest,
+              k3::workgroupBuffer(getOperation(), "k3k_mla_wsum_cache" + stages,
+                                  {kSumWarps, sumStages, kSumRows,
+                                   kSumColumns}),
+              k3::workgroupBuffer(getOperation(), "k3k_mla_wsum_p" + stages,
+                                  {kSumWarps, sumStages, 4, 32}, f32));
+    return success();
   }
 };
 } // namespace

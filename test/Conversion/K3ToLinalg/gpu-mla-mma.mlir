@@ -1,4 +1,9 @@
-// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(func.func(k3-gpu-mla-mma),canonicalize,cse)' | FileCheck %s
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-mla-mma,canonicalize,cse)' | FileCheck %s
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-mla-mma{score-stages=2 sum-stages=2},canonicalize,cse)' | FileCheck %s --check-prefix=TWO
+// RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-mla-mma{sum-stages=5})' 2>&1 | FileCheck %s --check-prefix=BAD
+// RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-mla-mma{score-stages=4})' 2>&1 | FileCheck %s --check-prefix=BADSCORE
+// BAD: error: k3-gpu-mla-mma: sum-stages must be in [2, 4], got 5
+// BADSCORE: error: k3-gpu-mla-mma: score-stages must be in [2, 3], got 4
 
 // @k3k_mla_scores after bufferization: q̂ transposed [T, W, HP], the cache
 // pool as rows [rows, W] (bf16), the token's rows, n_i, p [T, NH, CAP].
@@ -16,15 +21,45 @@
 // CHECK: memref.load %[[QT]]
 // CHECK-COUNT-3: arith.truncf
 // CHECK: gpu.launch {{.*}} threads({{.*}}) in (%{{.+}} = %c128,
-// Step 0's operands before the loop: 4 cache rows, 12 part rows.
-// CHECK-COUNT-4: vector.load %[[POOL]]{{.*}} {alignment = 16 : i64} : memref<?x?xbf16>, vector<8xbf16>
-// CHECK-COUNT-12: vector.load %[[QS]]{{.*}} vector<8xbf16>
+// The block's ring: 3 stages of 128 cache rows and 3 x 32 part rows.
+// CHECK: %[[RING:.+]] = memref.get_global @k3k_mla_scores_ring3 : memref<3x224x32xbf16, #gpu.address_space<workgroup>>
+// The pool rows of the thread's 4 copies, loaded once.
+// CHECK-COUNT-4: memref.load %[[ROWS]]
+// Steps 0 and 1 in flight before the loop: 4 cache copies (zeros past the
+// token's rows), 3 part copies of 16 bytes.
+// CHECK-COUNT-4: nvgpu.device_async_copy %[[POOL]]{{.*}}, %[[RING]]{{.*}}, 8, %{{.+}} {bypassL1}
+// CHECK-COUNT-3: nvgpu.device_async_copy %[[QS]]{{.*}}, %[[RING]]{{.*}}, 8, %{{.+}} {bypassL1}
+// CHECK: %[[G0:.+]] = nvgpu.device_async_create_group
+// CHECK-COUNT-4: nvgpu.device_async_copy %[[POOL]]
+// CHECK-COUNT-3: nvgpu.device_async_copy %[[QS]]
+// CHECK: %[[G1:.+]] = nvgpu.device_async_create_group
 // CHECK: scf.for
-// The next step's, then 2 m tiles x 4 n tiles x 3 parts x 2 mma.
-// CHECK-COUNT-4: vector.load %[[POOL]]
-// CHECK-COUNT-12: vector.load %[[QS]]
-// CHECK-COUNT-48: nvvm.mma.sync {{.*}}shape = #nvvm.shape<m = 16, n = 8, k = 16>
+// Step s waits for its copies (one group may stay pending), a barrier,
+// then step s + 2's copies into the stage step s - 1 used.
+// CHECK: nvgpu.device_async_wait %[[G1]] {numGroups = 1 : i32}
+// CHECK-NEXT: gpu.barrier
+// CHECK-COUNT-4: nvgpu.device_async_copy %[[POOL]]
+// CHECK-COUNT-3: nvgpu.device_async_copy %[[QS]]
+// CHECK: nvgpu.device_async_create_group
+// The lane's 4 cache rows and, per (m tile, part), two part rows from the
+// ring: 2 m tiles x 4 n tiles x 3 parts x 2 mma.
+// CHECK-COUNT-4: vector.load %[[RING]]{{.*}} vector<8xbf16>
+// CHECK-COUNT-2: vector.load %[[RING]]
+// CHECK-COUNT-8: nvvm.mma.sync {{.*}}shape = #nvvm.shape<m = 16, n = 8, k = 16>
+// CHECK-COUNT-2: vector.load %[[RING]]
+// CHECK-COUNT-8: nvvm.mma.sync
+// CHECK-COUNT-2: vector.load %[[RING]]
+// CHECK-COUNT-8: nvvm.mma.sync
+// CHECK-COUNT-2: vector.load %[[RING]]
+// CHECK-COUNT-8: nvvm.mma.sync
+// CHECK-COUNT-2: vector.load %[[RING]]
+// CHECK-COUNT-8: nvvm.mma.sync
+// CHECK-COUNT-2: vector.load %[[RING]]
+// CHECK-COUNT-8: nvvm.mma.sync
+// CHECK-NOT: nvvm.mma.sync
 // CHECK: scf.yield
+// The copies past the last step land before the block ends.
+// CHECK: nvgpu.device_async_wait %[[G1]] {numGroups = 0 : i32}
 // Scaled, stored for heads < NH and rows < n_i.
 // CHECK: arith.mulf %{{.+}}, %[[SCALE]]
 // CHECK: scf.if
@@ -50,22 +85,43 @@ func.func @scores(%qt: memref<?x?x?xf32>, %pool: memref<?x?xbf16>, %rows: memref
 // CHECK-DAG: memref.extract_aligned_pointer_as_index %[[POOL]]
 // CHECK: scf.if
 // A block of 4 warps per (slice, column block), 32 heads, token, with the
-// step's A words in workgroup memory (two stages).
+// step's A words in workgroup memory (two stages); the warps' rings.
 // CHECK: gpu.launch {{.*}} threads({{.*}}) in (%{{.+}} = %c128, {{.*}} workgroup(%[[SH:.+]] : memref<2x2x3x4x32xi32, #gpu.address_space<workgroup>>)
-// Step 0: 4 cache rows (16 bytes of each), the 2 p pairs this lane splits.
-// CHECK-COUNT-4: vector.load %[[POOL]]{{.*}} vector<8xbf16>
-// CHECK-COUNT-4: memref.load %[[P]]
+// CHECK-DAG: %[[CR:.+]] = memref.get_global @k3k_mla_wsum_cache4 : memref<4x4x16x64xbf16, #gpu.address_space<workgroup>>
+// CHECK-DAG: %[[PR:.+]] = memref.get_global @k3k_mla_wsum_p4 : memref<4x4x4x32xf32, #gpu.address_space<workgroup>>
+// Steps 0 .. 2 in flight before the loop: per step the pool rows of 4
+// copies, 4 copies of 16 bytes (zeros past the slice), 4 of one p.
+// CHECK-COUNT-4: memref.load %[[ROWS]]
+// CHECK-COUNT-4: nvgpu.device_async_copy %[[POOL]]{{.*}}, %[[CR]]{{.*}}, 8, %{{.+}} {bypassL1}
+// CHECK-COUNT-4: nvgpu.device_async_copy %[[P]]{{.*}}, %[[PR]]{{.*}}, 1, %{{.+}} :
+// CHECK: nvgpu.device_async_create_group
+// CHECK-COUNT-4: nvgpu.device_async_copy %[[POOL]]
+// CHECK: nvgpu.device_async_create_group
+// CHECK-COUNT-4: nvgpu.device_async_copy %[[POOL]]
+// CHECK: nvgpu.device_async_create_group
+// The pool rows of step 3, carried into the loop.
+// CHECK-COUNT-4: memref.load %[[ROWS]]
 // CHECK: scf.for
-// CHECK-COUNT-4: vector.load %[[POOL]]
-// CHECK-COUNT-4: memref.load %[[P]]
-// Each lane splits one word of each m tile's fragments (3 parts), stores
-// them for the block; after the barrier each lane reads its 4 words per
-// (m tile, part) and runs 8 mma with them.
+// Step s issues step s + 3 and loads the pool rows of step s + 4, waits
+// for step s (3 groups pending).
+// CHECK: nvvm.bar.warp.sync
+// CHECK-COUNT-4: nvgpu.device_async_copy %[[POOL]]
+// CHECK-COUNT-4: nvgpu.device_async_copy %[[P]]
+// CHECK: nvgpu.device_async_create_group
+// CHECK-COUNT-4: memref.load %[[ROWS]]
+// CHECK: nvgpu.device_async_wait %{{.+}} {numGroups = 3 : i32}
+// Each lane splits one word of each m tile's fragments (3 parts) from its
+// p in the ring, stores them for the block; after the barrier each lane
+// reads its 4 cache rows from the ring and, per (m tile, part), its 4 words
+// and runs 8 mma with them.
+// CHECK-COUNT-2: memref.load %[[PR]]
 // CHECK-COUNT-3: nvvm.convert.f32x2.to.bf16x2 {{.*}} {rnd = #nvvm.fp_rnd_mode<rn>} : vector<2xbf16>
 // CHECK-COUNT-3: memref.store %{{.+}}, %[[SH]]
+// CHECK-COUNT-2: memref.load %[[PR]]
 // CHECK-COUNT-3: nvvm.convert.f32x2.to.bf16x2
 // CHECK-COUNT-3: memref.store %{{.+}}, %[[SH]]
 // CHECK: gpu.barrier
+// CHECK-COUNT-4: vector.load %[[CR]]{{.*}} vector<8xbf16>
 // CHECK-COUNT-4: memref.load %[[SH]]
 // CHECK-COUNT-8: nvvm.mma.sync
 // CHECK-COUNT-4: memref.load %[[SH]]
@@ -80,7 +136,22 @@ func.func @scores(%qt: memref<?x?x?xf32>, %pool: memref<?x?xbf16>, %rows: memref
 // CHECK-COUNT-8: nvvm.mma.sync
 // CHECK-NOT: nvvm.mma.sync
 // CHECK: scf.yield
+// The copies past the last step land before the block ends.
+// CHECK: nvgpu.device_async_wait %{{.+}} {numGroups = 0 : i32}
 // CHECK: memref.store %{{.+}}, %[[PART]]
+// Two stages: one step in flight before the loop and during each step.
+// TWO-LABEL: func.func @scores
+// TWO: memref.get_global @k3k_mla_scores_ring2 : memref<2x224x32xbf16, #gpu.address_space<workgroup>>
+// TWO: %[[G:.+]] = nvgpu.device_async_create_group
+// TWO-NOT: nvgpu.device_async_create_group
+// TWO: scf.for
+// TWO: nvgpu.device_async_wait %[[G]] {numGroups = 0 : i32}
+// TWO-LABEL: func.func @sums
+// TWO: memref.get_global @k3k_mla_wsum_cache2 : memref<4x2x16x64xbf16, #gpu.address_space<workgroup>>
+// TWO: nvgpu.device_async_create_group
+// TWO-NOT: nvgpu.device_async_create_group
+// TWO: scf.for
+// TWO: nvgpu.device_async_wait %{{.+}} {numGroups = 1 : i32}
 // CHECK: } else {
 // CHECK: memref.store %{{.+}}, %[[PART]][%c0, %c0, %c0, %c0]
 // CHECK: return
