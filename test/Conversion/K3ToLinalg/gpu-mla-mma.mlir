@@ -84,11 +84,12 @@ func.func @scores(%qt: memref<?x?x?xf32>, %pool: memref<?x?xbf16>, %rows: memref
 // CHECK-DAG: arith.remui %[[R]], %c64
 // CHECK-DAG: memref.extract_aligned_pointer_as_index %[[POOL]]
 // CHECK: scf.if
-// A block of 4 warps per (slice, column block), 32 heads, token, with the
-// step's A words in workgroup memory (two stages); the warps' rings.
-// CHECK: gpu.launch {{.*}} threads({{.*}}) in (%{{.+}} = %c128, {{.*}} workgroup(%[[SH:.+]] : memref<2x2x3x4x32xi32, #gpu.address_space<workgroup>>)
+// A block of 4 warps per (slice, column block), 32 heads, token; the
+// warps' rings and the step's A words (two stages) in workgroup memory.
+// CHECK: gpu.launch {{.*}} threads({{.*}}) in (%{{.+}} = %c128,
+// CHECK-DAG: %[[SH:.+]] = memref.get_global @k3k_mla_wsum_split : memref<2x2x3x32x4xi32, #gpu.address_space<workgroup>>
 // CHECK-DAG: %[[CR:.+]] = memref.get_global @k3k_mla_wsum_cache4 : memref<4x4x16x64xbf16, #gpu.address_space<workgroup>>
-// CHECK-DAG: %[[PR:.+]] = memref.get_global @k3k_mla_wsum_p4 : memref<4x4x4x32xf32, #gpu.address_space<workgroup>>
+// CHECK-DAG: %[[PR:.+]] = memref.get_global @k3k_mla_wsum_p4 : memref<4x4x32x4xf32, #gpu.address_space<workgroup>>
 // Steps 0 .. 2 in flight before the loop: per step the pool rows of 4
 // copies, 4 copies of 16 bytes (zeros past the slice), 4 of one p.
 // CHECK-COUNT-4: memref.load %[[ROWS]]
@@ -111,28 +112,27 @@ func.func @scores(%qt: memref<?x?x?xf32>, %pool: memref<?x?xbf16>, %rows: memref
 // CHECK-COUNT-4: memref.load %[[ROWS]]
 // CHECK: nvgpu.device_async_wait %{{.+}} {numGroups = 3 : i32}
 // Each lane splits one word of each m tile's fragments (3 parts) from its
-// p in the ring, stores them for the block; after the barrier each lane
-// reads its 4 cache rows from the ring and, per (m tile, part), its 4 words
-// and runs 8 mma with them.
-// CHECK-COUNT-2: memref.load %[[PR]]
+// p in the ring (one 16-byte read), stores them for the block; after the
+// barrier each lane reads its 4 cache rows from the ring and, per (m tile,
+// part), its 4 words (one 16-byte read) and runs 8 mma with them.
+// CHECK: vector.load %[[PR]]{{.*}} {alignment = 16 : i64} : memref<4x4x32x4xf32, #gpu.address_space<workgroup>>, vector<4xf32>
 // CHECK-COUNT-3: nvvm.convert.f32x2.to.bf16x2 {{.*}} {rnd = #nvvm.fp_rnd_mode<rn>} : vector<2xbf16>
 // CHECK-COUNT-3: memref.store %{{.+}}, %[[SH]]
-// CHECK-COUNT-2: memref.load %[[PR]]
 // CHECK-COUNT-3: nvvm.convert.f32x2.to.bf16x2
 // CHECK-COUNT-3: memref.store %{{.+}}, %[[SH]]
 // CHECK: gpu.barrier
 // CHECK-COUNT-4: vector.load %[[CR]]{{.*}} vector<8xbf16>
-// CHECK-COUNT-4: memref.load %[[SH]]
+// CHECK: vector.load %[[SH]]{{.*}} {alignment = 16 : i64} : memref<2x2x3x32x4xi32, #gpu.address_space<workgroup>>, vector<4xi32>
 // CHECK-COUNT-8: nvvm.mma.sync
-// CHECK-COUNT-4: memref.load %[[SH]]
+// CHECK: vector.load %[[SH]]{{.*}} {alignment = 16 : i64} : memref<2x2x3x32x4xi32, #gpu.address_space<workgroup>>, vector<4xi32>
 // CHECK-COUNT-8: nvvm.mma.sync
-// CHECK-COUNT-4: memref.load %[[SH]]
+// CHECK: vector.load %[[SH]]{{.*}} {alignment = 16 : i64} : memref<2x2x3x32x4xi32, #gpu.address_space<workgroup>>, vector<4xi32>
 // CHECK-COUNT-8: nvvm.mma.sync
-// CHECK-COUNT-4: memref.load %[[SH]]
+// CHECK: vector.load %[[SH]]{{.*}} {alignment = 16 : i64} : memref<2x2x3x32x4xi32, #gpu.address_space<workgroup>>, vector<4xi32>
 // CHECK-COUNT-8: nvvm.mma.sync
-// CHECK-COUNT-4: memref.load %[[SH]]
+// CHECK: vector.load %[[SH]]{{.*}} {alignment = 16 : i64} : memref<2x2x3x32x4xi32, #gpu.address_space<workgroup>>, vector<4xi32>
 // CHECK-COUNT-8: nvvm.mma.sync
-// CHECK-COUNT-4: memref.load %[[SH]]
+// CHECK: vector.load %[[SH]]{{.*}} {alignment = 16 : i64} : memref<2x2x3x32x4xi32, #gpu.address_space<workgroup>>, vector<4xi32>
 // CHECK-COUNT-8: nvvm.mma.sync
 // CHECK-NOT: nvvm.mma.sync
 // CHECK: scf.yield
