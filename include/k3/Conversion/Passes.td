@@ -538,10 +538,12 @@ def K3GPUMLAMMAPass : Pass<"k3-gpu-mla-mma", "::mlir::ModuleOp"> {
   let options = [
     Option<"sm", "sm", "int64_t", "90",
            "Oldest compute capability the library targets (x10)">,
-    Option<"scoreStages", "score-stages", "int64_t", "3",
-           "Stages of the scores' cp.async ring (2 or 3)">,
+    Option<"scoreStages", "score-stages", "int64_t", "2",
+           "Stages of the scores' cp.async ring (2 or 3; on the H200 2 "
+           "measured faster, BENCHMARKS.md, nineteenth session)">,
     Option<"sumStages", "sum-stages", "int64_t", "4",
-           "Stages of the weighted sums' cp.async rings (2 to 4)">
+           "Stages of the weighted sums' cp.async rings (2 to 4; on the "
+           "H200 4 measured faster than 3)">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::arith::ArithDialect",

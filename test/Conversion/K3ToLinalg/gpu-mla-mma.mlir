@@ -1,5 +1,5 @@
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-mla-mma,canonicalize,cse)' | FileCheck %s
-// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-mla-mma{score-stages=2 sum-stages=2},canonicalize,cse)' | FileCheck %s --check-prefix=TWO
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-mla-mma{score-stages=3 sum-stages=2},canonicalize,cse)' | FileCheck %s --check-prefix=ALT
 // RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-mla-mma{sum-stages=5})' 2>&1 | FileCheck %s --check-prefix=BAD
 // RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-mla-mma{score-stages=4})' 2>&1 | FileCheck %s --check-prefix=BADSCORE
 // BAD: error: k3-gpu-mla-mma: sum-stages must be in [2, 4], got 5
@@ -21,22 +21,20 @@
 // CHECK: memref.load %[[QT]]
 // CHECK-COUNT-3: arith.truncf
 // CHECK: gpu.launch {{.*}} threads({{.*}}) in (%{{.+}} = %c128,
-// The block's ring: 3 stages of 128 cache rows and 3 x 32 part rows.
-// CHECK: %[[RING:.+]] = memref.get_global @k3k_mla_scores_ring3 : memref<3x224x32xbf16, #gpu.address_space<workgroup>>
+// The block's ring: 2 stages of 128 cache rows and 3 x 32 part rows.
+// CHECK: %[[RING:.+]] = memref.get_global @k3k_mla_scores_ring2 : memref<2x224x32xbf16, #gpu.address_space<workgroup>>
 // The pool rows of the thread's 4 copies, loaded once.
 // CHECK-COUNT-4: memref.load %[[ROWS]]
-// Steps 0 and 1 in flight before the loop: 4 cache copies (zeros past the
+// Step 0 in flight before the loop: 4 cache copies (zeros past the
 // token's rows), 3 part copies of 16 bytes.
 // CHECK-COUNT-4: nvgpu.device_async_copy %[[POOL]]{{.*}}, %[[RING]]{{.*}}, 8, %{{.+}} {bypassL1}
 // CHECK-COUNT-3: nvgpu.device_async_copy %[[QS]]{{.*}}, %[[RING]]{{.*}}, 8, %{{.+}} {bypassL1}
-// CHECK: %[[G0:.+]] = nvgpu.device_async_create_group
-// CHECK-COUNT-4: nvgpu.device_async_copy %[[POOL]]
-// CHECK-COUNT-3: nvgpu.device_async_copy %[[QS]]
 // CHECK: %[[G1:.+]] = nvgpu.device_async_create_group
+// CHECK-NOT: nvgpu.device_async_create_group
 // CHECK: scf.for
-// Step s waits for its copies (one group may stay pending), a barrier,
-// then step s + 2's copies into the stage step s - 1 used.
-// CHECK: nvgpu.device_async_wait %[[G1]] {numGroups = 1 : i32}
+// Step s waits for its copies, a barrier, then step s + 1's copies into
+// the stage step s - 1 used.
+// CHECK: nvgpu.device_async_wait %[[G1]] {numGroups = 0 : i32}
 // CHECK-NEXT: gpu.barrier
 // CHECK-COUNT-4: nvgpu.device_async_copy %[[POOL]]
 // CHECK-COUNT-3: nvgpu.device_async_copy %[[QS]]
@@ -139,19 +137,21 @@ func.func @scores(%qt: memref<?x?x?xf32>, %pool: memref<?x?xbf16>, %rows: memref
 // The copies past the last step land before the block ends.
 // CHECK: nvgpu.device_async_wait %{{.+}} {numGroups = 0 : i32}
 // CHECK: memref.store %{{.+}}, %[[PART]]
-// Two stages: one step in flight before the loop and during each step.
-// TWO-LABEL: func.func @scores
-// TWO: memref.get_global @k3k_mla_scores_ring2 : memref<2x224x32xbf16, #gpu.address_space<workgroup>>
-// TWO: %[[G:.+]] = nvgpu.device_async_create_group
-// TWO-NOT: nvgpu.device_async_create_group
-// TWO: scf.for
-// TWO: nvgpu.device_async_wait %[[G]] {numGroups = 0 : i32}
-// TWO-LABEL: func.func @sums
-// TWO: memref.get_global @k3k_mla_wsum_cache2 : memref<4x2x16x64xbf16, #gpu.address_space<workgroup>>
-// TWO: nvgpu.device_async_create_group
-// TWO-NOT: nvgpu.device_async_create_group
-// TWO: scf.for
-// TWO: nvgpu.device_async_wait %{{.+}} {numGroups = 1 : i32}
+// Three stages of the scores' ring (two steps in flight before the loop,
+// one group left pending in each step), two of the sums' (one step ahead).
+// ALT-LABEL: func.func @scores
+// ALT: memref.get_global @k3k_mla_scores_ring3 : memref<3x224x32xbf16, #gpu.address_space<workgroup>>
+// ALT: nvgpu.device_async_create_group
+// ALT: %[[G:.+]] = nvgpu.device_async_create_group
+// ALT-NOT: nvgpu.device_async_create_group
+// ALT: scf.for
+// ALT: nvgpu.device_async_wait %[[G]] {numGroups = 1 : i32}
+// ALT-LABEL: func.func @sums
+// ALT: memref.get_global @k3k_mla_wsum_cache2 : memref<4x2x16x64xbf16, #gpu.address_space<workgroup>>
+// ALT: nvgpu.device_async_create_group
+// ALT-NOT: nvgpu.device_async_create_group
+// ALT: scf.for
+// ALT: nvgpu.device_async_wait %{{.+}} {numGroups = 1 : i32}
 // CHECK: } else {
 // CHECK: memref.store %{{.+}}, %[[PART]][%c0, %c0, %c0, %c0]
 // CHECK: return
