@@ -37,11 +37,10 @@
 // (`nvvm.convert.f32x2.to.bf16x2`, round to nearest): warp w splits word
 // a_w of every lane's fragments into workgroup memory (two stages, one
 // barrier per step), and each lane reads its 4 words back in one 16-byte
-// read (H200: 1.22
-// ms at B=64 against 1.67 with each warp splitting all of them itself, and
-// 2.26 with a precomputed copy of the parts). The slices of the context
-// are the CUDA-core stage's (about 256 rows, at most the output's slice
-// count, from the token's own length).
+// read (H200: 1.22 ms at B=64 against 1.67 with each warp splitting all of
+// them itself, and 2.26 with a precomputed copy of the parts). The slices of
+// the context are the CUDA-core stage's (about 256 rows, at most the output's
+// slice count, from the token's own length).
 //
 // Both stream their operands through cp.async rings in workgroup memory,
 // so that several steps are in flight and the registers hold little more
@@ -55,6 +54,10 @@
 // otherwise) and the 4 p each lane splits, `sum-stages` stages. A row past
 // the slice or the token's length is copied as zeros (its p is zero, its
 // score not stored).
+//
+// Numerics (docs/NUMERICS.md, "MLA decode"): a score or a slice's sum adds
+// exact products 16 rows or elements at a time in the hardware's order, the
+// steps in order; nothing depends on the other tokens of a decode batch.
 //
 //===----------------------------------------------------------------------===//
 
@@ -174,28 +177,6 @@ struct MLAKernel : k3::IndexMath {
           f(q, e, h, loop.getResult(4 * (mt * tiles + q) + e));
         }
   }
-  /// for s in [0, steps): body(s, acc, operands), where `acc` holds `accs`
-  /// f32 accumulators (zero at first) for body to update and `operands`
-  /// are fetch(s), loaded one step ahead (carried in the loop, so that
-  /// their latency overlaps the step before; the last step reloads its
-  /// own). Returns the loop: its first `accs` results are the sums.
-  scf::ForOp pipelined(
-      Value steps, int64_t accs, function_ref<SmallVector<Value>(Value)> fetch,
-      function_ref<void(Value, SmallVectorImpl<Value> &, ValueRange)> body) {
-    Value c0 = idx(0), c1 = idx(1);
-    SmallVector<Value> init(accs, f32(0.0));
-    llvm::append_range(init, fetch(c0));
-    return scf::ForOp::create(
-        b, loc, c0, steps, c1, init,
-        [&](OpBuilder &fb, Location, Value s, ValueRange in) {
-          OpBuilder::InsertionGuard inner(b);
-          b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
-          SmallVector<Value> next(in.take_front(accs));
-          llvm::append_range(next, fetch(min(add(s, 1), sub(steps, c1))));
-          body(s, next, in.drop_front(accs));
-          scf::YieldOp::create(b, loc, next);
-        });
-  }
   Value load(Value m, ValueRange indices) {
     return memref::LoadOp::create(b, loc, m, indices);
   }
@@ -260,9 +241,9 @@ void buildScores(OpBuilder &builder, Location loc, Block &body,
         storeParts(pb, l, x, qs, ix);
       });
 
-  auto launch = gpu::LaunchOp::create(
-      b, loc, k.div(cap, blockRows), k.div(padded, kWarpHeads), tokens,
-      k.idx(kScoreWarps * 32), c1, c1);
+  auto launch = gpu::LaunchOp::create(b, loc, k.div(cap, blockRows),
+                                      k.div(padded, kWarpHeads), tokens,
+                                      k.idx(kScoreWarps * 32), c1, c1);
   launch->setAttr("k3.mma_shape", b.getDenseI64ArrayAttr({16, 8, 16}));
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&launch.getBody().front());
@@ -333,13 +314,11 @@ void buildScores(OpBuilder &builder, Location loc, Block &body,
         gpu::BarrierOp::create(b, loc);
         issue(k.add(s, stages - 1));
         SmallVector<Value> next(acc);
-        auto words = [&](Value row) {
-          return k.words(ring, {stage, row, e8});
-        };
+        auto words = [&](Value row) { return k.words(ring, {stage, row, e8}); };
         SmallVector<Value> cache;
         for (int64_t q = 0; q < kScoreTiles; ++q)
-          llvm::append_range(
-              cache, words(k.add(k.mul(k.warp, kScoreRows), k.add(k.g, 8 * q))));
+          llvm::append_range(cache, words(k.add(k.mul(k.warp, kScoreRows),
+                                                k.add(k.g, 8 * q))));
         for (int64_t mt = 0; mt < 2; ++mt)
           for (int64_t part = 0; part < kParts; ++part) {
             SmallVector<Value> r0 =
@@ -407,12 +386,12 @@ void buildSums(OpBuilder &builder, Location loc, Block &body,
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&launch.getBody().front());
   k.threads(launch);
-  Value shared = memref::GetGlobalOp::create(b, loc, split.getType(),
-                                             split.getSymName());
+  Value shared =
+      memref::GetGlobalOp::create(b, loc, split.getType(), split.getSymName());
   Value cring = memref::GetGlobalOp::create(b, loc, cacheRing.getType(),
                                             cacheRing.getSymName());
-  Value pring = memref::GetGlobalOp::create(b, loc, pRing.getType(),
-                                            pRing.getSymName());
+  Value pring =
+      memref::GetGlobalOp::create(b, loc, pRing.getType(), pRing.getSymName());
   Value i = launch.getBlockIds().z;
   Value h0 = k.mul(launch.getBlockIds().y, kWarpHeads);
   Value slice =
@@ -444,10 +423,10 @@ void buildSums(OpBuilder &builder, Location loc, Block &body,
   // 6)) * 8, so that the 8 lanes of a 16-byte read phase (g < 2, rows 2t +
   // {0, 1, 8, 9}) find 8 different bank quads.
   auto swizzled = [&](Value r, Value c) {
-    return k.mul(arith::XOrIOp::create(
-                     b, loc, k.div(c, 8),
-                     arith::AndIOp::create(b, loc, r, k.idx(6))),
-                 8);
+    return k.mul(
+        arith::XOrIOp::create(b, loc, k.div(c, 8),
+                              arith::AndIOp::create(b, loc, r, k.idx(6))),
+        8);
   };
   // The pool rows of the lane's cache copies of step s, loaded a step
   // before the copies are issued.
@@ -502,17 +481,17 @@ void buildSums(OpBuilder &builder, Location loc, Block &body,
         SmallVector<Value> next(carried.take_front(2 * kTiles * 4));
         // Every lane is done with the stage that step s + stages - 1 fills.
         NVVM::SyncWarpOp::create(b, loc, all);
-        Value ahead = issue(k.add(s, stages - 1),
-                            carried.drop_front(2 * kTiles * 4));
+        Value ahead =
+            issue(k.add(s, stages - 1), carried.drop_front(2 * kTiles * 4));
         SmallVector<Value> at = poolRows(k.add(s, stages));
         nvgpu::DeviceAsyncWaitOp::create(b, loc, ahead,
                                          b.getI32IntegerAttr(stages - 1));
         NVVM::SyncWarpOp::create(b, loc, all);
         Value stage = k.rem(s, stages), half = k.rem(s, 2);
-        Value pv = vector::LoadOp::create(
-            b, loc, VectorType::get({4}, b.getF32Type()), pring,
-            ValueRange{k.warp, stage, k.lane, c0}, /*nontemporal=*/false,
-            llvm::MaybeAlign(16));
+        Value pv =
+            vector::LoadOp::create(b, loc, VectorType::get({4}, b.getF32Type()),
+                                   pring, ValueRange{k.warp, stage, k.lane, c0},
+                                   /*nontemporal=*/false, llvm::MaybeAlign(16));
         for (int64_t mt = 0; mt < 2; ++mt) {
           auto el = [&](int64_t e) {
             return vector::ExtractOp::create(b, loc, pv,
@@ -631,24 +610,24 @@ struct K3GPUMLAMMAPass : k3::impl::K3GPUMLAMMAPassBase<K3GPUMLAMMAPass> {
     OpBuilder builder(f.getContext());
     builder.setInsertionPointToStart(&body);
     if (scores) {
-      buildScores(builder, f.getLoc(), body, rest,
-                  k3::workgroupBuffer(
-                      getOperation(),
-                      "k3k_mla_scores_ring" + std::to_string(scoreStages),
-                      {scoreStages, kScoreRows * kScoreWarps + kParts * 32,
-                       32}));
+      buildScores(
+          builder, f.getLoc(), body, rest,
+          k3::workgroupBuffer(
+              getOperation(),
+              "k3k_mla_scores_ring" + std::to_string(scoreStages),
+              {scoreStages, kScoreRows * kScoreWarps + kParts * 32, 32}));
       return success();
     }
     // The rings' names carry the stage count: one global per shape.
     std::string stages = std::to_string(sumStages);
-    buildSums(builder, f.getLoc(), body, rest,
-              k3::workgroupBuffer(getOperation(), "k3k_mla_wsum_cache" + stages,
-                                  {kSumWarps, sumStages, kSumRows,
-                                   kSumColumns}),
-              k3::workgroupBuffer(getOperation(), "k3k_mla_wsum_p" + stages,
-                                  {kSumWarps, sumStages, 32, 4}, f32),
-              k3::workgroupBuffer(getOperation(), "k3k_mla_wsum_split",
-                                  {2, 2, kParts, 32, 4}, b.getI32Type()));
+    buildSums(
+        builder, f.getLoc(), body, rest,
+        k3::workgroupBuffer(getOperation(), "k3k_mla_wsum_cache" + stages,
+                            {kSumWarps, sumStages, kSumRows, kSumColumns}),
+        k3::workgroupBuffer(getOperation(), "k3k_mla_wsum_p" + stages,
+                            {kSumWarps, sumStages, 32, 4}, f32),
+        k3::workgroupBuffer(getOperation(), "k3k_mla_wsum_split",
+                            {2, 2, kParts, 32, 4}, b.getI32Type()));
     return success();
   }
 };
