@@ -41,6 +41,9 @@
 #           LaunchStats); each kernel takes about a minute at batch 64
 #           (the replay saves and restores the weights)
 #                                                             ~60 s each
+#   stalls  as ncu, but Nsight Compute's stall reasons per issued
+#           instruction (smsp__average_warps_issue_stalled_*) instead of
+#           its sections                                      ~60 s each
 # Results go to OUT/results.tgz (OUT: the device tool's $OUT).
 set -u
 dest=${1:?usage: bench/device-run.sh OUT [PARTS]}
@@ -137,21 +140,47 @@ if has same && [ -f build/e2e-pack/gpu-e2e.tar.xz ]; then
   done
 fi
 
+# Nsight Compute on the NCUK kernels of a batch-NCUB step of library $1,
+# graphs off, into $2; the rest are ncu's options.
+ncu_run() {
+  local so=$1 dest=$2
+  shift 2
+  K3RT_CUDA_GRAPHS=0 timeout 240 "$ncu" --clock-control none \
+    --kernel-name "regex:${NCUK:-k3k_experts_.*mxfp4}" \
+    --launch-skip "${NCUSKIP:-3}" --launch-count "${NCUCOUNT:-3}" "$@" \
+    "${bench[@]}" --lib "$so" --batches "${NCUB:-1}" \
+    --prefill "" --reps 1 --compare-prompt 0 > "$dest" 2>&1
+}
+# The library of variant $1 (new: k3-group.so).
+variant_so() { [ "$1" = new ] && echo "$gb/k3-group.so" || echo "$gb/k3-group-$1.so"; }
+ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+
 if has ncu; then
   say ncu
-  ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   for v in ${NCU:-new}; do
-    so=$gb/k3-group-$v.so
-    [ "$v" = new ] && so=$gb/k3-group.so
+    so=$(variant_so "$v")
     [ -f "$so" ] || continue
-    K3RT_CUDA_GRAPHS=0 timeout 240 "$ncu" --clock-control none \
-      --kernel-name "regex:${NCUK:-k3k_experts_.*mxfp4}" \
-      --launch-skip "${NCUSKIP:-3}" --launch-count "${NCUCOUNT:-3}" \
-      $(printf -- "--section %s " ${NCUSECTIONS:-SpeedOfLight MemoryWorkloadAnalysis WarpStateStats SchedulerStats Occupancy LaunchStats}) \
-      "${bench[@]}" --lib "$so" --batches "${NCUB:-1}" \
-      --prefill "" --reps 1 --compare-prompt 0 > "$out/ncu-$v.txt" 2>&1
+    ncu_run "$so" "$out/ncu-$v.txt" $(printf -- "--section %s " \
+      ${NCUSECTIONS:-SpeedOfLight MemoryWorkloadAnalysis WarpStateStats SchedulerStats Occupancy LaunchStats})
     echo "$v rc=$?"
     grep -E "^  k3k|Duration|DRAM Throughput|L1/TEX Cache Throughput|Registers Per|Achieved Occ|Eligible Warps" "$out/ncu-$v.txt"
+  done
+fi
+
+if has stalls; then
+  say "stalls (cycles per issued instruction, reasons above 0.3)"
+  reasons="barrier branch_resolving dispatch_stall drain imc_miss lg_throttle
+    long_scoreboard math_pipe_throttle membar mio_throttle misc no_instruction
+    not_selected selected short_scoreboard sleeping tex_throttle wait"
+  metrics=$(printf "smsp__average_warps_issue_stalled_%s_per_issue_active.ratio," $reasons)
+  for v in ${NCU:-new}; do
+    so=$(variant_so "$v")
+    [ -f "$so" ] || continue
+    ncu_run "$so" "$out/stalls-$v.txt" --metrics "${metrics%,}"
+    echo "$v rc=$?"
+    grep -E "^  k3k|stalled" "$out/stalls-$v.txt" |
+      sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' |
+      awk '$NF + 0 > 0.3 || /k3k/'
   done
 fi
 

@@ -526,14 +526,15 @@ def K3GPUMLAMMAPass : Pass<"k3-gpu-mla-mma", "::mlir::ModuleOp"> {
     32 rows (two m16 tiles, four n8 tiles), the block streaming each step's
     32 elements of its rows and of the q̂ parts through a cp.async ring of
     `score-stages` stages in workgroup memory (global
-    `k3k_mla_scores_ring<stages>`), one barrier per step. Sums: a `gpu.launch` of 4 warps per (slice, 256 columns, 32
-    heads, token), a warp per 64 columns, each streaming 16 cache rows and
-    its p per step through a cp.async ring of `sum-stages` stages in
-    workgroup memory (globals `k3k_mla_wsum_cache<stages>` and
-    `k3k_mla_wsum_p<stages>`); each step's p is split once per block
-    (`nvvm.convert.f32x2.to.bf16x2`) into a two-stage workgroup attribution
-    of the launch, a barrier between; the CUDA-core body's slices. f32
-    caches or `sm` below 80: no change.
+    `k3k_mla_scores_ring<stages>`), one barrier per step. Sums: a
+    `gpu.launch` of 4 warps per (slice, 256 columns, 32 heads, token), a
+    warp per 64 columns, each streaming 16 cache rows and its p per step
+    through a cp.async ring of `sum-stages` stages in workgroup memory
+    (globals `k3k_mla_wsum_cache<stages>` and `k3k_mla_wsum_p<stages>`);
+    each step's p is split once per block (`nvvm.convert.f32x2.to.bf16x2`)
+    into the A words of two steps in turn (global `k3k_mla_wsum_split`), a
+    barrier between; the CUDA-core body's slices. f32 caches or `sm` below
+    80: no change.
   }];
   let options = [
     Option<"sm", "sm", "int64_t", "90",

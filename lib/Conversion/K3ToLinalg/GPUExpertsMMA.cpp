@@ -843,7 +843,7 @@ ExpertsKernel::units4(Value groups, ValueRange acc) {
     for (int64_t u = 0; u + 1 < kStages; ++u)
       group = issue(idx(u));
     scf::ForOp loop = k3::warpRingLoop(
-        b, loc, units, acc, kStages, [&](Value u) { return issue(u); },
+        b, loc, units, acc, kStages, [&](Value u, ValueRange) { return issue(u); },
         [&](Value u, ValueRange sums) {
           SmallVector<std::array<Value, 2>> scaleWords = stageScales(u);
           SmallVector<Value> next(sums);

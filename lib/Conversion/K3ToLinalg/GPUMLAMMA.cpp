@@ -43,10 +43,11 @@
 // slice count, from the token's own length).
 //
 // Both stream their operands through cp.async rings in workgroup memory,
-// so that several steps are in flight and the registers hold little more
-// than the accumulators (BENCHMARKS.md, eighteenth session: 125-127
-// registers and global-load stalls when the next step's operands were
-// carried in registers). Scores: a block's ring holds per step 32 elements
+// so that several steps are in flight without holding them in registers
+// (BENCHMARKS.md, eighteenth session: global-load stalls when the next
+// step's operands were carried in registers; nineteenth: the rings make
+// the scores 0.82 -> 0.61 ms and the sums 1.26 -> 1.20 ms at B=64, at the
+// same 4 blocks per SM). Scores: a block's ring holds per step 32 elements
 // of its 128 cache rows and of its 32 heads' q̂ parts (each part loaded
 // once per block, not per warp), `score-stages` stages, one barrier per
 // step. Sums: each warp's ring holds per step 16 rows x 64 columns of the
@@ -463,30 +464,28 @@ void buildSums(OpBuilder &builder, Location loc, Block &body,
   };
   // Steps 0 .. stages - 2 in flight before the loop; step s issues step
   // s + stages - 1 (the pool rows of which it carries) and loads the pool
-  // rows of the step after.
+  // rows of the step after (k3::warpRingLoop).
   Value steps = k.ceilDiv(len, k.idx(kSumRows));
   // (The last wait names the last of these groups: a token only orders a
   // wait.)
   Value group;
   for (int64_t s = 0; s + 1 < stages; ++s)
     group = issue(k.idx(s), poolRows(k.idx(s)));
-  SmallVector<Value> init(2 * kTiles * 4, k.f32(0.0));
+  constexpr int64_t accs = 2 * kTiles * 4;
+  SmallVector<Value> init(accs, k.f32(0.0));
   llvm::append_range(init, poolRows(k.idx(stages - 1)));
-  Value all = arith::ConstantIntOp::create(b, loc, b.getI32Type(), -1);
-  auto loop = scf::ForOp::create(
-      b, loc, c0, steps, c1, init,
-      [&](OpBuilder &fb, Location, Value s, ValueRange carried) {
-        OpBuilder::InsertionGuard inner(b);
-        b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
-        SmallVector<Value> next(carried.take_front(2 * kTiles * 4));
-        // Every lane is done with the stage that step s + stages - 1 fills.
-        NVVM::SyncWarpOp::create(b, loc, all);
-        Value ahead =
-            issue(k.add(s, stages - 1), carried.drop_front(2 * kTiles * 4));
-        SmallVector<Value> at = poolRows(k.add(s, stages));
-        nvgpu::DeviceAsyncWaitOp::create(b, loc, ahead,
-                                         b.getI32IntegerAttr(stages - 1));
-        NVVM::SyncWarpOp::create(b, loc, all);
+  // The pool rows of step s + stages, loaded right after step s's copies
+  // are issued (before the wait: off the mma's registers).
+  SmallVector<Value> after;
+  scf::ForOp loop = k3::warpRingLoop(
+      b, loc, steps, init, stages,
+      [&](Value ahead, ValueRange carried) {
+        Value copies = issue(ahead, carried.drop_front(accs));
+        after = poolRows(k.add(ahead, 1));
+        return copies;
+      },
+      [&](Value s, ValueRange carried) {
+        SmallVector<Value> next(carried.take_front(accs));
         Value stage = k.rem(s, stages), half = k.rem(s, 2);
         Value pv =
             vector::LoadOp::create(b, loc, VectorType::get({4}, b.getF32Type()),
@@ -541,8 +540,8 @@ void buildSums(OpBuilder &builder, Location loc, Block &body,
             for (int64_t q = 0; q < kTiles; ++q)
               k.mma(next, mt * kTiles + q, av, bt[q]);
           }
-        llvm::append_range(next, at);
-        scf::YieldOp::create(b, loc, next);
+        llvm::append_range(next, after);
+        return next;
       });
   // The copies issued past the last step land before the block exits.
   nvgpu::DeviceAsyncWaitOp::create(b, loc, group, b.getI32IntegerAttr(0));

@@ -193,7 +193,7 @@ SmallVector<Value> SkinnyKernel::sums(int64_t tiles) {
       arith::ConstantFloatOp::create(b, loc, b.getF32Type(), APFloat(0.0f));
   SmallVector<Value> acc(4 * tiles, zero);
   scf::ForOp loop = k3::warpRingLoop(
-      b, loc, mine, acc, kStages, [&](Value i) { return issue(i); },
+      b, loc, mine, acc, kStages, [&](Value i, ValueRange) { return issue(i); },
       [&](Value i, ValueRange in) { return compute(i, tiles, in); });
   SmallVector<Value> r(loop.getResults());
   r.resize(8, zero);

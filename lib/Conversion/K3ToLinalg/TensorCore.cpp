@@ -126,7 +126,7 @@ memref::GlobalOp mlir::k3::workgroupBuffer(ModuleOp module, StringRef name,
 
 scf::ForOp mlir::k3::warpRingLoop(
     OpBuilder &b, Location loc, Value n, ValueRange init, int64_t stages,
-    function_ref<Value(Value)> issue,
+    function_ref<Value(Value, ValueRange)> issue,
     function_ref<SmallVector<Value>(Value, ValueRange)> compute) {
   Value c0 = arith::ConstantIndexOp::create(b, loc, 0);
   Value c1 = arith::ConstantIndexOp::create(b, loc, 1);
@@ -137,8 +137,10 @@ scf::ForOp mlir::k3::warpRingLoop(
         b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
         Value all = arith::ConstantIntOp::create(b, loc, b.getI32Type(), -1);
         NVVM::SyncWarpOp::create(b, loc, all);
-        Value ahead = issue(arith::AddIOp::create(
-            b, loc, i, arith::ConstantIndexOp::create(b, loc, stages - 1)));
+        Value ahead = issue(
+            arith::AddIOp::create(
+                b, loc, i, arith::ConstantIndexOp::create(b, loc, stages - 1)),
+            carried);
         nvgpu::DeviceAsyncWaitOp::create(b, loc, ahead,
                                          b.getI32IntegerAttr(stages - 1));
         NVVM::SyncWarpOp::create(b, loc, all);

@@ -93,13 +93,14 @@ Value addSlices(OpBuilder &b, Location loc, Value partial, Value from,
 /// The k loop of a warp that streams its operands through a cp.async ring
 /// of `stages` stages (the copies of steps 0 .. stages - 2 issued before):
 /// step i waits until every lane is done with the stage that step
-/// i + stages - 1 refills, issues that step's copies (`issue`, one async
-/// group), waits until step i's have arrived (at most stages - 1 groups
-/// pending) in every lane, and yields `compute(i, carried)`. Over [0, n),
-/// carrying `init`; `b` builds the body and is restored after.
+/// i + stages - 1 refills, issues that step's copies (`issue(i + stages -
+/// 1, carried)`, one async group), waits until step i's have arrived (at
+/// most stages - 1 groups pending) in every lane, and yields `compute(i,
+/// carried)`. Over [0, n), carrying `init`; `b` builds the body and is
+/// restored after.
 scf::ForOp warpRingLoop(
     OpBuilder &b, Location loc, Value n, ValueRange init, int64_t stages,
-    function_ref<Value(Value)> issue,
+    function_ref<Value(Value, ValueRange)> issue,
     function_ref<SmallVector<Value>(Value, ValueRange)> compute);
 
 /// The f32 sum of `v` over a warp's 32 lanes by an xor-shuffle tree, the
