@@ -65,11 +65,11 @@ class AttnResNormKernel : k3::IndexMath {
 public:
   AttnResNormKernel(OpBuilder &b, Location loc, Block &body, Conversions fns,
                     memref::GlobalOp sums, memref::GlobalOp scores)
-      : IndexMath{b, loc}, v(body.getArgument(0)), g(body.getArgument(1)),
-        p(body.getArgument(2)), eps(body.getArgument(3)),
-        gn(body.getArgument(4)), eps2(body.getArgument(5)),
-        out(body.getArgument(6)), fns(fns), sumsGlobal(sums),
-        scoresGlobal(scores) {
+      : IndexMath{b, loc}, v(body.getArgument(0)), last(body.getArgument(1)),
+        g(body.getArgument(2)), p(body.getArgument(3)),
+        eps(body.getArgument(4)), gn(body.getArgument(5)),
+        eps2(body.getArgument(6)), out(body.getArgument(7)), fns(fns),
+        sumsGlobal(sums), scoresGlobal(scores) {
     act = cast<MemRefType>(v.getType()).getElementType();
     per = 16 / (act.getIntOrFloatBitWidth() / 8);
   }
@@ -161,7 +161,18 @@ private:
         .getResult(0);
   }
 
-  Value v, g, p, eps, gn, eps2, out; // (rms_norm: v = x; g, p, eps unset)
+  /// Row `token`, elements j0.. of candidate i: v[i] for i < n - 1, else
+  /// last[0].
+  SmallVector<Value> loadCandidate(Value i, Value j0) {
+    Value block = lt(i, memref::DimOp::create(b, loc, v, idx(0)));
+    Value m = arith::SelectOp::create(b, loc, block, v, last);
+    Value row = arith::SelectOp::create(b, loc, block, i, idx(0));
+    return load(m, {row, token, j0});
+  }
+
+  // attn_res_norm: v = the blocks [n - 1, T, D], last [1, T, D]; rms_norm:
+  // v = x [T, D], and last, g, p, eps unset.
+  Value v, last, g, p, eps, gn, eps2, out;
   Conversions fns;
   memref::GlobalOp sumsGlobal, scoresGlobal;
   Type act;
@@ -172,13 +183,17 @@ private:
 
 void AttnResNormKernel::build(SmallVectorImpl<Operation *> &rest) {
   Value c0 = idx(0), c1 = idx(1), c2 = idx(2);
-  Value n = memref::DimOp::create(b, loc, v, c0);
-  Value tokens = memref::DimOp::create(b, loc, v, c1);
-  Value dim = memref::DimOp::create(b, loc, v, c2);
-  // Whole 16-byte pieces, aligned; at least one token; the scores fit.
+  Value n = add(memref::DimOp::create(b, loc, v, c0), c1);
+  Value tokens = memref::DimOp::create(b, loc, last, c1);
+  Value dim = memref::DimOp::create(b, loc, last, c2);
+  // Whole 16-byte pieces, aligned; at least one token; the blocks have the
+  // last candidate's shape; the scores fit.
   Value ok = both(rem0(dim, per), lt(c0, tokens));
-  ok = both(ok, both(lt(c0, n), lt(n, idx(kMaxCandidates + 1))));
-  ok = both(ok, both(aligned(v), aligned(out)));
+  ok = both(ok, eq(memref::DimOp::create(b, loc, last, c0), c1));
+  ok = both(ok, both(eq(memref::DimOp::create(b, loc, v, c1), tokens),
+                     eq(memref::DimOp::create(b, loc, v, c2), dim)));
+  ok = both(ok, lt(n, idx(kMaxCandidates + 1)));
+  ok = both(ok, both(both(aligned(v), aligned(last)), aligned(out)));
   for (Value w : {g, p, gn})
     ok = both(ok, aligned(w, 2 * per));
   k3::guardBody(b, loc, rest, ok);
@@ -302,7 +317,7 @@ void AttnResNormKernel::kernel(Value n, Value tokens, Value dim) {
   // sum per candidate).
   loop(c0, n, c1, {}, [&](Value i, ValueRange) {
     auto partial = pieces({zero, zero}, [&](Value j0, ValueRange acc) {
-      SmallVector<Value> x = load(v, {i, token, j0});
+      SmallVector<Value> x = loadCandidate(i, j0);
       SmallVector<Value> gw = load(g, {j0}), pw = load(p, {c0, j0});
       Value ss = acc[0], dot = acc[1];
       for (int64_t e = 0; e < per; ++e) {
@@ -348,7 +363,7 @@ void AttnResNormKernel::kernel(Value n, Value tokens, Value dim) {
     SmallVector<Value> h(per, zero);
     auto mix = loop(c0, n, c1, h, [&](Value i, ValueRange hs) {
       Value alpha = fdiv(ex(i), total);
-      SmallVector<Value> x = load(v, {i, token, j0});
+      SmallVector<Value> x = loadCandidate(i, j0);
       SmallVector<Value> next;
       for (int64_t e = 0; e < per; ++e)
         next.push_back(fadd(hs[e], fmul(alpha, call(fns.widen, x[e]))));
@@ -464,17 +479,20 @@ struct K3GPUAttnResNormPass
     auto isF32 = [&](unsigned a) {
       return body.getArgument(a).getType().isF32();
     };
-    if (body.getNumArguments() != 7)
-      return fail("expected (v [n, T, D], γ [D], p [1, D], eps, norm γ [D], "
-                  "norm eps, output [T, D]) arguments");
-    MemRefType v = memref(body, 0, 3), g = memref(body, 1, 1),
-               p = memref(body, 2, 2), gn = memref(body, 4, 1),
-               out = memref(body, 6, 2);
-    if (!v || !g || !p || !gn || !out || !isF32(3) || !isF32(5))
-      return fail("expected identity-layout memrefs v [n, T, D], γ [D], "
-                  "p [1, D], norm γ [D], output [T, D] and f32 eps");
+    if (body.getNumArguments() != 8)
+      return fail("expected (blocks [n - 1, T, D], last [1, T, D], γ [D], "
+                  "p [1, D], eps, norm γ [D], norm eps, output [T, D]) "
+                  "arguments");
+    MemRefType v = memref(body, 0, 3), last = memref(body, 1, 3),
+               g = memref(body, 2, 1), p = memref(body, 3, 2),
+               gn = memref(body, 5, 1), out = memref(body, 7, 2);
+    if (!v || !last || !g || !p || !gn || !out || !isF32(4) || !isF32(6))
+      return fail("expected identity-layout memrefs blocks [n - 1, T, D], "
+                  "last [1, T, D], γ [D], p [1, D], norm γ [D], output "
+                  "[T, D] and f32 eps");
     Type act = v.getElementType();
-    if (out.getElementType() != act || !(act.isBF16() || act.isF32()) ||
+    if (last != v || out.getElementType() != act ||
+        !(act.isBF16() || act.isF32()) ||
         !g.getElementType().isBF16() || !p.getElementType().isBF16() ||
         !gn.getElementType().isBF16())
       return fail("expected bf16 or f32 activations and bf16 weights");

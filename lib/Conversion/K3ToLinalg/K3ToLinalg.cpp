@@ -37,6 +37,10 @@ using namespace mlir::k3;
 
 #include "Kernels.inc"
 
+/// Marks the stack of an AttnRes' blocks (AttnResLowering) until
+/// shareAttnResStacks has run.
+static constexpr llvm::StringLiteral kStackAttr = "k3.attn_res_stack";
+
 //===----------------------------------------------------------------------===//
 // Kernel library
 //===----------------------------------------------------------------------===//
@@ -269,7 +273,11 @@ struct GatedRMSNormLowering : KernelPattern<GatedRMSNormOp> {
   }
 };
 
-// K3_SPEC §3.1: the candidates are stacked into [n, T, D] for the kernel.
+// K3_SPEC §3.1: the kernel takes the candidates as blocks [n - 1, T, D] and
+// last [1, T, D]. Both are views of one candidate where n - 1 == 1; more
+// blocks are stacked (marked, so that shareAttnResStacks leaves one stack per
+// list of blocks). §3.2: every AttnRes of a block has the same first
+// candidates, the block outputs, and only the last changes.
 struct AttnResLowering : KernelPattern<AttnResOp> {
   using KernelPattern::KernelPattern;
   LogicalResult
@@ -278,26 +286,48 @@ struct AttnResLowering : KernelPattern<AttnResOp> {
     if (!op.getNormWeight().getType().getElementType().isBF16() ||
         !op.getProjWeight().getType().getElementType().isBF16())
       return rewriter.notifyMatchFailure(op, "needs bf16 weights");
+    if (op.getCandidates().size() < 2)
+      return rewriter.notifyMatchFailure(op, "needs two candidates");
     Location loc = op.getLoc();
     auto candType = cast<RankedTensorType>(op.getCandidates().front().getType());
-    int64_t n = op.getCandidates().size(), d = candType.getDimSize(1);
-    Value t = tensor::DimOp::create(rewriter, loc, a.getCandidates().front(), 0);
-    Value stack = tensor::EmptyOp::create(
-        rewriter, loc, ArrayRef<int64_t>{n, ShapedType::kDynamic, d},
-        candType.getElementType(), ValueRange{t});
-    for (auto [i, c] : llvm::enumerate(a.getCandidates())) {
-      SmallVector<OpFoldResult> offsets = {rewriter.getIndexAttr(i),
-                                           rewriter.getIndexAttr(0),
-                                           rewriter.getIndexAttr(0)};
-      SmallVector<OpFoldResult> sizes = {rewriter.getIndexAttr(1), t,
-                                         rewriter.getIndexAttr(d)};
-      SmallVector<OpFoldResult> strides(3, rewriter.getIndexAttr(1));
-      stack = tensor::InsertSliceOp::create(rewriter, loc, c, stack, offsets,
-                                            sizes, strides);
+    int64_t d = candType.getDimSize(1);
+    ValueRange cands = a.getCandidates();
+    Value t = tensor::DimOp::create(rewriter, loc, cands.front(), 0);
+    auto asStack = [&](Value c) -> Value {
+      return tensor::ExpandShapeOp::create(
+          rewriter, loc,
+          RankedTensorType::get({1, ShapedType::kDynamic, d},
+                                candType.getElementType()),
+          c, ArrayRef<ReassociationIndices>{{0, 1}, {2}},
+          ArrayRef<OpFoldResult>{rewriter.getIndexAttr(1), t,
+                                 rewriter.getIndexAttr(d)});
+    };
+    ValueRange blocks = cands.drop_back();
+    Value stack;
+    if (blocks.size() == 1) {
+      stack = asStack(blocks.front());
+    } else {
+      stack = tensor::EmptyOp::create(
+          rewriter, loc,
+          ArrayRef<int64_t>{static_cast<int64_t>(blocks.size()),
+                            ShapedType::kDynamic, d},
+          candType.getElementType(), ValueRange{t});
+      for (auto [i, c] : llvm::enumerate(blocks)) {
+        SmallVector<OpFoldResult> offsets = {rewriter.getIndexAttr(i),
+                                             rewriter.getIndexAttr(0),
+                                             rewriter.getIndexAttr(0)};
+        SmallVector<OpFoldResult> sizes = {rewriter.getIndexAttr(1), t,
+                                           rewriter.getIndexAttr(d)};
+        SmallVector<OpFoldResult> strides(3, rewriter.getIndexAttr(1));
+        stack = tensor::InsertSliceOp::create(rewriter, loc, c, stack, offsets,
+                                              sizes, strides);
+      }
+      stack.getDefiningOp()->setAttr(kStackAttr, rewriter.getUnitAttr());
     }
     rewriter.replaceOp(
         op, callKernel(rewriter, loc, "k3k_attn_res",
-                       {stack, a.getNormWeight(), a.getProjWeight(),
+                       {stack, asStack(cands.back()), a.getNormWeight(),
+                        a.getProjWeight(),
                         f32Const(rewriter, loc, f64(op.getEpsAttr()))},
                        op.getType()));
     return success();
@@ -513,6 +543,38 @@ static void joinAttnResNorm(ModuleOp module) {
   }
 }
 
+/// §3.2: the AttnRes of a block read the same block outputs, stacked by
+/// AttnResLowering at each of them; the first stack of each list of
+/// candidates serves the later ones, so a step copies each list once (K3:
+/// 36 copies instead of one per candidate and AttnRes, about 1000).
+static void shareAttnResStacks(ModuleOp module) {
+  module.walk([&](Block *block) {
+    SmallVector<std::pair<SmallVector<Value>, Value>> first;
+    for (auto stack :
+         llvm::make_early_inc_range(block->getOps<tensor::InsertSliceOp>())) {
+      if (!stack->removeAttr(kStackAttr))
+        continue;
+      SmallVector<Operation *> chain;
+      SmallVector<Value> blocks;
+      for (Value v = stack; auto insert = v.getDefiningOp<tensor::InsertSliceOp>();
+           v = insert.getDest()) {
+        chain.push_back(insert);
+        blocks.insert(blocks.begin(), insert.getSource());
+      }
+      chain.push_back(chain.back()->getOperand(1).getDefiningOp());
+      auto *seen = llvm::find_if(first, [&](auto &f) { return f.first == blocks; });
+      if (seen == first.end()) {
+        first.emplace_back(std::move(blocks), stack);
+        continue;
+      }
+      stack.getResult().replaceAllUsesWith(seen->second);
+      for (Operation *op : chain)
+        if (op->use_empty())
+          op->erase();
+    }
+  });
+}
+
 //===----------------------------------------------------------------------===//
 // The pass
 //===----------------------------------------------------------------------===//
@@ -556,6 +618,7 @@ struct ConvertK3ToLinalgPass
     if (failed(applyPartialConversion(module, target, std::move(patterns))))
       return signalPassFailure();
     joinAttnResNorm(module);
+    shareAttnResStacks(module);
   }
 };
 } // namespace

@@ -9,9 +9,11 @@
 // CHECK: call @k3k_rms_norm({{.*}}) : (tensor<?x?xbf16>, tensor<?xbf16>, f32) -> tensor<?x?xbf16>
 // CHECK: call @k3k_linear({{.*}}) : (tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xbf16>
 // CHECK: call @k3k_add(
-// CHECK: tensor.insert_slice {{.*}} into tensor<2x?x16xbf16>
-// CHECK: tensor.insert_slice {{.*}} into tensor<2x?x16xbf16>
-// CHECK: call @k3k_attn_res({{.*}}) : (tensor<?x?x?xbf16>, tensor<?xbf16>, tensor<?x?xbf16>, f32) -> tensor<?x?xbf16>
+// AttnRes: one block and the last candidate, both views (nothing copied).
+// CHECK-NOT: tensor.insert_slice
+// CHECK: tensor.expand_shape %{{.+}} into tensor<1x?x16xbf16>
+// CHECK: tensor.expand_shape %{{.+}} into tensor<1x?x16xbf16>
+// CHECK: call @k3k_attn_res({{.*}}) : (tensor<?x?x?xbf16>, tensor<?x?x?xbf16>, tensor<?xbf16>, tensor<?x?xbf16>, f32) -> tensor<?x?xbf16>
 // CHECK: call @k3k_glu_mlp({{.*}}) : (tensor<?x?xbf16>, tensor<?x?xbf16>, tensor<?x?xbf16>, tensor<?x?xbf16>, i1, f32, f32) -> tensor<?x?xbf16>
 // CHECK: call @k3k_lm_head({{.*}}) -> tensor<?x?xf32>
 // No k3 op is left (the kernels' `k3.` attributes are for later passes).
@@ -40,8 +42,7 @@ func.func @dense(%tok: tensor<?xi32>, %e: tensor<64x16xbf16>, %g: tensor<16xbf16
 // @k3k_attn_res_norm; an AttnRes with another use keeps both calls. The
 // library's own @k3k_attn_res_norm_rows is the two kernels.
 // CHECK-LABEL: func.func @joined
-// CHECK: tensor.insert_slice {{.*}} into tensor<2x?x16xbf16>
-// CHECK: %[[Y:.+]] = call @k3k_attn_res_norm({{.*}}) : (tensor<?x?x?xbf16>, tensor<?xbf16>, tensor<?x?xbf16>, f32, tensor<?xbf16>, f32) -> tensor<?x?xbf16>
+// CHECK: %[[Y:.+]] = call @k3k_attn_res_norm({{.*}}) : (tensor<?x?x?xbf16>, tensor<?x?x?xbf16>, tensor<?xbf16>, tensor<?x?xbf16>, f32, tensor<?xbf16>, f32) -> tensor<?x?xbf16>
 // CHECK-NOT: call @k3k_attn_res(
 // CHECK-NOT: call @k3k_rms_norm(
 // CHECK: return
@@ -67,6 +68,43 @@ func.func @shared(%x: tensor<?x16xbf16>, %s: tensor<?x16xbf16>, %g: tensor<16xbf
       : (tensor<?x16xbf16>, tensor<?x16xbf16>, tensor<16xbf16>, tensor<1x16xbf16>) -> tensor<?x16xbf16>
   %n = k3.rms_norm %h, %gn {eps = 1.0e-6 : f64} : (tensor<?x16xbf16>, tensor<16xbf16>) -> tensor<?x16xbf16>
   return %h, %n : tensor<?x16xbf16>, tensor<?x16xbf16>
+}
+
+// -----
+
+// §3.2: AttnRes with the same blocks before their last candidate share one
+// stack of them (two copies for the two AttnRes over blocks %a, %b, three
+// for the one over %a, %b, %c); the last candidate is a view.
+// CHECK-LABEL: func.func @blocks
+// CHECK-SAME: (%[[A:[^:]+]]: tensor<?x16xbf16>, %[[B:[^:]+]]: tensor<?x16xbf16>, %[[C:[^:]+]]: tensor<?x16xbf16>, %[[P:[^:]+]]: tensor<?x16xbf16>, %[[Q:[^:]+]]: tensor<?x16xbf16>
+// CHECK: %[[E2:.+]] = tensor.empty(%{{.+}}) : tensor<2x?x16xbf16>
+// CHECK: %[[S20:.+]] = tensor.insert_slice %[[A]] into %[[E2]][0, 0, 0]
+// CHECK: %[[S2:.+]] = tensor.insert_slice %[[B]] into %[[S20]][1, 0, 0]
+// CHECK: tensor.expand_shape %[[P]]
+// CHECK: %[[B2:.+]] = tensor.cast %[[S2]] : tensor<2x?x16xbf16> to tensor<?x?x?xbf16>
+// CHECK: call @k3k_attn_res_norm(%[[B2]],
+// CHECK-NOT: tensor.insert_slice
+// CHECK: tensor.expand_shape %[[Q]]
+// CHECK: %[[B2B:.+]] = tensor.cast %[[S2]] : tensor<2x?x16xbf16> to tensor<?x?x?xbf16>
+// CHECK: call @k3k_attn_res_norm(%[[B2B]],
+// CHECK: tensor.empty(%{{.+}}) : tensor<3x?x16xbf16>
+// CHECK-COUNT-3: tensor.insert_slice
+// CHECK-NOT: tensor.insert_slice
+// CHECK: call @k3k_attn_res_norm(
+// CHECK: return
+func.func @blocks(%a: tensor<?x16xbf16>, %b: tensor<?x16xbf16>, %c: tensor<?x16xbf16>, %p: tensor<?x16xbf16>,
+                  %q: tensor<?x16xbf16>, %g: tensor<16xbf16>, %w: tensor<1x16xbf16>)
+    -> (tensor<?x16xbf16>, tensor<?x16xbf16>, tensor<?x16xbf16>) {
+  %h1 = k3.attn_res %a, %b, %p norm %g proj %w {eps = 1.0e-5 : f64}
+      : (tensor<?x16xbf16>, tensor<?x16xbf16>, tensor<?x16xbf16>, tensor<16xbf16>, tensor<1x16xbf16>) -> tensor<?x16xbf16>
+  %n1 = k3.rms_norm %h1, %g {eps = 1.0e-6 : f64} : (tensor<?x16xbf16>, tensor<16xbf16>) -> tensor<?x16xbf16>
+  %h2 = k3.attn_res %a, %b, %q norm %g proj %w {eps = 1.0e-5 : f64}
+      : (tensor<?x16xbf16>, tensor<?x16xbf16>, tensor<?x16xbf16>, tensor<16xbf16>, tensor<1x16xbf16>) -> tensor<?x16xbf16>
+  %n2 = k3.rms_norm %h2, %g {eps = 1.0e-6 : f64} : (tensor<?x16xbf16>, tensor<16xbf16>) -> tensor<?x16xbf16>
+  %h3 = k3.attn_res %a, %b, %c, %q norm %g proj %w {eps = 1.0e-5 : f64}
+      : (tensor<?x16xbf16>, tensor<?x16xbf16>, tensor<?x16xbf16>, tensor<?x16xbf16>, tensor<16xbf16>, tensor<1x16xbf16>) -> tensor<?x16xbf16>
+  %n3 = k3.rms_norm %h3, %g {eps = 1.0e-6 : f64} : (tensor<?x16xbf16>, tensor<16xbf16>) -> tensor<?x16xbf16>
+  return %n1, %n2, %n3 : tensor<?x16xbf16>, tensor<?x16xbf16>, tensor<?x16xbf16>
 }
 
 // -----

@@ -1,22 +1,31 @@
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-attn-res-norm,canonicalize,cse)' | FileCheck %s
 
-// @k3k_attn_res_norm_rows after bufferization: candidates v [n, T, D], γ,
-// p [1, D], eps, the norm's γ, its eps, the output [T, D]; the library's
-// widen / narrow / round of the activation dtype.
+// @k3k_attn_res_norm_rows after bufferization: the candidates as blocks
+// [n - 1, T, D] and last [1, T, D], γ, p [1, D], eps, the norm's γ, its eps,
+// the output [T, D]; the library's widen / narrow / round of the activation
+// dtype.
 // CHECK-LABEL: memref.global "private" @k3k_attn_res_sums : memref<64x32xf32, #gpu.address_space<workgroup>>
 // CHECK: memref.global "private" @k3k_attn_res_scores : memref<32xf32, #gpu.address_space<workgroup>>
 // CHECK-LABEL: func.func @arn
-// CHECK-SAME: (%[[V:[^:]+]]: memref<?x?x?xbf16>, %[[G:[^:]+]]: memref<?xbf16>, %[[P:[^:]+]]: memref<?x?xbf16>, %[[EPS:[^:]+]]: f32, %[[GN:[^:]+]]: memref<?xbf16>, %[[EPS2:[^:]+]]: f32, %[[OUT:[^:]+]]: memref<?x?xbf16>)
-// Run-time choice: D a multiple of 8 (16-byte pieces), T >= 1, 1 <= n <= 32,
-// every buffer 16-byte aligned.
-// CHECK-DAG: %[[N:.+]] = memref.dim %[[V]], %c0
-// CHECK-DAG: %[[T:.+]] = memref.dim %[[V]], %c1
-// CHECK-DAG: %[[D:.+]] = memref.dim %[[V]], %c2
+// CHECK-SAME: (%[[V:[^:]+]]: memref<?x?x?xbf16>, %[[L:[^:]+]]: memref<?x?x?xbf16>, %[[G:[^:]+]]: memref<?xbf16>, %[[P:[^:]+]]: memref<?x?xbf16>, %[[EPS:[^:]+]]: f32, %[[GN:[^:]+]]: memref<?xbf16>, %[[EPS2:[^:]+]]: f32, %[[OUT:[^:]+]]: memref<?x?xbf16>)
+// Run-time choice: D a multiple of 8 (16-byte pieces), T >= 1, one last
+// row, blocks of the last one's T and D, n <= 32, every buffer 16-byte
+// aligned.
+// CHECK-DAG: %[[NB:.+]] = memref.dim %[[V]], %c0
+// CHECK-DAG: %[[N:.+]] = arith.addi %[[NB]], %c1
+// CHECK-DAG: %[[T:.+]] = memref.dim %[[L]], %c1
+// CHECK-DAG: %[[D:.+]] = memref.dim %[[L]], %c2
 // CHECK-DAG: arith.cmpi ugt, %[[T]], %c0
 // CHECK-DAG: arith.remui %[[D]], %c8
+// CHECK-DAG: %[[L0:.+]] = memref.dim %[[L]], %c0
+// CHECK-DAG: arith.cmpi eq, %[[L0]], %c1
+// CHECK-DAG: %[[VD:.+]] = memref.dim %[[V]], %c2
+// CHECK-DAG: arith.cmpi eq, %[[VD]], %[[D]]
+// CHECK-DAG: %[[VT:.+]] = memref.dim %[[V]], %c1
+// CHECK-DAG: arith.cmpi eq, %[[VT]], %[[T]]
 // CHECK-DAG: arith.cmpi ult, %[[N]], %c33
-// CHECK-DAG: arith.cmpi ugt, %[[N]], %c0
 // CHECK-DAG: memref.extract_aligned_pointer_as_index %[[V]]
+// CHECK-DAG: memref.extract_aligned_pointer_as_index %[[L]]
 // CHECK-DAG: memref.extract_aligned_pointer_as_index %[[OUT]]
 // CHECK-DAG: memref.extract_aligned_pointer_as_index %[[G]]
 // CHECK-DAG: memref.extract_aligned_pointer_as_index %[[P]]
@@ -31,7 +40,11 @@
 // CHECK: scf.for %[[I:.+]] = %c0 to %[[N]] step %c1 {
 // CHECK: %[[J0:.+]] = arith.muli %[[TID]], %c8
 // CHECK: scf.for %[[J:.+]] = %[[J0]] to %[[D]] step %c8192 iter_args
-// CHECK: vector.load %[[V]][%[[I]], %[[TOK]], %[[J]]] {alignment = 16 : i64} : memref<?x?x?xbf16>, vector<8xbf16>
+// Candidate i is row i of the blocks, i = n - 1 the last.
+// CHECK: %[[ISB:.+]] = arith.cmpi ult, %[[I]], %[[NB]]
+// CHECK: %[[CM:.+]] = arith.select %[[ISB]], %[[V]], %[[L]] : memref<?x?x?xbf16>
+// CHECK: %[[CI:.+]] = arith.select %[[ISB]], %[[I]], %c0 : index
+// CHECK: vector.load %[[CM]][%[[CI]], %[[TOK]], %[[J]]] {alignment = 16 : i64} : memref<?x?x?xbf16>, vector<8xbf16>
 // CHECK: vector.load %[[G]][%[[J]]] {alignment = 16 : i64}
 // CHECK: vector.load %[[P]][%c0, %[[J]]] {alignment = 16 : i64}
 // CHECK: %[[A:.+]] = func.call @widen(
@@ -75,7 +88,10 @@
 // CHECK: scf.for %[[I:.+]] = %c0 to %[[N]] step %c1 iter_args
 // CHECK: %[[EX:.+]] = math.exp
 // CHECK: %[[AL:.+]] = arith.divf %[[EX]], %[[TOT]]
-// CHECK: vector.load %[[V]][%[[I]], %[[TOK]], %[[J]]]
+// CHECK: %[[ISB2:.+]] = arith.cmpi ult, %[[I]], %[[NB]]
+// CHECK: %[[CM2:.+]] = arith.select %[[ISB2]], %[[V]], %[[L]]
+// CHECK: %[[CI2:.+]] = arith.select %[[ISB2]], %[[I]], %c0
+// CHECK: vector.load %[[CM2]][%[[CI2]], %[[TOK]], %[[J]]]
 // CHECK: %[[X:.+]] = func.call @widen(
 // CHECK: arith.mulf %[[AL]], %[[X]]
 // CHECK: func.call @narrow(
@@ -114,7 +130,7 @@ func.func private @round(%a: f32) -> f32 {
   %r = arith.extf %n : bf16 to f32
   return %r : f32
 }
-func.func @arn(%v: memref<?x?x?xbf16>, %g: memref<?xbf16>, %p: memref<?x?xbf16>, %eps: f32,
+func.func @arn(%v: memref<?x?x?xbf16>, %last: memref<?x?x?xbf16>, %g: memref<?xbf16>, %p: memref<?x?xbf16>, %eps: f32,
                %gn: memref<?xbf16>, %eps2: f32, %out: memref<?x?xbf16>)
     attributes {k3.attn_res_norm = {widen = @widen, narrow = @narrow, round = @round}} {
   %c0 = arith.constant 0 : index
@@ -135,7 +151,7 @@ func.func @arn(%v: memref<?x?x?xbf16>, %g: memref<?xbf16>, %p: memref<?x?xbf16>,
 func.func private @id(%a: f32) -> f32 {
   return %a : f32
 }
-func.func @arn_f32(%v: memref<?x?x?xf32>, %g: memref<?xbf16>, %p: memref<?x?xbf16>, %eps: f32,
+func.func @arn_f32(%v: memref<?x?x?xf32>, %last: memref<?x?x?xf32>, %g: memref<?xbf16>, %p: memref<?x?xbf16>, %eps: f32,
                    %gn: memref<?xbf16>, %eps2: f32, %out: memref<?x?xf32>)
     attributes {k3.attn_res_norm = {widen = @id, narrow = @id, round = @id}} {
   return
@@ -153,8 +169,8 @@ func.func @plain(%v: memref<?x?x?xbf16>) {
 
 // -----
 
-// expected-error @+1 {{k3.attn_res_norm: expected identity-layout memrefs v [n, T, D], γ [D], p [1, D], norm γ [D], output [T, D] and f32 eps}}
-func.func @strided(%v: memref<?x?x?xbf16, strided<[?, ?, 1], offset: ?>>, %g: memref<?xbf16>, %p: memref<?x?xbf16>, %eps: f32,
+// expected-error @+1 {{k3.attn_res_norm: expected identity-layout memrefs blocks [n - 1, T, D], last [1, T, D], γ [D], p [1, D], norm γ [D], output [T, D] and f32 eps}}
+func.func @strided(%v: memref<?x?x?xbf16, strided<[?, ?, 1], offset: ?>>, %last: memref<?x?x?xbf16>, %g: memref<?xbf16>, %p: memref<?x?xbf16>, %eps: f32,
                    %gn: memref<?xbf16>, %eps2: f32, %out: memref<?x?xbf16>)
     attributes {k3.attn_res_norm = {}} {
   return
@@ -163,8 +179,18 @@ func.func @strided(%v: memref<?x?x?xbf16, strided<[?, ?, 1], offset: ?>>, %g: me
 // -----
 
 // expected-error @+1 {{k3.attn_res_norm: expected bf16 or f32 activations and bf16 weights}}
-func.func @mixed(%v: memref<?x?x?xbf16>, %g: memref<?xbf16>, %p: memref<?x?xbf16>, %eps: f32,
+func.func @mixed(%v: memref<?x?x?xbf16>, %last: memref<?x?x?xbf16>, %g: memref<?xbf16>, %p: memref<?x?xbf16>, %eps: f32,
                  %gn: memref<?xbf16>, %eps2: f32, %out: memref<?x?xf32>)
+    attributes {k3.attn_res_norm = {}} {
+  return
+}
+
+// -----
+
+// The last candidate in another dtype than the blocks.
+// expected-error @+1 {{k3.attn_res_norm: expected bf16 or f32 activations and bf16 weights}}
+func.func @mixed_last(%v: memref<?x?x?xbf16>, %last: memref<?x?x?xf32>, %g: memref<?xbf16>, %p: memref<?x?xbf16>, %eps: f32,
+                      %gn: memref<?xbf16>, %eps2: f32, %out: memref<?x?xbf16>)
     attributes {k3.attn_res_norm = {}} {
   return
 }
@@ -176,7 +202,7 @@ func.func private @widen(%a: bf16) -> f32 {
   return %r : f32
 }
 // expected-error @+1 {{k3.attn_res_norm: 'widen', 'narrow' and 'round' must name functions (act) -> f32, (f32) -> act and (f32) -> f32}}
-func.func @no_round(%v: memref<?x?x?xbf16>, %g: memref<?xbf16>, %p: memref<?x?xbf16>, %eps: f32,
+func.func @no_round(%v: memref<?x?x?xbf16>, %last: memref<?x?x?xbf16>, %g: memref<?xbf16>, %p: memref<?x?xbf16>, %eps: f32,
                     %gn: memref<?xbf16>, %eps2: f32, %out: memref<?x?xbf16>)
     attributes {k3.attn_res_norm = {widen = @widen, narrow = @widen}} {
   return
@@ -184,7 +210,7 @@ func.func @no_round(%v: memref<?x?x?xbf16>, %g: memref<?xbf16>, %p: memref<?x?xb
 
 // -----
 
-// expected-error @+1 {{k3.attn_res_norm: expected (v [n, T, D], γ [D], p [1, D], eps, norm γ [D], norm eps, output [T, D]) arguments}}
+// expected-error @+1 {{k3.attn_res_norm: expected (blocks [n - 1, T, D], last [1, T, D], γ [D], p [1, D], eps, norm γ [D], norm eps, output [T, D]) arguments}}
 func.func @short(%v: memref<?x?x?xbf16>) attributes {k3.attn_res_norm = {}} {
   return
 }
@@ -200,7 +226,7 @@ func.func private @narrow(%a: f32) -> bf16 {
   return %r : bf16
 }
 // expected-error @+1 {{k3.attn_res_norm: the function must return nothing}}
-func.func @returns(%v: memref<?x?x?xbf16>, %g: memref<?xbf16>, %p: memref<?x?xbf16>, %eps: f32,
+func.func @returns(%v: memref<?x?x?xbf16>, %last: memref<?x?x?xbf16>, %g: memref<?xbf16>, %p: memref<?x?xbf16>, %eps: f32,
                    %gn: memref<?xbf16>, %eps2: f32, %out: memref<?x?xbf16>) -> f32
     attributes {k3.attn_res_norm = {widen = @widen, narrow = @narrow, round = @widen_f}} {
   return %eps : f32

@@ -518,16 +518,22 @@ func.func private @k3k_gated_rms_norm(%o: tensor<?x?x?x!act>, %z: tensor<?x?x?x!
   return %y : tensor<?x?x?x!act>
 }
 
-// k3.attn_res (§3.1) over candidates v [n, T, D]:
+// k3.attn_res (§3.1) over the candidates v = blocks [n - 1, T, D] then last
+// [1, T, D] (k3-to-linalg stacks a block's outputs once for all of its
+// AttnRes and passes the partial sum apart, so no call copies them):
 //   s_i = (Σ_j γ_j p_j v_i[j]) / sqrt(mean(v_i²) + eps), α = softmax(s),
 //   h = round(Σ_i α_i v_i).
-func.func private @k3k_attn_res(%v: tensor<?x?x?x!act>, %g: tensor<?xbf16>, %p: tensor<?x?xbf16>, %eps: f32) -> tensor<?x?x!act> {
+func.func private @k3k_attn_res(%blocks: tensor<?x?x?x!act>, %last: tensor<?x?x?x!act>, %g: tensor<?xbf16>, %p: tensor<?x?xbf16>, %eps: f32) -> tensor<?x?x!act> {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index
-  %n = tensor.dim %v, %c0 : tensor<?x?x?x!act>
-  %t = tensor.dim %v, %c1 : tensor<?x?x?x!act>
-  %d = tensor.dim %v, %c2 : tensor<?x?x?x!act>
+  %nb = tensor.dim %blocks, %c0 : tensor<?x?x?x!act>
+  %n = arith.addi %nb, %c1 : index
+  %t = tensor.dim %blocks, %c1 : tensor<?x?x?x!act>
+  %d = tensor.dim %blocks, %c2 : tensor<?x?x?x!act>
+  %e3 = tensor.empty(%n, %t, %d) : tensor<?x?x?x!act>
+  %v0 = tensor.insert_slice %blocks into %e3[0, 0, 0] [%nb, %t, %d] [1, 1, 1] : tensor<?x?x?x!act> into tensor<?x?x?x!act>
+  %v = tensor.insert_slice %last into %v0[%nb, 0, 0] [%c1, %t, %d] [1, 1, 1] : tensor<?x?x?x!act> into tensor<?x?x?x!act>
   %zero = arith.constant 0.0 : f32
   %e2 = tensor.empty(%n, %t) : tensor<?x?xf32>
   %acc = linalg.fill ins(%zero : f32) outs(%e2 : tensor<?x?xf32>) -> tensor<?x?xf32>
@@ -592,15 +598,15 @@ func.func private @k3k_attn_res(%v: tensor<?x?x?x!act>, %g: tensor<?xbf16>, %p: 
 // k3.attn_res and the k3.rms_norm of its result (§3.1, §2): the norm before
 // each mixer and FFN and the final norm, joined by k3-to-linalg where the
 // norm is the AttnRes output's only use. The two kernels, in order.
-func.func private @k3k_attn_res_norm(%v: tensor<?x?x?x!act>, %g: tensor<?xbf16>, %p: tensor<?x?xbf16>, %eps: f32,
-                                     %gn: tensor<?xbf16>, %eps2: f32) -> tensor<?x?x!act> {
+func.func private @k3k_attn_res_norm(%blocks: tensor<?x?x?x!act>, %last: tensor<?x?x?x!act>, %g: tensor<?xbf16>, %p: tensor<?x?xbf16>,
+                                     %eps: f32, %gn: tensor<?xbf16>, %eps2: f32) -> tensor<?x?x!act> {
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index
-  %t = tensor.dim %v, %c1 : tensor<?x?x?x!act>
-  %d = tensor.dim %v, %c2 : tensor<?x?x?x!act>
+  %t = tensor.dim %last, %c1 : tensor<?x?x?x!act>
+  %d = tensor.dim %last, %c2 : tensor<?x?x?x!act>
   %out = memref.alloc(%t, %d) : memref<?x?x!act>
-  func.call @k3k_attn_res_norm_rows(%v, %g, %p, %eps, %gn, %eps2, %out)
-      : (tensor<?x?x?x!act>, tensor<?xbf16>, tensor<?x?xbf16>, f32, tensor<?xbf16>, f32, memref<?x?x!act>) -> ()
+  func.call @k3k_attn_res_norm_rows(%blocks, %last, %g, %p, %eps, %gn, %eps2, %out)
+      : (tensor<?x?x?x!act>, tensor<?x?x?x!act>, tensor<?xbf16>, tensor<?x?xbf16>, f32, tensor<?xbf16>, f32, memref<?x?x!act>) -> ()
   %y = bufferization.to_tensor %out restrict : memref<?x?x!act> to tensor<?x?x!act>
   return %y : tensor<?x?x!act>
 }
@@ -608,10 +614,10 @@ func.func private @k3k_attn_res_norm(%v: tensor<?x?x?x!act>, %g: tensor<?xbf16>,
 // The same into %out (`k3.attn_res_norm`: on a GPU, k3-gpu-attn-res-norm
 // gives each token one block that reads its candidates and writes only the
 // normalised row; the body below is what runs elsewhere).
-func.func private @k3k_attn_res_norm_rows(%v: tensor<?x?x?x!act>, %g: tensor<?xbf16>, %p: tensor<?x?xbf16>, %eps: f32,
+func.func private @k3k_attn_res_norm_rows(%blocks: tensor<?x?x?x!act>, %last: tensor<?x?x?x!act>, %g: tensor<?xbf16>, %p: tensor<?x?xbf16>, %eps: f32,
                                           %gn: tensor<?xbf16>, %eps2: f32, %out: memref<?x?x!act>)
     attributes {k3.attn_res_norm = {widen = @k3k_widen, narrow = @k3k_narrow, round = @k3k_round}} {
-  %h = func.call @k3k_attn_res(%v, %g, %p, %eps) : (tensor<?x?x?x!act>, tensor<?xbf16>, tensor<?x?xbf16>, f32) -> tensor<?x?x!act>
+  %h = func.call @k3k_attn_res(%blocks, %last, %g, %p, %eps) : (tensor<?x?x?x!act>, tensor<?x?x?x!act>, tensor<?xbf16>, tensor<?x?xbf16>, f32) -> tensor<?x?x!act>
   %y = func.call @k3k_rms_norm(%h, %gn, %eps2) : (tensor<?x?x!act>, tensor<?xbf16>, f32) -> tensor<?x?x!act>
   %ym = bufferization.to_buffer %y read_only : tensor<?x?x!act> to memref<?x?x!act>
   memref.copy %ym, %out : memref<?x?x!act> to memref<?x?x!act>
