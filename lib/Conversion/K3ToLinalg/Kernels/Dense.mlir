@@ -352,19 +352,47 @@ func.func private @k3k_lm_head(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>) -> te
   return %y : tensor<?x?xf32>
 }
 
-// The logits of k3.lm_head (`k3.mma_matmul`, as @k3k_linear_many: from 16
-// tokens on, the GPU's tensor-core kernel stores each rounded sum).
-func.func private @k3k_lm_head_rounded(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %out: memref<?x?xf32>)
-    attributes {k3.mma_matmul = {out = @k3k_round}} {
-  %acc = func.call @k3k_matmul_f32(%x, %w) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?xf32>
+// The logits of 1 to 15 tokens (`k3.skinny_matmul`, as @k3k_linear_few):
+// each sum and its rounding in one kernel, no second pass over the
+// T x vocabulary f32 logits.
+func.func private @k3k_lm_head_few(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %out: memref<?x?xf32>)
+    attributes {k3.skinny_matmul = {out = @k3k_round}} {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
-  %t = tensor.dim %acc, %c0 : tensor<?x?xf32>
-  %n = tensor.dim %acc, %c1 : tensor<?x?xf32>
+  %t = tensor.dim %x, %c0 : tensor<?x?x!act>
+  %n = tensor.dim %w, %c0 : tensor<?x?xbf16>
+  %acc = memref.alloc(%t, %n) : memref<?x?xf32>
+  func.call @k3k_matmul_few(%x, %w, %acc) : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?xf32>) -> ()
   scf.parallel (%i, %j) = (%c0, %c0) to (%t, %n) step (%c1, %c1) {
-    %v = tensor.extract %acc[%i, %j] : tensor<?x?xf32>
+    %v = memref.load %acc[%i, %j] : memref<?x?xf32>
     %r = func.call @k3k_round(%v) : (f32) -> f32
     memref.store %r, %out[%i, %j] : memref<?x?xf32>
+  }
+  return
+}
+
+// The logits of k3.lm_head (`k3.mma_matmul`, as @k3k_linear_many: from 16
+// tokens on, the GPU's tensor-core kernel stores each rounded sum; 1 to 15
+// tokens are @k3k_lm_head_few's).
+func.func private @k3k_lm_head_rounded(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %out: memref<?x?xf32>)
+    attributes {k3.mma_matmul = {out = @k3k_round}} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c16 = arith.constant 16 : index
+  %t = tensor.dim %x, %c0 : tensor<?x?x!act>
+  %some = arith.cmpi uge, %t, %c1 : index
+  %notmany = arith.cmpi ult, %t, %c16 : index
+  %few = arith.andi %some, %notmany : i1
+  scf.if %few {
+    func.call @k3k_lm_head_few(%x, %w, %out) : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?xf32>) -> ()
+  } else {
+    %acc = func.call @k3k_matmul_f32(%x, %w) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?xf32>
+    %n = tensor.dim %acc, %c1 : tensor<?x?xf32>
+    scf.parallel (%i, %j) = (%c0, %c0) to (%t, %n) step (%c1, %c1) {
+      %v = tensor.extract %acc[%i, %j] : tensor<?x?xf32>
+      %r = func.call @k3k_round(%v) : (f32) -> f32
+      memref.store %r, %out[%i, %j] : memref<?x?xf32>
+    }
   }
   return
 }
