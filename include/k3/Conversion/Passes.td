@@ -404,8 +404,9 @@ def K3GPUAttnResNormPass : Pass<"k3-gpu-attn-res-norm", "::mlir::ModuleOp"> {
   let description = [{
     A function marked `k3.attn_res_norm = {widen = @w, narrow = @n, round =
     @r}` (`Kernels/Dense.mlir`: @k3k_attn_res_norm_rows) with arguments the
-    candidates v `[n, T, D]`, γ `[D]`, p `[1, D]`, eps, the norm's γ `[D]`,
-    its eps and the output `[T, D]` computes RMSNorm(AttnRes(v)) (K3_SPEC
+    candidates v as the blocks `[n - 1, T, D]` and the last one `[1, T, D]`,
+    γ `[D]`, p `[1, D]`, eps, the norm's γ `[D]`, its eps and the output
+    `[T, D]` computes RMSNorm(AttnRes(v)) (K3_SPEC
     §3.1, §2) as the two generic kernels: about ten launches, each of a few
     blocks, per sublayer of a decode step. The pass gives it a second body,
     chosen at run time by `scf.if` (D a multiple of 16 bytes of activations,

@@ -109,6 +109,22 @@ func.func @blocks(%a: tensor<?x16xbf16>, %b: tensor<?x16xbf16>, %c: tensor<?x16x
 
 // -----
 
+// One candidate: no blocks (an empty stack), the candidate the last one.
+// CHECK-LABEL: func.func @one
+// CHECK: %[[E:.+]] = tensor.empty(%{{.+}}) : tensor<0x?x16xbf16>
+// CHECK-NOT: tensor.insert_slice
+// CHECK: %[[L:.+]] = tensor.expand_shape %arg0
+// CHECK: %[[EC:.+]] = tensor.cast %[[E]] : tensor<0x?x16xbf16> to tensor<?x?x?xbf16>
+// CHECK: %[[LC:.+]] = tensor.cast %[[L]] : tensor<1x?x16xbf16> to tensor<?x?x?xbf16>
+// CHECK: call @k3k_attn_res(%[[EC]], %[[LC]],
+func.func @one(%a: tensor<?x16xbf16>, %g: tensor<16xbf16>, %w: tensor<1x16xbf16>) -> tensor<?x16xbf16> {
+  %h = k3.attn_res %a norm %g proj %w {eps = 1.0e-5 : f64}
+      : (tensor<?x16xbf16>, tensor<16xbf16>, tensor<1x16xbf16>) -> tensor<?x16xbf16>
+  return %h : tensor<?x16xbf16>
+}
+
+// -----
+
 // KDA: a state converts 1:2 (docs/ABI.md): the pool of every sequence's
 // state ([S, H, V, K] f32 value-first, [S, C, W-1] conv tails; strided, as
 // slots of the runtime's slot memory) and the call's slots; both are updated
