@@ -57,10 +57,10 @@ def main():
     peak = run["gemm_bf16_TFLOPs"] * 1e12
     pts, context = points(run, manifest)
 
-    print("%-26s %10s %10s %9s %9s %8s" % ("kernel", "bytes", "ms", "GB/s", "of copy", "FLOP/B"))
+    print("%-34s %10s %10s %9s %9s %8s" % ("kernel", "bytes", "ms", "GB/s", "of copy", "FLOP/B"))
     for name, nbytes, flops, t in pts:
-        print("%-26s %10.3g %10.3f %9.1f %9.3f %8.2f"
-              % (name[:26], nbytes, t * 1e3, nbytes / t / 1e9, nbytes / t / bw, flops / nbytes))
+        print("%-34s %10.3g %10.3f %9.1f %9.3f %8.2f"
+              % (name, nbytes, t * 1e3, nbytes / t / 1e9, nbytes / t / bw, flops / nbytes))
 
     import matplotlib
     matplotlib.use("Agg")
