@@ -274,11 +274,11 @@ struct GatedRMSNormLowering : KernelPattern<GatedRMSNormOp> {
 };
 
 // K3_SPEC §3.1: the kernel takes the candidates as blocks [n - 1, T, D] and
-// last [1, T, D]. Both are views of one candidate where n - 1 == 1; more
-// blocks are stacked (marked, so that shareAttnResStacks leaves one stack per
-// list of blocks), none are an empty stack. §3.2: every AttnRes of a block
-// has the same first candidates, the block outputs, and only the last
-// changes.
+// last [1, T, D]. The last is a view of its candidate, and so are the blocks
+// when there is one; several are stacked (marked, so that shareAttnResStacks
+// leaves one stack per list of blocks), none are an empty stack. §3.2: every
+// AttnRes of a block has the same first candidates, the block outputs, and
+// only the last changes.
 struct AttnResLowering : KernelPattern<AttnResOp> {
   using KernelPattern::KernelPattern;
   LogicalResult
