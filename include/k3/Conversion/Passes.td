@@ -59,6 +59,33 @@ def K3ExposeABIPass : Pass<"k3-expose-abi", "::mlir::ModuleOp"> {
   ];
 }
 
+def K3GroupProductsPass : Pass<"k3-group-products", "::mlir::ModuleOp"> {
+  let summary = "Products of one input by several weights as one call";
+  let description = [{
+    A function marked `k3.product_group = {few = @f, many = @m,
+    few_tokens = @p}` (`Kernels/Dense.mlir`: @k3k_linear) computes
+    `(x [T, K], W [N, K]) -> [T, N]` as `@f(x, W, out)` when `@p(T)` holds
+    and `@m(x, W, out)` otherwise. The calls of it in one block with the
+    same x (up to `tensor.cast`) become one call, at the first of them, of
+    a function made here, `<name>_x<m>(x, W_1 .. W_m) -> (y_1 .. y_m)`: when
+    `@p(T)` one call of `<f>_x<m>(x, W_1 .. W_m, out_1 .. out_m)`, which
+    carries `@f`'s attributes and whose body is the m calls of `@f` (so
+    k3-gpu-skinny-mma makes the few-token products of a decode step one
+    launch: K3's KDA projections q, k, v, f_a, b and g, the MLA's q_a and
+    kv_a, an MLP's gate and up), else the m calls of `@m`. Every output is
+    computed as by its own call. A weight defined after the first call
+    must be a `tensor.cast` of a value defined before it (it is cast again
+    there); other calls are left alone.
+  }];
+  let dependentDialects = [
+    "::mlir::bufferization::BufferizationDialect",
+    "::mlir::func::FuncDialect",
+    "::mlir::memref::MemRefDialect",
+    "::mlir::scf::SCFDialect",
+    "::mlir::tensor::TensorDialect"
+  ];
+}
+
 def K3EmitLibraryEntriesPass : Pass<"k3-emit-library-entries", "::mlir::ModuleOp"> {
   let summary = "Add the library's exported C entry points (LLVM dialect)";
   let description = [{

@@ -88,10 +88,11 @@ constexpr llvm::StringLiteral kAttr = "k3.skinny_matmul";
 
 class SkinnyKernel : k3::IndexMath {
 public:
-  SkinnyKernel(OpBuilder &b, Location loc, Value x, Value w, Value out,
-               func::FuncOp outFn, memref::GlobalOp ringGlobal,
-               memref::GlobalOp countGlobal)
-      : IndexMath{b, loc}, x(x), w(w), out(out), outFn(outFn),
+  /// The products of x by `ws` into `outs` (one launch for all).
+  SkinnyKernel(OpBuilder &b, Location loc, Value x, ValueRange ws,
+               ValueRange outs, func::FuncOp outFn,
+               memref::GlobalOp ringGlobal, memref::GlobalOp countGlobal)
+      : IndexMath{b, loc}, x(x), ws(ws), outs(outs), outFn(outFn),
         ringGlobal(ringGlobal), countGlobal(countGlobal) {}
 
   void build(SmallVectorImpl<Operation *> &rest);
@@ -126,11 +127,14 @@ private:
   /// row block adds them (see top). `entries` are (sum, token, row).
   void combine(ArrayRef<std::array<Value, 3>> entries, Value tokens);
 
-  Value x, w, out;
+  Value x;
+  SmallVector<Value> ws, outs;
   func::FuncOp outFn;
   memref::GlobalOp ringGlobal, countGlobal;
+  // This block's matrix (one of ws), output, workspace and counter.
+  Value w, out, partial, counter;
   Value ring, warp, lane, g, t, rowBase, tok0, tok1, mine;
-  Value slices, slice, chunk0, partial, rowBlock;
+  Value slices, slice, chunk0;
   Value copyRow, copyPiece;
 };
 
@@ -204,30 +208,72 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   Value c1 = idx(1);
   Value tokens = memref::DimOp::create(b, loc, x, 0);
   Value depth = memref::DimOp::create(b, loc, x, 1);
-  Value rows = memref::DimOp::create(b, loc, w, 0);
-  Value ok = both(rem0(depth, kChunk), rem0(rows, kRows));
+  Value ok = rem0(depth, kChunk);
   ok = both(ok, cmp(arith::CmpIPredicate::uge, tokens, c1));
   ok = both(ok, cmp(arith::CmpIPredicate::ule, tokens, idx(kMaxTokens)));
-  ok = both(ok, cmp(arith::CmpIPredicate::eq,
-                    memref::DimOp::create(b, loc, w, 1), depth));
-  ok = both(ok, both(aligned(x), aligned(w)));
-  k3::guardBody(b, loc, rest, ok);
-
-  // S = kTargetBlocks / row blocks (one wave), at most chunks / 4, at
-  // least 1.
-  Value rowBlocks = div(rows, kRows);
+  ok = both(ok, aligned(x));
+  SmallVector<Value> rows;
+  for (Value m : ws) {
+    rows.push_back(memref::DimOp::create(b, loc, m, 0));
+    ok = both(ok, both(rem0(rows.back(), kRows), aligned(m)));
+    ok = both(ok, cmp(arith::CmpIPredicate::eq,
+                      memref::DimOp::create(b, loc, m, 1), depth));
+  }
+  // Per matrix i: S_i = kTargetBlocks / row blocks (one wave of its own),
+  // at most chunks / 4, at least 1, so that its sums are the same alone or
+  // with the others; its blocks follow those of matrices 0 .. i - 1 in
+  // the grid, and a split one's counters those of the split ones before.
   Value chunks = div(depth, kChunk);
-  slices = arith::MaxUIOp::create(
-      b, loc, min(div(idx(kTargetBlocks), rowBlocks), div(chunks, kWarps)),
-      c1);
+  // Per matrix: row blocks, S, first block, first counter, workspace.
+  SmallVector<std::array<Value, 5>> mats;
+  Value blocks = idx(0), counters = idx(0);
+  for (Value n : rows) {
+    Value rowBlocks = div(n, kRows);
+    Value s = arith::MaxUIOp::create(
+        b, loc,
+        min(div(idx(kTargetBlocks),
+                arith::MaxUIOp::create(b, loc, rowBlocks, c1)),
+            div(chunks, kWarps)),
+        c1);
+    mats.push_back({rowBlocks, s, blocks, counters, Value()});
+    blocks = add(blocks, mul(rowBlocks, s));
+    counters = add(counters, pick(cmp(arith::CmpIPredicate::ugt, s, c1),
+                                  rowBlocks, idx(0)));
+  }
+  ok = both(ok, cmp(arith::CmpIPredicate::ule, counters, idx(kCounters)));
+  k3::guardBody(b, loc, rest, ok);
   // The slices' sums [S, T, N] (empty without a split).
-  partial = k3::sliceBuffer(b, loc, cmp(arith::CmpIPredicate::ugt, slices, c1),
-                            slices, tokens, rows);
-  auto launch = gpu::LaunchOp::create(b, loc, rowBlocks, slices, c1,
+  for (auto [mat, n] : llvm::zip(mats, rows))
+    mat[4] = k3::sliceBuffer(b, loc, cmp(arith::CmpIPredicate::ugt, mat[1], c1),
+                             mat[1], tokens, n);
+  auto launch = gpu::LaunchOp::create(b, loc, blocks, c1, c1,
                                       idx(kWarps * 32), c1, c1);
   launch->setAttr("k3.mma_shape", b.getDenseI64ArrayAttr({16, 8, 16}));
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&launch.getBody().front());
+  // This block's matrix: the last whose first block is at or before it.
+  Value block = launch.getBlockIds().x;
+  w = ws[0];
+  out = outs[0];
+  Value rowBlocks = mats[0][0], first = mats[0][2];
+  slices = mats[0][1];
+  counter = mats[0][3];
+  partial = mats[0][4];
+  for (size_t i = 1; i < mats.size(); ++i) {
+    Value here = cmp(arith::CmpIPredicate::uge, block, mats[i][2]);
+    w = pick(here, ws[i], w);
+    out = pick(here, outs[i], out);
+    rowBlocks = pick(here, mats[i][0], rowBlocks);
+    slices = pick(here, mats[i][1], slices);
+    first = pick(here, mats[i][2], first);
+    counter = pick(here, mats[i][3], counter);
+    partial = pick(here, mats[i][4], partial);
+  }
+  // Its blocks: row block fastest, then slice.
+  Value local = sub(block, first);
+  Value rowBlock = rem(local, rowBlocks);
+  slice = div(local, rowBlocks);
+  counter = add(counter, rowBlock);
   ring = memref::GetGlobalOp::create(b, loc, ringGlobal.getType(),
                                      ringGlobal.getSymName());
   Value tid = launch.getThreadIds().x;
@@ -235,7 +281,6 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   lane = rem(tid, 32);
   g = div(lane, 4);
   t = rem(lane, 4);
-  rowBlock = launch.getBlockIds().x;
   rowBase = mul(rowBlock, kRows);
   // Token columns g and g + 8 (past T: token T - 1, not stored).
   Value last = arith::SubIOp::create(b, loc, tokens, c1);
@@ -243,7 +288,6 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   tok1 = arith::MinUIOp::create(b, loc, add(g, 8), last);
   // Slice s: chunks [s C / S, (s + 1) C / S) of the C = K / 128; warp w
   // takes its chunks w, w + 4, ...
-  slice = launch.getBlockIds().y;
   chunk0 = div(mul(slice, chunks), slices);
   Value sliceChunks = sub(div(mul(add(slice, 1), chunks), slices), chunk0);
   mine = div(sub(add(sliceChunks, kWarps - 1), warp), kWarps);
@@ -337,7 +381,7 @@ void SkinnyKernel::combine(ArrayRef<std::array<Value, 3>> entries,
   };
   SmallVector<Value> flagAt(4, idx(0));
   // The verdict goes through the ring, whose reads are done.
-  k3::finishSplitTile(b, loc, countGlobal, rowBlock, slices, first, ring,
+  k3::finishSplitTile(b, loc, countGlobal, counter, slices, first, ring,
                       flagAt, [&] {
     for (const std::array<Value, 3> &e : entries) {
       Value tok = e[1], row = e[2];
@@ -370,7 +414,8 @@ struct K3GPUSkinnyMMAPass
   }
 
   LogicalResult rewrite(func::FuncOp f) {
-    FailureOr<func::FuncOp> outFn = k3::productOutFunction(f, kAttr);
+    FailureOr<func::FuncOp> outFn =
+        k3::productOutFunction(f, kAttr, /*several=*/true);
     if (failed(outFn))
       return failure();
     Block &body = f.getBody().front();
@@ -382,8 +427,10 @@ struct K3GPUSkinnyMMAPass
     SmallVector<Operation *> rest = k3::bodyOps(body);
     OpBuilder builder(f.getContext());
     builder.setInsertionPointToStart(&body);
+    unsigned m = body.getNumArguments() / 2;
     SkinnyKernel(builder, f.getLoc(), body.getArgument(0),
-                 body.getArgument(1), body.getArgument(2), *outFn,
+                 body.getArguments().slice(1, m),
+                 body.getArguments().slice(1 + m, m), *outFn,
                  // The warps' cp.async rings, one workgroup buffer per block.
                  k3::workgroupBuffer(getOperation(), "k3k_skinny_ring",
                                      {kWarps, kStages, kRows, kChunk}),

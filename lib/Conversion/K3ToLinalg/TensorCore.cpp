@@ -49,7 +49,8 @@ bool mlir::k3::returnsNothing(Block &body) {
 }
 
 FailureOr<func::FuncOp> mlir::k3::productOutFunction(func::FuncOp f,
-                                                     StringRef attr) {
+                                                     StringRef attr,
+                                                     bool several) {
   auto fail = [&](const Twine &why) {
     return f.emitError() << attr << ": " << why, failure();
   };
@@ -58,17 +59,25 @@ FailureOr<func::FuncOp> mlir::k3::productOutFunction(func::FuncOp f,
   if (!ref)
     return fail("expected a dictionary {out = @function}");
   Block &body = f.getBody().front();
-  auto memref = [&](unsigned i) {
-    return i < body.getNumArguments()
-               ? dyn_cast<MemRefType>(body.getArgument(i).getType())
-               : MemRefType();
+  unsigned args = body.getNumArguments();
+  unsigned m = args / 2;
+  auto matrix = [&](unsigned i, bool identity) {
+    auto t = dyn_cast<MemRefType>(body.getArgument(i).getType());
+    return t && t.getRank() == 2 && (!identity || t.getLayout().isIdentity());
   };
-  MemRefType x = memref(0), w = memref(1), out = memref(2);
-  if (body.getNumArguments() != 3 || !x || !w || !out || x.getRank() != 2 ||
-      w.getRank() != 2 || out.getRank() != 2 ||
-      !w.getElementType().isBF16() || !x.getLayout().isIdentity() ||
-      !w.getLayout().isIdentity())
-    return fail("expected (x [T, K], bf16 W [N, K], output [T, N]) memrefs");
+  bool ok = args % 2 == 1 && m >= 1 && (several || m == 1) && matrix(0, true);
+  for (unsigned i = 1; ok && i <= m; ++i)
+    ok = matrix(i, true) && matrix(m + i, false) &&
+         cast<MemRefType>(body.getArgument(i).getType())
+             .getElementType()
+             .isBF16() &&
+         body.getArgument(m + i).getType() == body.getArgument(m + 1).getType();
+  if (!ok)
+    return fail(several ? "expected (x [T, K], bf16 W_1 [N_1, K] ..., outputs "
+                          "[T, N_1] ...) memrefs, as many outputs as W"
+                        : "expected (x [T, K], bf16 W [N, K], output [T, N]) "
+                          "memrefs");
+  auto out = cast<MemRefType>(body.getArgument(m + 1).getType());
   auto outFn = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(f, ref);
   Builder b(f.getContext());
   if (!outFn || outFn.getFunctionType() !=

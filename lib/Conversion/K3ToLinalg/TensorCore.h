@@ -33,8 +33,11 @@ bool returnsNothing(Block &body);
 /// (`k3.skinny_matmul`, `k3.mma_matmul`): `f` takes the product's f32 sum
 /// to the output's element type; the arguments are x [T, K], bf16 W [N, K]
 /// and the output [T, N] (memrefs, x and W with identity layouts) and the
-/// function returns nothing. Otherwise an error on `f` that names `attr`.
-FailureOr<func::FuncOp> productOutFunction(func::FuncOp f, StringRef attr);
+/// function returns nothing. With `several`, x, W_1 .. W_m and outputs
+/// 1 .. m of one type (m >= 1: the products of x by several matrices).
+/// Otherwise an error on `f` that names `attr`.
+FailureOr<func::FuncOp> productOutFunction(func::FuncOp f, StringRef attr,
+                                           bool several = false);
 
 /// The operations of `body` before its terminator: the generic body that a
 /// kernel-building pass moves into the `else` of its run-time choice.

@@ -24,20 +24,27 @@
 // CHECK-DAG: arith.cmpi ule, %[[T]], %c16
 // CHECK-DAG: memref.extract_aligned_pointer_as_index %[[X]]
 // CHECK-DAG: memref.extract_aligned_pointer_as_index %[[W]]
-// CHECK: scf.if
 // One block of four warps per 16 rows and slice of K: S = max(1,
-// min(528 / (N / 16), K / 128 / 4)), the slices' sums in a [S, T, N]
-// workspace (empty for S = 1).
-// CHECK: %[[GX:.+]] = arith.divui %[[N]], %c16
+// min(528 / (N / 16), K / 128 / 4)); the split rows' counters must fit.
 // CHECK: %[[CH:.+]] = arith.divui %[[K]], %c128
+// CHECK: %[[GX:.+]] = arith.divui %[[N]], %c16
 // CHECK: %[[CH4:.+]] = arith.divui %[[CH]], %c4
-// CHECK: %[[WANT:.+]] = arith.divui %c528, %[[GX]]
+// CHECK: %[[GX1:.+]] = arith.maxui %[[GX]], %c1
+// CHECK: %[[WANT:.+]] = arith.divui %c528, %[[GX1]]
 // CHECK: %[[FEW:.+]] = arith.minui %[[WANT]], %[[CH4]]
 // CHECK: %[[S:.+]] = arith.maxui %[[FEW]], %c1
+// CHECK: %[[BLOCKS:.+]] = arith.muli %[[GX]], %[[S]]
 // CHECK: %[[SPLITS:.+]] = arith.cmpi ugt, %[[S]], %c1
+// CHECK: %[[NCOUNT:.+]] = arith.select %[[SPLITS]], %[[GX]], %c0
+// CHECK: arith.cmpi ule, %[[NCOUNT]], %c4096
+// CHECK: scf.if
+// The slices' sums in a [S, T, N] workspace (empty for S = 1).
 // CHECK: %[[PARTS:.+]] = arith.select %[[SPLITS]], %[[S]], %c0
 // CHECK: %[[PART:.+]] = memref.alloc(%[[PARTS]], %[[T]], %[[N]]) : memref<?x?x?xf32>
-// CHECK: gpu.launch blocks(%[[RB:[^,]+]], %[[SL:[^,]+]], %{{.+}}) in (%{{.+}} = %[[GX]], %{{.+}} = %[[S]], %{{.+}} = %c1{{.*}}) threads(%{{.+}}, %{{.+}}, %{{.+}}) in (%{{.+}} = %c128
+// A grid of row blocks x slices, the row block fastest.
+// CHECK: gpu.launch blocks(%[[B:[^,]+]], %{{.+}}, %{{.+}}) in (%{{.+}} = %[[BLOCKS]], %{{.+}} = %c1, %{{.+}} = %c1{{.*}}) threads(%{{.+}}, %{{.+}}, %{{.+}}) in (%{{.+}} = %c128
+// CHECK: %[[RB:.+]] = arith.remui %[[B]], %[[GX]]
+// CHECK: %[[SL:.+]] = arith.divui %[[B]], %[[GX]]
 // CHECK: %[[RING:.+]] = memref.get_global @k3k_skinny_ring
 // Slice s: chunks [s C / S, (s + 1) C / S); a warp's: (that + 3 - warp) / 4.
 // CHECK: %[[C0:.+]] = arith.muli %[[SL]], %[[CH]]
@@ -153,6 +160,64 @@ func.func @linear(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %out: memref<?x?xb
 
 // -----
 
+// Two matrices against one x (k3-group-products' @k3k_linear_few_x2): one
+// launch over the row blocks of both, each matrix split as it would be
+// alone; a block past the first matrix's blocks takes the second's W,
+// output, workspace and counters (after the first's split rows).
+// CHECK-LABEL: func.func @pair
+// CHECK-SAME: (%[[X:[^:]+]]: memref<?x?xbf16>, %[[W0:[^:]+]]: memref<?x?xbf16>, %[[W1:[^:]+]]: memref<?x?xbf16>, %[[O0:[^:]+]]: memref<?x?xbf16>, %[[O1:[^:]+]]: memref<?x?xbf16>)
+// CHECK-DAG: %[[N0:.+]] = memref.dim %[[W0]], %c0
+// CHECK-DAG: %[[N1:.+]] = memref.dim %[[W1]], %c0
+// CHECK-DAG: memref.extract_aligned_pointer_as_index %[[W0]]
+// CHECK-DAG: memref.extract_aligned_pointer_as_index %[[W1]]
+// CHECK: %[[R0:.+]] = arith.divui %[[N0]], %c16
+// CHECK: arith.minui
+// CHECK-NEXT: %[[S0:.+]] = arith.maxui %{{.+}}, %c1
+// CHECK: %[[B0:.+]] = arith.muli %[[R0]], %[[S0]]
+// CHECK: %[[SPLIT0:.+]] = arith.cmpi ugt, %[[S0]], %c1
+// CHECK: %[[C1:.+]] = arith.select %[[SPLIT0]], %[[R0]], %c0
+// CHECK: %[[R1:.+]] = arith.divui %[[N1]], %c16
+// CHECK: arith.minui
+// CHECK-NEXT: %[[S1:.+]] = arith.maxui %{{.+}}, %c1
+// CHECK: %[[B1:.+]] = arith.muli %[[R1]], %[[S1]]
+// CHECK: %[[ALL:.+]] = arith.addi %[[B0]], %[[B1]]
+// CHECK: scf.if
+// CHECK: %[[P0:.+]] = memref.alloc(%{{.+}}, %{{.+}}, %[[N0]]) : memref<?x?x?xf32>
+// CHECK: %[[P1:.+]] = memref.alloc(%{{.+}}, %{{.+}}, %[[N1]]) : memref<?x?x?xf32>
+// CHECK: gpu.launch blocks(%[[B:[^,]+]], %{{.+}}, %{{.+}}) in (%{{.+}} = %[[ALL]], %{{.+}} = %c1, %{{.+}} = %c1{{.*}})
+// CHECK: %[[HERE:.+]] = arith.cmpi uge, %[[B]], %[[B0]]
+// CHECK-DAG: %[[W:.+]] = arith.select %[[HERE]], %[[W1]], %[[W0]] : memref<?x?xbf16>
+// CHECK-DAG: %[[O:.+]] = arith.select %[[HERE]], %[[O1]], %[[O0]] : memref<?x?xbf16>
+// CHECK-DAG: %[[RB:.+]] = arith.select %[[HERE]], %[[R1]], %[[R0]] : index
+// CHECK-DAG: %[[FIRST:.+]] = arith.select %[[HERE]], %[[B0]], %c0 : index
+// CHECK-DAG: %[[CBASE:.+]] = arith.select %[[HERE]], %[[C1]], %c0 : index
+// CHECK-DAG: arith.select %[[HERE]], %[[P1]], %[[P0]] : memref<?x?x?xf32>
+// CHECK: %[[LOCAL:.+]] = arith.subi %[[B]], %[[FIRST]]
+// CHECK: %[[ROW:.+]] = arith.remui %[[LOCAL]], %[[RB]]
+// CHECK: arith.divui %[[LOCAL]], %[[RB]]
+// CHECK: arith.addi %[[CBASE]], %[[ROW]]
+// CHECK: nvgpu.device_async_copy %[[W]]
+// CHECK: memref.store %{{.+}}, %[[O]]
+// Otherwise the function's own body.
+// CHECK: } else {
+// CHECK: memref.store %{{.+}}, %[[O0]][%c0, %c0]
+// CHECK: memref.store %{{.+}}, %[[O1]][%c0, %c0]
+func.func private @o(%a: f32) -> bf16 {
+  %r = arith.truncf %a : f32 to bf16
+  return %r : bf16
+}
+func.func @pair(%x: memref<?x?xbf16>, %w0: memref<?x?xbf16>, %w1: memref<?x?xbf16>,
+                %out0: memref<?x?xbf16>, %out1: memref<?x?xbf16>)
+    attributes {k3.skinny_matmul = {out = @o}} {
+  %c0 = arith.constant 0 : index
+  %z = arith.constant 0.0 : bf16
+  memref.store %z, %out0[%c0, %c0] : memref<?x?xbf16>
+  memref.store %z, %out1[%c0, %c0] : memref<?x?xbf16>
+  return
+}
+
+// -----
+
 // An f32 output (k3k_matmul_few): the same kernel, o = the sum itself.
 // CHECK-LABEL: func.func @matmul
 // CHECK: gpu.launch
@@ -194,7 +259,7 @@ func.func @not_a_dict(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %out: memref<?
 func.func private @sum(%a: f32) -> f32 {
   return %a : f32
 }
-// expected-error @+1 {{k3.skinny_matmul: expected (x [T, K], bf16 W [N, K], output [T, N]) memrefs}}
+// expected-error @+1 {{k3.skinny_matmul: expected (x [T, K], bf16 W_1 [N_1, K] ..., outputs [T, N_1] ...) memrefs, as many outputs as W}}
 func.func @f32_weights(%x: memref<?x?xbf16>, %w: memref<?x?xf32>, %out: memref<?x?xf32>)
     attributes {k3.skinny_matmul = {out = @sum}} {
   return
@@ -221,4 +286,17 @@ func.func @returns(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %out: memref<?x?x
     attributes {k3.skinny_matmul = {out = @sum}} {
   %c0 = arith.constant 0 : index
   return %c0 : index
+}
+
+// -----
+
+func.func private @sum(%a: f32) -> f32 {
+  return %a : f32
+}
+// Outputs of two types.
+// expected-error @+1 {{k3.skinny_matmul: expected (x [T, K], bf16 W_1 [N_1, K] ..., outputs [T, N_1] ...) memrefs, as many outputs as W}}
+func.func @mixed_outputs(%x: memref<?x?xbf16>, %w0: memref<?x?xbf16>, %w1: memref<?x?xbf16>,
+                         %out0: memref<?x?xf32>, %out1: memref<?x?xbf16>)
+    attributes {k3.skinny_matmul = {out = @sum}} {
+  return
 }

@@ -259,16 +259,26 @@ func.func private @k3k_narrow2(%x: tensor<?x?xf32>) -> tensor<?x?x!act> {
   return %y : tensor<?x?x!act>
 }
 
-// k3.linear: round(x Wᵀ).
-func.func private @k3k_linear(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>) -> tensor<?x?x!act> {
-  %c0 = arith.constant 0 : index
+// Whether a product of %t tokens takes the few-token kernel: 1 to 15.
+func.func private @k3k_few_tokens(%t: index) -> i1 {
   %c1 = arith.constant 1 : index
   %c16 = arith.constant 16 : index
-  %t = tensor.dim %x, %c0 : tensor<?x?x!act>
-  %n = tensor.dim %w, %c0 : tensor<?x?xbf16>
   %some = arith.cmpi uge, %t, %c1 : index
   %notmany = arith.cmpi ult, %t, %c16 : index
   %few = arith.andi %some, %notmany : i1
+  return %few : i1
+}
+
+// k3.linear: round(x Wᵀ). `k3.product_group`: k3-group-products makes the
+// calls with one x and several W one call, whose few-token products are
+// one kernel (the same sums as these calls).
+func.func private @k3k_linear(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>) -> tensor<?x?x!act>
+    attributes {k3.product_group = {few = @k3k_linear_few, many = @k3k_linear_many,
+                                    few_tokens = @k3k_few_tokens}} {
+  %c0 = arith.constant 0 : index
+  %t = tensor.dim %x, %c0 : tensor<?x?x!act>
+  %n = tensor.dim %w, %c0 : tensor<?x?xbf16>
+  %few = func.call @k3k_few_tokens(%t) : (index) -> i1
   // Both branches write the one result buffer (a tensor-valued scf.if
   // would cost a copy of it).
   %out = memref.alloc(%t, %n) : memref<?x?x!act>

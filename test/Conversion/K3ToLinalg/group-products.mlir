@@ -1,0 +1,122 @@
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --k3-group-products | FileCheck %s
+
+// The calls of @lin with one x (up to casts) in one block become one call
+// of @lin_x3 at the first; a weight cast after the first call is cast
+// again before it. A call with another x, a weight computed after the
+// first call, and a call in another block keep their own calls.
+// CHECK-LABEL: func.func @layer
+// CHECK-SAME: (%[[X:[^:]+]]: tensor<?x64xbf16>, %[[A:[^:]+]]: tensor<32x64xbf16>, %[[B:[^:]+]]: tensor<16x64xbf16>, %[[C:[^:]+]]: tensor<?x?xbf16>, %[[Y:[^:]+]]: tensor<?x?xbf16>, %[[P:[^:]+]]: i1)
+// CHECK: %[[XA:.+]] = tensor.cast %[[X]] : tensor<?x64xbf16> to tensor<?x?xbf16>
+// CHECK: %[[WA:.+]] = tensor.cast %[[A]] : tensor<32x64xbf16> to tensor<?x?xbf16>
+// CHECK: %[[WB:.+]] = tensor.cast %[[B]] : tensor<16x64xbf16> to tensor<?x?xbf16>
+// CHECK: %[[G:.+]]:3 = call @lin_x3(%[[XA]], %[[WA]], %[[WB]], %[[C]])
+// CHECK: %[[ALONE:.+]] = call @lin(%[[Y]], %[[C]])
+// CHECK: %[[LATE:.+]] = call @lin(%[[XA]], %[[ALONE]])
+// CHECK: scf.if %[[P]]
+// CHECK: call @lin(%[[XA]], %[[C]])
+// CHECK: return %[[G]]#0, %[[G]]#1, %[[G]]#2, %[[ALONE]], %[[LATE]]
+// The group: the few-token products in one call (the few function's
+// marks), else one call of @many each.
+// CHECK: func.func private @few_x3(%[[FX:[^:]+]]: tensor<?x?xbf16>, %[[F1:[^:]+]]: tensor<?x?xbf16>, %[[F2:[^:]+]]: tensor<?x?xbf16>, %[[F3:[^:]+]]: tensor<?x?xbf16>, %[[O1:[^:]+]]: memref<?x?xbf16>, %[[O2:[^:]+]]: memref<?x?xbf16>, %[[O3:[^:]+]]: memref<?x?xbf16>)
+// CHECK-SAME: attributes {k3.skinny_matmul = {out = @o}}
+// CHECK-NEXT: call @few(%[[FX]], %[[F1]], %[[O1]])
+// CHECK-NEXT: call @few(%[[FX]], %[[F2]], %[[O2]])
+// CHECK-NEXT: call @few(%[[FX]], %[[F3]], %[[O3]])
+// CHECK-NEXT: return
+// CHECK: func.func private @lin_x3(%[[GX:[^:]+]]: tensor<?x?xbf16>, %[[G1:[^:]+]]: tensor<?x?xbf16>, %[[G2:[^:]+]]: tensor<?x?xbf16>, %[[G3:[^:]+]]: tensor<?x?xbf16>) -> (tensor<?x?xbf16>, tensor<?x?xbf16>, tensor<?x?xbf16>)
+// CHECK: %[[T:.+]] = tensor.dim %[[GX]], %c0
+// CHECK: %[[N1:.+]] = tensor.dim %[[G1]], %c0
+// CHECK: %[[B1:.+]] = memref.alloc(%[[T]], %[[N1]]) : memref<?x?xbf16>
+// CHECK: %[[B2:.+]] = memref.alloc
+// CHECK: %[[B3:.+]] = memref.alloc
+// CHECK: %[[FEW:.+]] = call @few_tokens(%[[T]])
+// CHECK: scf.if %[[FEW]] {
+// CHECK-NEXT: func.call @few_x3(%[[GX]], %[[G1]], %[[G2]], %[[G3]], %[[B1]], %[[B2]], %[[B3]])
+// CHECK-NEXT: } else {
+// CHECK-NEXT: func.call @many(%[[GX]], %[[G1]], %[[B1]])
+// CHECK-NEXT: func.call @many(%[[GX]], %[[G2]], %[[B2]])
+// CHECK-NEXT: func.call @many(%[[GX]], %[[G3]], %[[B3]])
+// CHECK: %[[Y1:.+]] = bufferization.to_tensor %[[B1]] restrict
+// CHECK: %[[Y2:.+]] = bufferization.to_tensor %[[B2]] restrict
+// CHECK: %[[Y3:.+]] = bufferization.to_tensor %[[B3]] restrict
+// CHECK: return %[[Y1]], %[[Y2]], %[[Y3]]
+func.func private @o(%a: f32) -> bf16 {
+  %r = arith.truncf %a : f32 to bf16
+  return %r : bf16
+}
+func.func private @few_tokens(%t: index) -> i1 {
+  %c16 = arith.constant 16 : index
+  %few = arith.cmpi ult, %t, %c16 : index
+  return %few : i1
+}
+func.func private @few(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>, %out: memref<?x?xbf16>)
+    attributes {k3.skinny_matmul = {out = @o}} {
+  return
+}
+func.func private @many(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>, %out: memref<?x?xbf16>) {
+  return
+}
+func.func private @lin(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>) -> tensor<?x?xbf16>
+    attributes {k3.product_group = {few = @few, many = @many, few_tokens = @few_tokens}} {
+  %c0 = arith.constant 0 : index
+  %t = tensor.dim %x, %c0 : tensor<?x?xbf16>
+  %n = tensor.dim %w, %c0 : tensor<?x?xbf16>
+  %out = memref.alloc(%t, %n) : memref<?x?xbf16>
+  func.call @few(%x, %w, %out) : (tensor<?x?xbf16>, tensor<?x?xbf16>, memref<?x?xbf16>) -> ()
+  %y = bufferization.to_tensor %out restrict : memref<?x?xbf16> to tensor<?x?xbf16>
+  return %y : tensor<?x?xbf16>
+}
+func.func @layer(%x: tensor<?x64xbf16>, %a: tensor<32x64xbf16>, %b: tensor<16x64xbf16>,
+                 %c: tensor<?x?xbf16>, %y: tensor<?x?xbf16>, %p: i1)
+    -> (tensor<?x?xbf16>, tensor<?x?xbf16>, tensor<?x?xbf16>, tensor<?x?xbf16>, tensor<?x?xbf16>) {
+  %xa = tensor.cast %x : tensor<?x64xbf16> to tensor<?x?xbf16>
+  %wa = tensor.cast %a : tensor<32x64xbf16> to tensor<?x?xbf16>
+  %0 = call @lin(%xa, %wa) : (tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xbf16>
+  %1 = call @lin(%y, %c) : (tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xbf16>
+  %xb = tensor.cast %x : tensor<?x64xbf16> to tensor<?x?xbf16>
+  %wb = tensor.cast %b : tensor<16x64xbf16> to tensor<?x?xbf16>
+  %2 = call @lin(%xb, %wb) : (tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xbf16>
+  %3 = call @lin(%xa, %1) : (tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xbf16>
+  %4 = call @lin(%xa, %c) : (tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xbf16>
+  scf.if %p {
+    %5 = func.call @lin(%xa, %c) : (tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xbf16>
+  }
+  return %0, %2, %4, %1, %3 : tensor<?x?xbf16>, tensor<?x?xbf16>, tensor<?x?xbf16>, tensor<?x?xbf16>, tensor<?x?xbf16>
+}
+
+// -----
+
+func.func private @few(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>, %out: memref<?x?xbf16>) {
+  return
+}
+// expected-error @+1 {{k3.product_group: expected {few = @f, many = @m, few_tokens = @p} naming functions}}
+func.func private @lin(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>) -> tensor<?x?xbf16>
+    attributes {k3.product_group = {few = @few, many = @missing, few_tokens = @few}} {
+  return %x : tensor<?x?xbf16>
+}
+
+// -----
+
+func.func private @few_tokens(%t: index) -> i1 {
+  %true = arith.constant true
+  return %true : i1
+}
+func.func private @few(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>, %out: memref<?x?xf32>) {
+  return
+}
+// expected-error @+1 {{k3.product_group: 'few' and 'many' must take (x, W, y's buffer)}}
+func.func private @lin(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>) -> tensor<?x?xbf16>
+    attributes {k3.product_group = {few = @few, many = @few, few_tokens = @few_tokens}} {
+  return %x : tensor<?x?xbf16>
+}
+
+// -----
+
+func.func private @few(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>, %out: memref<?x?xbf16>) {
+  return
+}
+// expected-error @+1 {{k3.product_group: 'few_tokens' must be (index) -> i1}}
+func.func private @lin(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>) -> tensor<?x?xbf16>
+    attributes {k3.product_group = {few = @few, many = @few, few_tokens = @few}} {
+  return %x : tensor<?x?xbf16>
+}
