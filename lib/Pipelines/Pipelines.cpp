@@ -23,7 +23,7 @@ void mlir::k3::buildK3ToLinalgPipeline(OpPassManager &pm) {
   pm.addPass(createConvertK3ToLinalgPass());
   pm.addPass(createK3ExposeABIPass());
   pm.addPass(createCanonicalizerPass());
-  pm.addPass(createK3GroupProductsPass());
+  pm.addPass(createK3GroupCallsPass());
   pm.addPass(createSymbolDCEPass());
 }
 

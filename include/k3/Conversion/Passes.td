@@ -59,23 +59,30 @@ def K3ExposeABIPass : Pass<"k3-expose-abi", "::mlir::ModuleOp"> {
   ];
 }
 
-def K3GroupProductsPass : Pass<"k3-group-products", "::mlir::ModuleOp"> {
-  let summary = "Products of one input by several weights as one call";
+def K3GroupCallsPass : Pass<"k3-group-calls", "::mlir::ModuleOp"> {
+  let summary = "Independent calls of a kernel function as one call (one launch)";
   let description = [{
-    A function marked `k3.product_group = {few = @f, many = @m,
+    Calls in one block whose operands are all defined before the first of
+    them (or are `tensor.cast`s of such values, cast again there) become
+    one call at the first, so that a decode step launches one kernel where
+    it launched several. Every output is computed as by its own call.
+
+    Products: a function marked `k3.product_group = {few = @f, many = @m,
     few_tokens = @p}` (`Kernels/Dense.mlir`: @k3k_linear) computes
     `(x [T, K], W [N, K]) -> [T, N]` as `@f(x, W, out)` when `@p(T)` holds
-    and `@m(x, W, out)` otherwise. The calls of it in one block with the
-    same x (up to `tensor.cast`) become one call, at the first of them, of
-    a function made here, `<name>_x<m>(x, W_1 .. W_m) -> (y_1 .. y_m)`: when
-    `@p(T)` one call of `<f>_x<m>(x, W_1 .. W_m, out_1 .. out_m)`, which
-    carries `@f`'s attributes and whose body is the m calls of `@f` (so
-    k3-gpu-skinny-mma makes the few-token products of a decode step one
-    launch: K3's KDA projections q, k, v, f_a, b and g, the MLA's q_a and
-    kv_a, an MLP's gate and up), else the m calls of `@m`. Every output is
-    computed as by its own call. A weight defined after the first call
-    must be a `tensor.cast` of a value defined before it (it is cast again
-    there); other calls are left alone.
+    and `@m(x, W, out)` otherwise. Its calls with the same x (up to
+    `tensor.cast`) become one call of a function made here,
+    `<name>_x<m>(x, W_1 .. W_m) -> (y_1 .. y_m)`: when `@p(T)` one call of
+    `<f>_x<m>(x, W_1 .. W_m, out_1 .. out_m)`, which carries `@f`'s
+    attributes and whose body is the m calls of `@f` (k3-gpu-skinny-mma
+    makes it one kernel: K3's KDA projections q, k, v, f_a, b and g, the
+    MLA's q_a and kv_a, an MLP's gate and up), else the m calls of `@m`.
+
+    Fixed groups: a function marked `k3.call_group = @g`, where `@g` takes
+    the arguments of n calls one after the other and returns their results
+    likewise (`Kernels/KDA.mlir`: @k3k_short_conv and @k3k_short_conv3, a
+    KDA layer's three convolutions), has its calls taken n at a time, in
+    program order, and each n made one call of `@g`.
   }];
   let dependentDialects = [
     "::mlir::bufferization::BufferizationDialect",
@@ -498,11 +505,15 @@ def K3GPUSkinnyMMAPass : Pass<"k3-gpu-skinny-mma", "::mlir::ModuleOp"> {
     A function marked `k3.skinny_matmul = {out = @o}` with arguments x
     `[T, K]`, bf16 W `[N, K]` and an output `[T, N]` (`Kernels/Dense.mlir`:
     the products of 1 to 15 tokens) computes `out[t, n] = o(Σ_k x[t, k] ·
-    W[n, k])` with f32 sums. With bf16 x, the pass gives it a second body,
-    chosen at run time by `scf.if` (1 <= T <= 16, K % 128 == 0, N % 16 ==
-    0, x and W 16-byte aligned): a `gpu.launch` with a block of four warps
-    per 16 rows of W and slice of K (S slices of whole chunks, S =
-    max(1, min(528 / (N / 16), K / 512)): narrow outputs such as a router's
+    W[n, k])` with f32 sums; with arguments x, W_1 .. W_m, out_1 .. out_m
+    (k3-group-calls' `<few>_x<m>`) the m products of x. With bf16 x, the
+    pass gives it a second body, chosen at run time by `scf.if` (1 <= T <=
+    16, K % 128 == 0, every N % 16 == 0, x and every W 16-byte aligned, the
+    split matrices' row blocks within the counters): one `gpu.launch` (a
+    1-D grid over the matrices' blocks in turn, each block selecting its
+    W, output, workspace and counters) with a block of four warps per 16
+    rows of W and slice of K (S slices of whole chunks, S = max(1, min(528
+    / (N / 16), K / 512)) per matrix: narrow outputs such as a router's
     fill the GPU), the warps taking the slice's 128-element chunks in turn
     (w, w + 4, ...). Each warp copies its chunks into a 3-stage ring in
     workgroup memory (one 48 KB `memref.global`, 16-byte aligned) with

@@ -30,6 +30,14 @@
 // and after it, reset by that block for the next launch) adds the slices'
 // sums in slice order and stores `o` of them. One kernel, no second pass.
 //
+// Several matrices against the same x (k3-group-calls' `<few>_x<m>`:
+// (x, W_1 .. W_m, out_1 .. out_m)) are one launch: the grid is the
+// matrices' blocks one after the other, each matrix split as it would be
+// alone (the same sums), and a block selects its W, output, workspace and
+// counters. A decode step's projections of one input then run as one
+// kernel of several waves instead of several of one wave or less (H200,
+// twenty-first session: batch-1 kernels 2.506 -> 2.410 ms).
+//
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16", .bf16):
 // lane = 4 g + t; a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1],
 // a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9]; b0 = B[2t, 2t+1][g],

@@ -160,7 +160,7 @@ func.func @linear(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %out: memref<?x?xb
 
 // -----
 
-// Two matrices against one x (k3-group-products' @k3k_linear_few_x2): one
+// Two matrices against one x (k3-group-calls' @k3k_linear_few_x2): one
 // launch over the row blocks of both, each matrix split as it would be
 // alone; a block past the first matrix's blocks takes the second's W,
 // output, workspace and counters (after the first's split rows).

@@ -269,7 +269,7 @@ func.func private @k3k_few_tokens(%t: index) -> i1 {
   return %few : i1
 }
 
-// k3.linear: round(x Wᵀ). `k3.product_group`: k3-group-products makes the
+// k3.linear: round(x Wᵀ). `k3.product_group`: k3-group-calls makes the
 // calls with one x and several W one call, whose few-token products are
 // one kernel (the same sums as these calls).
 func.func private @k3k_linear(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>) -> tensor<?x?x!act>

@@ -1,4 +1,4 @@
-//===- GroupProducts.cpp - products of one input as one call -------------===//
+//===- GroupCalls.cpp - independent kernel calls as one call -------------===//
 //
 // A decode step multiplies the same few tokens by several weight matrices
 // in a row: a KDA layer's q, k, v, f_a, b and g projections (K3_SPEC §4.1),
@@ -7,8 +7,10 @@
 // and tail (BENCHMARKS.md, eighteenth and twentieth sessions: 176 MB
 // projections at 3.5-4.2 TB/s against 4.6 for the 19 waves of the LM head).
 // Here the calls with one input become one call, whose few-token products
-// k3-gpu-skinny-mma builds as one kernel over all the matrices' row blocks.
-// Each output is summed exactly as by its own call.
+// k3-gpu-skinny-mma builds as one kernel over all the matrices' row blocks
+// (`k3.product_group`). The three short convolutions of a KDA layer (§4.2)
+// become one call of a kernel that runs all three (`k3.call_group`). Each
+// output is computed exactly as by its own call.
 //
 //===----------------------------------------------------------------------===//
 
@@ -22,11 +24,13 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Dominance.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/CastInterfaces.h"
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/MapVector.h"
 
 namespace mlir::k3 {
-#define GEN_PASS_DEF_K3GROUPPRODUCTSPASS
+#define GEN_PASS_DEF_K3GROUPCALLSPASS
 #include "k3/Conversion/Passes.h.inc"
 } // namespace mlir::k3
 
@@ -34,6 +38,7 @@ using namespace mlir;
 
 namespace {
 constexpr llvm::StringLiteral kAttr = "k3.product_group";
+constexpr llvm::StringLiteral kGroupAttr = "k3.call_group";
 
 /// A function marked `k3.product_group = {few, many, few_tokens}` and the
 /// three functions it names.
@@ -74,11 +79,111 @@ FailureOr<Product> productOf(func::FuncOp fn) {
   return p;
 }
 
-/// `v` without the `tensor.cast`s it went through.
+/// A cast (tensor.cast, memref.cast) of one value, or null.
+Operation *castOf(Value v) {
+  Operation *op = v.getDefiningOp();
+  return op && isa<CastOpInterface>(op) && op->getNumOperands() == 1 ? op
+                                                                      : nullptr;
+}
+
+/// `v` without the casts it went through.
 Value uncast(Value v) {
-  while (auto cast = v.getDefiningOp<tensor::CastOp>())
-    v = cast.getSource();
+  while (Operation *cast = castOf(v))
+    v = cast->getOperand(0);
   return v;
+}
+
+/// Whether `v` can be an operand of a call at `at`: defined before it, or
+/// casts of a value defined before it (cast again there: materialize).
+bool available(Value v, Operation *at, DominanceInfo &dom) {
+  if (dom.properlyDominates(v, at))
+    return true;
+  Operation *cast = castOf(v);
+  return cast && available(cast->getOperand(0), at, dom);
+}
+Value materialize(OpBuilder &b, Value v, Operation *at, DominanceInfo &dom) {
+  if (dom.properlyDominates(v, at))
+    return v;
+  Operation *cast = castOf(v);
+  IRMapping map;
+  map.map(cast->getOperand(0), materialize(b, cast->getOperand(0), at, dom));
+  return b.clone(*cast, map)->getResult(0);
+}
+
+/// The calls of `fn` in each block under `root` (program order).
+SmallVector<SmallVector<func::CallOp>> callsByBlock(Operation *root,
+                                                   func::FuncOp fn) {
+  SmallVector<SmallVector<func::CallOp>> blocks;
+  root->walk([&](Block *block) {
+    SmallVector<func::CallOp> calls;
+    for (Operation &op : *block)
+      if (auto call = dyn_cast<func::CallOp>(op);
+          call && call.getCallee() == fn.getSymName())
+        calls.push_back(call);
+    if (calls.size() > 1)
+      blocks.push_back(std::move(calls));
+  });
+  return blocks;
+}
+
+/// Replaces `members` (calls of one function, in program order) by `fn`
+/// called at the first with their operands one after the other.
+void replaceByOne(ArrayRef<func::CallOp> members, func::FuncOp fn,
+                  ValueRange leading, DominanceInfo &dom) {
+  func::CallOp first = members.front();
+  OpBuilder b(first);
+  SmallVector<Value> operands(leading);
+  for (func::CallOp call : members)
+    for (Value v : call.getOperands().drop_front(leading.size()))
+      operands.push_back(materialize(b, v, first, dom));
+  auto call = func::CallOp::create(b, first.getLoc(), fn, operands);
+  unsigned r = 0;
+  for (func::CallOp member : members) {
+    for (Value v : member.getResults())
+      v.replaceAllUsesWith(call.getResult(r++));
+    member.erase();
+  }
+}
+
+/// `k3.call_group = @g` on `fn`: its calls n at a time as calls of @g.
+LogicalResult groupFixed(ModuleOp module, func::FuncOp fn, DominanceInfo &dom) {
+  auto ref = fn->getAttrOfType<FlatSymbolRefAttr>(kGroupAttr);
+  auto g = ref ? SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(fn, ref)
+               : func::FuncOp();
+  FunctionType one = fn.getFunctionType();
+  unsigned n = g && one.getNumInputs()
+                   ? g.getFunctionType().getNumInputs() / one.getNumInputs()
+                   : 0;
+  SmallVector<Type> inputs, results;
+  for (unsigned i = 0; i < n; ++i) {
+    llvm::append_range(inputs, one.getInputs());
+    llvm::append_range(results, one.getResults());
+  }
+  if (n < 2 ||
+      g.getFunctionType() != FunctionType::get(fn.getContext(), inputs,
+                                               results))
+    return fn.emitError() << kGroupAttr
+                          << ": expected a function that takes the "
+                             "arguments of n >= 2 calls and returns their "
+                             "results",
+           failure();
+  for (func::FuncOp caller : module.getOps<func::FuncOp>())
+    for (ArrayRef<func::CallOp> calls : callsByBlock(caller, fn)) {
+      SmallVector<func::CallOp> chunk;
+      for (func::CallOp call : calls) {
+        if (!chunk.empty() &&
+            !llvm::all_of(call.getOperands(), [&](Value v) {
+              return available(v, chunk.front(), dom);
+            }))
+          chunk.clear();
+        chunk.push_back(call);
+        if (chunk.size() == n) {
+          replaceByOne(chunk, g, {}, dom);
+          chunk.clear();
+        }
+      }
+    }
+  return success();
 }
 
 class Grouper {
@@ -178,70 +283,49 @@ func::FuncOp Grouper::grouped(int64_t m) {
 }
 
 void Grouper::group(ArrayRef<func::CallOp> calls, DominanceInfo &dom) {
+  // The calls whose weight is available at the first; the others keep
+  // their own call.
   func::CallOp first = calls.front();
-  // The calls whose weight is (or is a cast of) a value defined before
-  // the first; the others keep their own call.
   SmallVector<func::CallOp> members{first};
-  for (func::CallOp call : calls.drop_front()) {
-    Value w = call.getOperand(1);
-    if (dom.properlyDominates(w, first) ||
-        (w.getDefiningOp<tensor::CastOp>() &&
-         dom.properlyDominates(
-             w.getDefiningOp<tensor::CastOp>().getSource(), first)))
+  for (func::CallOp call : calls.drop_front())
+    if (available(call.getOperand(1), first, dom))
       members.push_back(call);
-  }
-  if (members.size() < 2)
-    return;
-  OpBuilder b(first);
-  SmallVector<Value> operands{first.getOperand(0)};
-  for (func::CallOp call : members) {
-    Value w = call.getOperand(1);
-    if (!dom.properlyDominates(w, first))
-      w = tensor::CastOp::create(
-          b, call.getLoc(), w.getType(),
-          w.getDefiningOp<tensor::CastOp>().getSource());
-    operands.push_back(w);
-  }
-  func::FuncOp fn = grouped(members.size());
-  auto call = func::CallOp::create(b, first.getLoc(), fn, operands);
-  for (auto [i, member] : llvm::enumerate(members)) {
-    member.getResult(0).replaceAllUsesWith(call.getResult(i));
-    member.erase();
-  }
+  if (members.size() > 1)
+    replaceByOne(members, grouped(members.size()), first.getOperand(0), dom);
 }
 
 void Grouper::run(Operation *root, DominanceInfo &dom) {
-  // The calls of each block, by input (in program order), collected first:
-  // grouping erases calls and makes functions.
+  // By input, in program order; collected first (grouping erases calls).
   SmallVector<SmallVector<func::CallOp>> groups;
-  root->walk([&](Block *block) {
+  for (ArrayRef<func::CallOp> calls : callsByBlock(root, p.fn)) {
     llvm::MapVector<std::pair<Value, Type>, SmallVector<func::CallOp>> byX;
-    for (Operation &op : *block)
-      if (auto call = dyn_cast<func::CallOp>(op);
-          call && call.getCallee() == p.fn.getSymName()) {
-        Value x = call.getOperand(0);
-        byX[{uncast(x), x.getType()}].push_back(call);
-      }
-    for (auto &[key, calls] : byX)
-      if (calls.size() > 1)
-        groups.push_back(std::move(calls));
-  });
+    for (func::CallOp call : calls) {
+      Value x = call.getOperand(0);
+      byX[{uncast(x), x.getType()}].push_back(call);
+    }
+    for (auto &[key, same] : byX)
+      if (same.size() > 1)
+        groups.push_back(std::move(same));
+  }
   for (ArrayRef<func::CallOp> calls : groups)
     group(calls, dom);
 }
 
-struct K3GroupProductsPass
-    : k3::impl::K3GroupProductsPassBase<K3GroupProductsPass> {
+struct K3GroupCallsPass : k3::impl::K3GroupCallsPassBase<K3GroupCallsPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     SmallVector<Product> products;
-    for (auto fn : module.getOps<func::FuncOp>())
+    SmallVector<func::FuncOp> fixed;
+    for (auto fn : module.getOps<func::FuncOp>()) {
       if (fn->hasAttr(kAttr)) {
         FailureOr<Product> p = productOf(fn);
         if (failed(p))
           return signalPassFailure();
         products.push_back(*p);
       }
+      if (fn->hasAttr(kGroupAttr))
+        fixed.push_back(fn);
+    }
     DominanceInfo dom(module);
     for (const Product &p : products) {
       Grouper grouper(module, p);
@@ -250,6 +334,9 @@ struct K3GroupProductsPass
         if (!fn.isExternal())
           grouper.run(fn, dom);
     }
+    for (func::FuncOp fn : fixed)
+      if (failed(groupFixed(module, fn, dom)))
+        return signalPassFailure();
   }
 };
 } // namespace

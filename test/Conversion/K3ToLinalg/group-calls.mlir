@@ -1,4 +1,4 @@
-// RUN: k3-opt %s --split-input-file --verify-diagnostics --k3-group-products | FileCheck %s
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --k3-group-calls | FileCheck %s
 
 // The calls of @lin with one x (up to casts) in one block become one call
 // of @lin_x3 at the first; a weight cast after the first call is cast
@@ -119,4 +119,69 @@ func.func private @few(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>, %out: memref<
 func.func private @lin(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>) -> tensor<?x?xbf16>
     attributes {k3.product_group = {few = @few, many = @few, few_tokens = @few}} {
   return %x : tensor<?x?xbf16>
+}
+
+// -----
+
+// A fixed group (`k3.call_group = @conv2`): the calls two at a time, in
+// program order, each two one call of @conv2 with their operands one after
+// the other, at the first (casts of earlier values cast again there); the
+// odd one out keeps its call.
+// CHECK-LABEL: func.func @streams
+// CHECK-SAME: (%[[A:[^:]+]]: tensor<4xf32>, %[[B:[^:]+]]: tensor<?xf32>, %[[C:[^:]+]]: tensor<?xf32>, %[[M:[^:]+]]: memref<4xf32>)
+// CHECK: %[[AC:.+]] = tensor.cast %[[A]] : tensor<4xf32> to tensor<?xf32>
+// CHECK: %[[MC:.+]] = memref.cast %[[M]] : memref<4xf32> to memref<?xf32>
+// CHECK: %[[MC2:.+]] = memref.cast %[[M]] : memref<4xf32> to memref<?xf32>
+// CHECK: %[[G:.+]]:2 = call @conv2(%[[AC]], %[[MC]], %[[B]], %[[MC2]])
+// CHECK: %[[ODD:.+]] = call @conv(%[[C]], %{{.+}})
+// CHECK: return %[[G]]#0, %[[G]]#1, %[[ODD]]
+func.func private @conv(%x: tensor<?xf32>, %m: memref<?xf32>) -> tensor<?xf32>
+    attributes {k3.call_group = @conv2} {
+  return %x : tensor<?xf32>
+}
+func.func private @conv2(%x0: tensor<?xf32>, %m0: memref<?xf32>, %x1: tensor<?xf32>, %m1: memref<?xf32>)
+    -> (tensor<?xf32>, tensor<?xf32>) {
+  return %x0, %x1 : tensor<?xf32>, tensor<?xf32>
+}
+func.func @streams(%a: tensor<4xf32>, %b: tensor<?xf32>, %c: tensor<?xf32>, %m: memref<4xf32>)
+    -> (tensor<?xf32>, tensor<?xf32>, tensor<?xf32>) {
+  %ac = tensor.cast %a : tensor<4xf32> to tensor<?xf32>
+  %mc = memref.cast %m : memref<4xf32> to memref<?xf32>
+  %0 = call @conv(%ac, %mc) : (tensor<?xf32>, memref<?xf32>) -> tensor<?xf32>
+  %mc2 = memref.cast %m : memref<4xf32> to memref<?xf32>
+  %1 = call @conv(%b, %mc2) : (tensor<?xf32>, memref<?xf32>) -> tensor<?xf32>
+  %2 = call @conv(%c, %mc2) : (tensor<?xf32>, memref<?xf32>) -> tensor<?xf32>
+  return %0, %1, %2 : tensor<?xf32>, tensor<?xf32>, tensor<?xf32>
+}
+
+// -----
+
+// A call that reads the result of the one before starts a new group.
+// CHECK-LABEL: func.func @chain
+// CHECK: %[[X:.+]] = call @conv(%arg0, %arg1)
+// CHECK: %[[G:.+]]:2 = call @conv2(%[[X]], %arg1, %arg0, %arg1)
+func.func private @conv(%x: tensor<?xf32>, %m: memref<?xf32>) -> tensor<?xf32>
+    attributes {k3.call_group = @conv2} {
+  return %x : tensor<?xf32>
+}
+func.func private @conv2(%x0: tensor<?xf32>, %m0: memref<?xf32>, %x1: tensor<?xf32>, %m1: memref<?xf32>)
+    -> (tensor<?xf32>, tensor<?xf32>) {
+  return %x0, %x1 : tensor<?xf32>, tensor<?xf32>
+}
+func.func @chain(%a: tensor<?xf32>, %m: memref<?xf32>) -> (tensor<?xf32>, tensor<?xf32>, tensor<?xf32>) {
+  %0 = call @conv(%a, %m) : (tensor<?xf32>, memref<?xf32>) -> tensor<?xf32>
+  %1 = call @conv(%0, %m) : (tensor<?xf32>, memref<?xf32>) -> tensor<?xf32>
+  %2 = call @conv(%a, %m) : (tensor<?xf32>, memref<?xf32>) -> tensor<?xf32>
+  return %0, %1, %2 : tensor<?xf32>, tensor<?xf32>, tensor<?xf32>
+}
+
+// -----
+
+// expected-error @+1 {{k3.call_group: expected a function that takes the arguments of n >= 2 calls and returns their results}}
+func.func private @conv(%x: tensor<?xf32>) -> tensor<?xf32>
+    attributes {k3.call_group = @conv2} {
+  return %x : tensor<?xf32>
+}
+func.func private @conv2(%x0: tensor<?xf32>, %x1: tensor<?xf32>) -> tensor<?xf32> {
+  return %x0 : tensor<?xf32>
 }
