@@ -841,6 +841,10 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
 
   // §5.1: c_q, q, [c̃ ; k_r], c.
   %qa = func.call @k3k_linear(%x, %wqa) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
+  // The output gate's W_G x (§5.2) with the other products of x, so that
+  // k3-group-calls makes them one call (without a gate W_G is [0, 0] and
+  // this is [T, 0], not read).
+  %gl = func.call @k3k_linear(%x, %wg) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
   %cq = func.call @k3k_rms_norm(%qa, %gqa, %qeps) : (tensor<?x?x!act>, tensor<?xbf16>, f32) -> tensor<?x?x!act>
   %q = func.call @k3k_linear(%cq, %wqb) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
   %kva = func.call @k3k_linear(%x, %wkva) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
@@ -1613,13 +1617,6 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
 
   // Output gate σ(W_G x) and the product, each rounded (docs/NUMERICS.md).
   %out = memref.alloc(%t, %hv) : memref<?x?x!act>
-  %gl = scf.if %hasgate -> (tensor<?x?x!act>) {
-    %g = func.call @k3k_linear(%x, %wg) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
-    scf.yield %g : tensor<?x?x!act>
-  } else {
-    %g = tensor.empty(%t, %hv) : tensor<?x?x!act>
-    scf.yield %g : tensor<?x?x!act>
-  }
   scf.parallel (%i, %col) = (%c0, %c0) to (%t, %hv) step (%c1, %c1) {
     %ov = memref.load %o[%i, %col] : memref<?x?xf32>
     %orr = func.call @k3k_round(%ov) : (f32) -> f32
