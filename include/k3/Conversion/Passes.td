@@ -24,7 +24,9 @@ def ConvertK3ToLinalgPass : Pass<"convert-k3-to-linalg", "::mlir::ModuleOp"> {
     T > 1 and the weight-absorbed form for T = 1.
     An RMSNorm whose input is an AttnRes used only there (K3_SPEC §3.2: the
     input of every mixer and FFN, and the output) becomes one call of
-    @k3k_attn_res_norm.
+    @k3k_attn_res_norm; where its last candidate is a residual sum
+    (@k3k_add, §3.2 steps 4 and 7) read otherwise only after it, of
+    @k3k_attn_res_norm_add, which makes and returns the sum as well.
   }];
   let dependentDialects = [
     "::mlir::arith::ArithDialect",
@@ -454,7 +456,11 @@ def K3GPUAttnResNormPass : Pass<"k3-gpu-attn-res-norm", "::mlir::ModuleOp"> {
     reduction), and normalises what it stored. The element operations are
     the generic kernels' (@w, @n, @r for the activation dtype); only the
     order of the three sums over D differs (docs/NUMERICS.md). Other shapes
-    keep the generic kernels.
+    keep the generic kernels. With arguments (blocks, a, b, γ, p, eps, norm
+    γ, norm eps, output, sum `[1, T, D]`) (@k3k_attn_res_norm_add_rows) the
+    last candidate is round(a + b): each thread first stores its pieces of
+    it into the sum (the generic add's element operations) and reads them
+    back as the last candidate, so the residual add needs no kernel.
 
     A function marked `k3.rms_norm` alike (`Kernels/Dense.mlir`:
     @k3k_rms_norm_rows) with arguments x `[T, D]`, γ `[D]`, eps and the

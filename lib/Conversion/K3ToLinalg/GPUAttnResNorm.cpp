@@ -19,6 +19,11 @@
 // two values in both lanes of a pair). The element operations are the
 // generic kernels', through the library's widen / narrow / round functions.
 //
+// Where the last candidate is a residual sum round(a + b) (§3.2 steps 4
+// and 7; @k3k_attn_res_norm_add_rows, joined by k3-to-linalg), each thread
+// makes and stores its pieces of the sum first: the add's own kernel (1.5
+// us per sublayer of a batch-1 step on the H200) goes.
+//
 // A plain RMSNorm (§2; @k3k_rms_norm_rows, marked `k3.rms_norm`) took four
 // launches of one block each at batch 1 (the sum of squares' fill,
 // reduction and copy, then the norm: 5.2 us on the H200, BENCHMARKS.md
@@ -63,13 +68,26 @@ struct Conversions {
 
 class AttnResNormKernel : k3::IndexMath {
 public:
+  /// (blocks, last, γ, p, eps, norm γ, norm eps, output), or with the last
+  /// candidate a residual sum round(a + b) that the kernel stores first
+  /// (@k3k_attn_res_norm_add_rows): (blocks, a, b, γ, ..., output, sum).
   AttnResNormKernel(OpBuilder &b, Location loc, Block &body, Conversions fns,
                     memref::GlobalOp sums, memref::GlobalOp scores)
-      : IndexMath{b, loc}, v(body.getArgument(0)), last(body.getArgument(1)),
-        g(body.getArgument(2)), p(body.getArgument(3)),
-        eps(body.getArgument(4)), gn(body.getArgument(5)),
-        eps2(body.getArgument(6)), out(body.getArgument(7)), fns(fns),
-        sumsGlobal(sums), scoresGlobal(scores) {
+      : IndexMath{b, loc}, fns(fns), sumsGlobal(sums), scoresGlobal(scores) {
+    auto arg = [&](unsigned i) { return body.getArgument(i); };
+    unsigned k = body.getNumArguments() == 10;
+    v = arg(0);
+    last = k ? arg(9) : arg(1);
+    if (k) {
+      addA = arg(1);
+      addB = arg(2);
+    }
+    g = arg(2 + k);
+    p = arg(3 + k);
+    eps = arg(4 + k);
+    gn = arg(5 + k);
+    eps2 = arg(6 + k);
+    out = arg(7 + k);
     act = cast<MemRefType>(v.getType()).getElementType();
     per = 16 / (act.getIntOrFloatBitWidth() / 8);
   }
@@ -121,10 +139,10 @@ private:
       r.push_back(vector::ExtractOp::create(b, loc, vec, ArrayRef<int64_t>{i}));
     return r;
   }
-  void store(ValueRange elems, ValueRange at) {
+  void store(ValueRange elems, Value m, ValueRange at) {
     Value vec = vector::FromElementsOp::create(
         b, loc, VectorType::get({per}, act), elems);
-    vector::StoreOp::create(b, loc, vec, out, at, /*nontemporal=*/false,
+    vector::StoreOp::create(b, loc, vec, m, at, /*nontemporal=*/false,
                             llvm::MaybeAlign(16));
   }
   /// The block's sums of `parts` (one term per thread each), in every
@@ -170,9 +188,10 @@ private:
     return load(m, {row, token, j0});
   }
 
-  // attn_res_norm: v = the blocks [n - 1, T, D], last [1, T, D]; rms_norm:
-  // v = x [T, D], and last, g, p, eps unset.
-  Value v, last, g, p, eps, gn, eps2, out;
+  // attn_res_norm: v = the blocks [n - 1, T, D], last [1, T, D] (with a
+  // residual sum: a, b [1, T, D] and last their sum); rms_norm: v = x [T, D],
+  // and last, g, p, eps unset.
+  Value v, last, addA, addB, g, p, eps, gn, eps2, out;
   Conversions fns;
   memref::GlobalOp sumsGlobal, scoresGlobal;
   Type act;
@@ -194,6 +213,13 @@ void AttnResNormKernel::build(SmallVectorImpl<Operation *> &rest) {
                      eq(memref::DimOp::create(b, loc, v, c2), dim)));
   ok = both(ok, lt(n, idx(kMaxCandidates + 1)));
   ok = both(ok, both(both(aligned(v), aligned(last)), aligned(out)));
+  for (Value m : {addA, addB})
+    if (m) {
+      ok = both(ok, aligned(m));
+      for (int64_t i = 0; i < 3; ++i)
+        ok = both(ok, eq(memref::DimOp::create(b, loc, m, i),
+                         memref::DimOp::create(b, loc, last, i)));
+    }
   for (Value w : {g, p, gn})
     ok = both(ok, aligned(w, 2 * per));
   k3::guardBody(b, loc, rest, ok);
@@ -235,7 +261,7 @@ void AttnResNormKernel::normalise(Value src, Value inv) {
       Value r = call(fns.round, fmul(call(fns.widen, h[e]), inv));
       y.push_back(call(fns.narrow, fmul(r, widenW(w[e]))));
     }
-    store(y, {token, j0});
+    store(y, out, {token, j0});
     return SmallVector<Value>{};
   });
 }
@@ -310,6 +336,19 @@ void AttnResNormKernel::kernel(Value n, Value tokens, Value dim) {
                                        scoresGlobal.getSymName());
   Value zero = f32(0.0);
 
+  // The residual sum round(a + b) (as @k3k_add) into last: each thread
+  // stores its own pieces, which only it reads below.
+  if (addA)
+    pieces({}, [&](Value j0, ValueRange) {
+      SmallVector<Value> x = load(addA, {c0, token, j0}),
+                         y = load(addB, {c0, token, j0}), sum;
+      for (int64_t e = 0; e < per; ++e)
+        sum.push_back(call(fns.narrow, fadd(call(fns.widen, x[e]),
+                                            call(fns.widen, y[e]))));
+      store(sum, last, {c0, token, j0});
+      return SmallVector<Value>{};
+    });
+
   // Scores s_i = ((γ ⊙ p)·v_i) / sqrt(mean(v_i²) + eps), kept by thread 0:
   // every candidate's warp sums first (rows 2i, 2i + 1 of the sums; no
   // barrier between candidates, so their loads overlap), then one barrier
@@ -376,7 +415,7 @@ void AttnResNormKernel::kernel(Value n, Value tokens, Value dim) {
       Value a = call(fns.widen, hn.back());
       ss = fadd(ss, fmul(a, a));
     }
-    store(hn, {token, j0});
+    store(hn, out, {token, j0});
     return SmallVector<Value>{ss};
   });
   Value inv = invRMS(blockSums(mixed.getResults())[0], eps2);
@@ -479,17 +518,24 @@ struct K3GPUAttnResNormPass
     auto isF32 = [&](unsigned a) {
       return body.getArgument(a).getType().isF32();
     };
-    if (body.getNumArguments() != 8)
+    // With a residual sum (10 arguments): a and b after the blocks, the
+    // sum [1, T, D] last.
+    unsigned n = body.getNumArguments();
+    if (n != 8 && n != 10)
       return fail("expected (blocks [n - 1, T, D], last [1, T, D], γ [D], "
                   "p [1, D], eps, norm γ [D], norm eps, output [T, D]) "
-                  "arguments");
-    MemRefType v = memref(body, 0, 3), last = memref(body, 1, 3),
-               g = memref(body, 2, 1), p = memref(body, 3, 2),
-               gn = memref(body, 5, 1), out = memref(body, 7, 2);
-    if (!v || !last || !g || !p || !gn || !out || !isF32(4) || !isF32(6))
+                  "arguments, or (blocks, a, b, γ, p, eps, norm γ, norm eps, "
+                  "output, sum [1, T, D])");
+    unsigned k = n == 10;
+    MemRefType v = memref(body, 0, 3), last = memref(body, k ? 9 : 1, 3),
+               g = memref(body, 2 + k, 1), p = memref(body, 3 + k, 2),
+               gn = memref(body, 5 + k, 1), out = memref(body, 7 + k, 2);
+    if (!v || !last || !g || !p || !gn || !out || !isF32(4 + k) ||
+        !isF32(6 + k) ||
+        (k && (memref(body, 1, 3) != v || memref(body, 2, 3) != v)))
       return fail("expected identity-layout memrefs blocks [n - 1, T, D], "
-                  "last [1, T, D], γ [D], p [1, D], norm γ [D], output "
-                  "[T, D] and f32 eps");
+                  "last [1, T, D] (or a, b and sum), γ [D], p [1, D], norm "
+                  "γ [D], output [T, D] and f32 eps");
     Type act = v.getElementType();
     if (last != v || out.getElementType() != act ||
         !(act.isBF16() || act.isF32()) ||

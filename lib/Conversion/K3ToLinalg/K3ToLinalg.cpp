@@ -544,6 +544,103 @@ static void joinAttnResNorm(ModuleOp module) {
   }
 }
 
+/// §3.2 steps 4 and 7: the last candidate of an AttnRes is mostly the
+/// partial sum just made by a residual add (@k3k_add). Where the add's
+/// other uses come after the AttnRes, @k3k_attn_res_norm_add makes the sum
+/// itself and returns it for them: one kernel fewer per sublayer (the same
+/// bits).
+static void joinResidualAdds(ModuleOp module) {
+  SmallVector<func::CallOp> joined;
+  for (auto fn : module.getOps<func::FuncOp>())
+    if (!fn.getSymName().starts_with("k3k_"))
+      fn.walk([&](func::CallOp c) {
+        if (c.getCallee() == "k3k_attn_res_norm")
+          joined.push_back(c);
+      });
+  for (func::CallOp norm : joined) {
+    // last = casts(expand_shape(casts(@k3k_add(a, b)))): the view and the
+    // casts above it read by nothing else (`upper`); the casts of the sum
+    // below it (`lower`, from the view down) and the sum itself may have
+    // other uses, all after the AttnRes, which makes the sum now.
+    SmallVector<Operation *> upper, lower;
+    Value v = norm.getOperand(1);
+    auto strip = [&](SmallVectorImpl<Operation *> &into) {
+      while (auto c = v.getDefiningOp<tensor::CastOp>()) {
+        into.push_back(c);
+        v = c.getSource();
+      }
+    };
+    strip(upper);
+    auto view = v.getDefiningOp<tensor::ExpandShapeOp>();
+    if (!view)
+      continue;
+    upper.push_back(view);
+    v = view.getSrc();
+    strip(lower);
+    auto add = v.getDefiningOp<func::CallOp>();
+    if (!add || add.getCallee() != "k3k_add" ||
+        add->getBlock() != norm->getBlock() ||
+        llvm::any_of(upper, [](Operation *op) { return !op->hasOneUse(); }))
+      continue;
+    auto later = [&](Value val, Operation *link) {
+      return llvm::all_of(val.getUses(), [&](OpOperand &use) {
+        Operation *user =
+            norm->getBlock()->findAncestorOpInBlock(*use.getOwner());
+        return use.getOwner() == link || (user && norm->isBeforeInBlock(user));
+      });
+    };
+    bool ok = later(add.getResult(0), lower.empty() ? view : lower.back());
+    for (auto [i, c] : llvm::enumerate(lower))
+      ok = ok && later(c->getResult(0), i ? lower[i - 1] : view);
+    if (!ok)
+      continue;
+    OpBuilder b(norm);
+    Location loc = add.getLoc();
+    Type lastType = norm.getOperand(1).getType();
+    auto asLast = [&](Value x) -> Value {
+      // (The term itself where it went through casts from the view's type.)
+      for (Value y = x; y && x.getType() != view.getSrcType();) {
+        auto c = y.getDefiningOp<tensor::CastOp>();
+        y = c ? c.getSource() : Value();
+        if (y && y.getType() == view.getSrcType())
+          x = y;
+      }
+      if (x.getType() != view.getSrcType())
+        x = tensor::CastOp::create(b, loc, view.getSrcType(), x);
+      x = tensor::ExpandShapeOp::create(b, loc, view.getResultType(), x,
+                                        view.getReassociationIndices(),
+                                        view.getMixedOutputShape());
+      return x.getType() == lastType
+                 ? x
+                 : tensor::CastOp::create(b, loc, lastType, x).getResult();
+    };
+    SmallVector<Value> args = {norm.getOperand(0), asLast(add.getOperand(0)),
+                               asLast(add.getOperand(1))};
+    llvm::append_range(args, norm.getOperands().drop_front(2));
+    auto call = func::CallOp::create(
+        b, b.getFusedLoc({loc, norm.getLoc()}), "k3k_attn_res_norm_add",
+        TypeRange{norm.getResult(0).getType(), lastType}, args);
+    Value sum = tensor::CollapseShapeOp::create(
+        b, loc, add.getResult(0).getType(), call.getResult(1),
+        view.getReassociationIndices());
+    norm.getResult(0).replaceAllUsesWith(call.getResult(0));
+    norm.erase();
+    for (Operation *op : upper)
+      op->erase();
+    // The casts' other uses read casts of the returned sum.
+    b.setInsertionPointAfter(sum.getDefiningOp());
+    Value from = sum;
+    for (Operation *c : llvm::reverse(lower)) {
+      from = tensor::CastOp::create(b, c->getLoc(), c->getResult(0).getType(),
+                                    from);
+      c->getResult(0).replaceAllUsesWith(from);
+      c->erase();
+    }
+    add.getResult(0).replaceAllUsesWith(sum);
+    add.erase();
+  }
+}
+
 /// §3.2: the AttnRes of a block read the same block outputs, stacked by
 /// AttnResLowering at each of them; the first stack of each list of
 /// candidates serves the later ones, so a step copies each list once (K3:
@@ -621,6 +718,7 @@ struct ConvertK3ToLinalgPass
     if (failed(applyPartialConversion(module, target, std::move(patterns))))
       return signalPassFailure();
     joinAttnResNorm(module);
+    joinResidualAdds(module);
     shareAttnResStacks(module);
   }
 };

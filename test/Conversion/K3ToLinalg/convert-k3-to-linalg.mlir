@@ -72,6 +72,58 @@ func.func @shared(%x: tensor<?x16xbf16>, %s: tensor<?x16xbf16>, %g: tensor<16xbf
 
 // -----
 
+// §3.2 steps 4 and 7: a residual sum that is the last candidate of the
+// AttnRes (and norm) after it is made by @k3k_attn_res_norm_add, from views
+// of its two terms, and its later uses read the sum that call returns; a
+// sum also read before the AttnRes keeps its own @k3k_add.
+// CHECK-LABEL: func.func @residual
+// CHECK-SAME: (%[[X:[^:]+]]: tensor<?x16xbf16>, %[[Y:[^:]+]]: tensor<?x16xbf16>
+// CHECK-NOT: call @k3k_add(
+// The block %x, then the two terms, as [1, T, D] views.
+// CHECK: tensor.expand_shape %[[X]]
+// CHECK: %[[XV:.+]] = tensor.expand_shape %[[X]]
+// CHECK: %[[XC:.+]] = tensor.cast %[[XV]] : tensor<1x?x16xbf16> to tensor<?x?x?xbf16>
+// CHECK: %[[YV:.+]] = tensor.expand_shape %[[Y]]
+// CHECK: %[[YC:.+]] = tensor.cast %[[YV]] : tensor<1x?x16xbf16> to tensor<?x?x?xbf16>
+// CHECK: %[[R:.+]]:2 = call @k3k_attn_res_norm_add(%{{.+}}, %[[XC]], %[[YC]], %{{.+}}) : (tensor<?x?x?xbf16>, tensor<?x?x?xbf16>, tensor<?x?x?xbf16>, tensor<?xbf16>, tensor<?x?xbf16>, f32, tensor<?xbf16>, f32) -> (tensor<?x?xbf16>, tensor<?x?x?xbf16>)
+// CHECK: %[[S:.+]] = tensor.collapse_shape %[[R]]#1 {{\[}}[0, 1], [2]] : tensor<?x?x?xbf16> into tensor<?x?xbf16>
+// CHECK: %[[SC:.+]] = tensor.cast %[[S]] : tensor<?x?xbf16> to tensor<?x16xbf16>
+// The later add reads the returned sum.
+// CHECK: %[[SD:.+]] = tensor.cast %[[SC]] : tensor<?x16xbf16> to tensor<?x?xbf16>
+// CHECK: call @k3k_add(%[[SD]],
+// CHECK: return
+// CHECK-LABEL: func.func @early
+// CHECK: call @k3k_add(
+// CHECK: call @k3k_add(
+// CHECK: call @k3k_attn_res_norm(
+// CHECK-NOT: call @k3k_attn_res_norm_add(
+// CHECK: return
+// CHECK-LABEL: func.func private @k3k_attn_res_norm_add_rows
+// CHECK-SAME: attributes {k3.attn_res_norm = {narrow = @k3k_narrow, round = @k3k_round, widen = @k3k_widen}}
+// CHECK: scf.parallel
+// CHECK: arith.addf
+// CHECK: call @k3k_attn_res_norm_rows(
+func.func @residual(%x: tensor<?x16xbf16>, %y: tensor<?x16xbf16>, %g: tensor<16xbf16>, %p: tensor<1x16xbf16>,
+                    %gn: tensor<16xbf16>) -> (tensor<?x16xbf16>, tensor<?x16xbf16>) {
+  %s = arith.addf %x, %y : tensor<?x16xbf16>
+  %h = k3.attn_res %x, %s norm %g proj %p {eps = 1.0e-5 : f64}
+      : (tensor<?x16xbf16>, tensor<?x16xbf16>, tensor<16xbf16>, tensor<1x16xbf16>) -> tensor<?x16xbf16>
+  %n = k3.rms_norm %h, %gn {eps = 1.0e-6 : f64} : (tensor<?x16xbf16>, tensor<16xbf16>) -> tensor<?x16xbf16>
+  %t = arith.addf %s, %n : tensor<?x16xbf16>
+  return %n, %t : tensor<?x16xbf16>, tensor<?x16xbf16>
+}
+func.func @early(%x: tensor<?x16xbf16>, %y: tensor<?x16xbf16>, %g: tensor<16xbf16>, %p: tensor<1x16xbf16>,
+                 %gn: tensor<16xbf16>) -> (tensor<?x16xbf16>, tensor<?x16xbf16>) {
+  %s = arith.addf %x, %y : tensor<?x16xbf16>
+  %u = arith.addf %s, %y : tensor<?x16xbf16>
+  %h = k3.attn_res %x, %s norm %g proj %p {eps = 1.0e-5 : f64}
+      : (tensor<?x16xbf16>, tensor<?x16xbf16>, tensor<16xbf16>, tensor<1x16xbf16>) -> tensor<?x16xbf16>
+  %n = k3.rms_norm %h, %gn {eps = 1.0e-6 : f64} : (tensor<?x16xbf16>, tensor<16xbf16>) -> tensor<?x16xbf16>
+  return %n, %u : tensor<?x16xbf16>, tensor<?x16xbf16>
+}
+
+// -----
+
 // §3.2: AttnRes with the same blocks before their last candidate share one
 // stack of them (two copies for the two AttnRes over blocks %a, %b, three
 // for the one over %a, %b, %c); the last candidate is a view.

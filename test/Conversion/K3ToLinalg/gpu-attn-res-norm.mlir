@@ -141,6 +141,51 @@ func.func @arn(%v: memref<?x?x?xbf16>, %last: memref<?x?x?xbf16>, %g: memref<?xb
 
 // -----
 
+// The last candidate a residual sum (@k3k_attn_res_norm_add_rows): a and b
+// [1, T, D] after the blocks, the sum [1, T, D] after the output. Each
+// thread first stores its pieces of round(a + b) (the library's widen, an
+// f32 add, narrow) into the sum, which is then the last candidate; a and b
+// are 16-byte aligned and of the sum's shape.
+// CHECK-LABEL: func.func @arn_add
+// CHECK-SAME: (%[[V:[^:]+]]: memref<?x?x?xbf16>, %[[A:[^:]+]]: memref<?x?x?xbf16>, %[[B:[^:]+]]: memref<?x?x?xbf16>, %{{[^:]+}}: memref<?xbf16>, %{{[^:]+}}: memref<?x?xbf16>, %{{[^:]+}}: f32, %{{[^:]+}}: memref<?xbf16>, %{{[^:]+}}: f32, %[[OUT:[^:]+]]: memref<?x?xbf16>, %[[SUM:[^:]+]]: memref<?x?x?xbf16>)
+// CHECK-DAG: memref.extract_aligned_pointer_as_index %[[A]]
+// CHECK-DAG: memref.extract_aligned_pointer_as_index %[[B]]
+// CHECK-DAG: memref.dim %[[A]], %c0
+// CHECK-DAG: memref.dim %[[B]], %c2
+// CHECK: gpu.launch
+// CHECK: scf.for
+// CHECK: %[[XA:.+]] = vector.load %[[A]][%c0, %{{.+}}, %{{.+}}] {alignment = 16 : i64} : memref<?x?x?xbf16>, vector<8xbf16>
+// CHECK: %[[XB:.+]] = vector.load %[[B]][%c0, %{{.+}}, %{{.+}}] {alignment = 16 : i64} : memref<?x?x?xbf16>, vector<8xbf16>
+// CHECK: func.call @widen
+// CHECK: func.call @widen
+// CHECK: arith.addf
+// CHECK: func.call @narrow
+// CHECK: vector.store %{{.+}}, %[[SUM]][%c0, %{{.+}}, %{{.+}}] {alignment = 16 : i64} : memref<?x?x?xbf16>, vector<8xbf16>
+// The candidates: the blocks, else the sum.
+// CHECK: arith.select %{{.+}}, %[[V]], %[[SUM]] : memref<?x?x?xbf16>
+// CHECK: gpu.terminator
+func.func private @widen(%a: bf16) -> f32 {
+  %r = arith.extf %a : bf16 to f32
+  return %r : f32
+}
+func.func private @narrow(%a: f32) -> bf16 {
+  %r = arith.truncf %a : f32 to bf16
+  return %r : bf16
+}
+func.func private @round(%a: f32) -> f32 {
+  %n = arith.truncf %a : f32 to bf16
+  %r = arith.extf %n : bf16 to f32
+  return %r : f32
+}
+func.func @arn_add(%v: memref<?x?x?xbf16>, %a: memref<?x?x?xbf16>, %b: memref<?x?x?xbf16>, %g: memref<?xbf16>,
+                   %p: memref<?x?xbf16>, %eps: f32, %gn: memref<?xbf16>, %eps2: f32, %out: memref<?x?xbf16>,
+                   %sum: memref<?x?x?xbf16>)
+    attributes {k3.attn_res_norm = {widen = @widen, narrow = @narrow, round = @round}} {
+  return
+}
+
+// -----
+
 // f32 activations: pieces of 4 (16 bytes), the bf16 weights' 8 bytes.
 // CHECK-LABEL: func.func @arn_f32
 // CHECK: arith.remui %{{.+}}, %c4
@@ -169,7 +214,7 @@ func.func @plain(%v: memref<?x?x?xbf16>) {
 
 // -----
 
-// expected-error @+1 {{k3.attn_res_norm: expected identity-layout memrefs blocks [n - 1, T, D], last [1, T, D], γ [D], p [1, D], norm γ [D], output [T, D] and f32 eps}}
+// expected-error @+1 {{k3.attn_res_norm: expected identity-layout memrefs blocks [n - 1, T, D], last [1, T, D] (or a, b and sum), γ [D], p [1, D], norm γ [D], output [T, D] and f32 eps}}
 func.func @strided(%v: memref<?x?x?xbf16, strided<[?, ?, 1], offset: ?>>, %last: memref<?x?x?xbf16>, %g: memref<?xbf16>, %p: memref<?x?xbf16>, %eps: f32,
                    %gn: memref<?xbf16>, %eps2: f32, %out: memref<?x?xbf16>)
     attributes {k3.attn_res_norm = {}} {
@@ -210,7 +255,7 @@ func.func @no_round(%v: memref<?x?x?xbf16>, %last: memref<?x?x?xbf16>, %g: memre
 
 // -----
 
-// expected-error @+1 {{k3.attn_res_norm: expected (blocks [n - 1, T, D], last [1, T, D], γ [D], p [1, D], eps, norm γ [D], norm eps, output [T, D]) arguments}}
+// expected-error @+1 {{k3.attn_res_norm: expected (blocks [n - 1, T, D], last [1, T, D], γ [D], p [1, D], eps, norm γ [D], norm eps, output [T, D]) arguments, or (blocks, a, b, γ, p, eps, norm γ, norm eps, output, sum [1, T, D])}}
 func.func @short(%v: memref<?x?x?xbf16>) attributes {k3.attn_res_norm = {}} {
   return
 }

@@ -662,6 +662,53 @@ func.func private @k3k_attn_res_norm_rows(%blocks: tensor<?x?x?x!act>, %last: te
   return
 }
 
+// @k3k_attn_res_norm whose last candidate is a residual sum round(a + b)
+// (§3.2 steps 4 and 7, as @k3k_add): the sum is made and returned here too
+// ([1, T, D]), so that it needs no kernel of its own (k3-to-linalg joins
+// them where the sum's other uses come after).
+func.func private @k3k_attn_res_norm_add(%blocks: tensor<?x?x?x!act>, %a: tensor<?x?x?x!act>, %b: tensor<?x?x?x!act>,
+                                         %g: tensor<?xbf16>, %p: tensor<?x?xbf16>, %eps: f32, %gn: tensor<?xbf16>, %eps2: f32)
+    -> (tensor<?x?x!act>, tensor<?x?x?x!act>) {
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %t = tensor.dim %a, %c1 : tensor<?x?x?x!act>
+  %d = tensor.dim %a, %c2 : tensor<?x?x?x!act>
+  %out = memref.alloc(%t, %d) : memref<?x?x!act>
+  %sum = memref.alloc(%c1, %t, %d) : memref<?x?x?x!act>
+  func.call @k3k_attn_res_norm_add_rows(%blocks, %a, %b, %g, %p, %eps, %gn, %eps2, %out, %sum)
+      : (tensor<?x?x?x!act>, tensor<?x?x?x!act>, tensor<?x?x?x!act>, tensor<?xbf16>, tensor<?x?xbf16>, f32, tensor<?xbf16>, f32,
+         memref<?x?x!act>, memref<?x?x?x!act>) -> ()
+  %y = bufferization.to_tensor %out restrict : memref<?x?x!act> to tensor<?x?x!act>
+  %s = bufferization.to_tensor %sum restrict : memref<?x?x?x!act> to tensor<?x?x?x!act>
+  return %y, %s : tensor<?x?x!act>, tensor<?x?x?x!act>
+}
+
+// The same into %out and %sum (`k3.attn_res_norm` with a and b: on a GPU
+// the block of each token makes and stores its row of the sum first).
+func.func private @k3k_attn_res_norm_add_rows(%blocks: tensor<?x?x?x!act>, %a: tensor<?x?x?x!act>, %b: tensor<?x?x?x!act>,
+                                              %g: tensor<?xbf16>, %p: tensor<?x?xbf16>, %eps: f32, %gn: tensor<?xbf16>, %eps2: f32,
+                                              %out: memref<?x?x!act>, %sum: memref<?x?x?x!act>)
+    attributes {k3.attn_res_norm = {widen = @k3k_widen, narrow = @k3k_narrow, round = @k3k_round}} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %t = tensor.dim %a, %c1 : tensor<?x?x?x!act>
+  %d = tensor.dim %a, %c2 : tensor<?x?x?x!act>
+  scf.parallel (%i, %j) = (%c0, %c0) to (%t, %d) step (%c1, %c1) {
+    %x = tensor.extract %a[%c0, %i, %j] : tensor<?x?x?x!act>
+    %y = tensor.extract %b[%c0, %i, %j] : tensor<?x?x?x!act>
+    %xf = func.call @k3k_widen(%x) : (!act) -> f32
+    %yf = func.call @k3k_widen(%y) : (!act) -> f32
+    %s = arith.addf %xf, %yf : f32
+    %sa = func.call @k3k_narrow(%s) : (f32) -> !act
+    memref.store %sa, %sum[%c0, %i, %j] : memref<?x?x?x!act>
+  }
+  %last = bufferization.to_tensor %sum restrict : memref<?x?x?x!act> to tensor<?x?x?x!act>
+  func.call @k3k_attn_res_norm_rows(%blocks, %last, %g, %p, %eps, %gn, %eps2, %out)
+      : (tensor<?x?x?x!act>, tensor<?x?x?x!act>, tensor<?xbf16>, tensor<?x?xbf16>, f32, tensor<?xbf16>, f32, memref<?x?x!act>) -> ()
+  return
+}
+
 // AttnRes score of candidate %i for token %t (§3.1): the projection onto
 // γ ⊙ p over the candidate's RMS, s = dot / sqrt(mean(v²) + eps).
 func.func private @k3k_attn_res_score(%ss: memref<?x?xf32>, %dot: memref<?x?xf32>, %i: index, %t: index,
