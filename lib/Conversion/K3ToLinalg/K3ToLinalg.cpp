@@ -504,20 +504,27 @@ struct UnusedWeightLowering : OpConversionPattern<UnusedWeightOp> {
   }
 };
 
+/// The calls of kernel `callee` outside the kernel library's own functions
+/// (k3k_*, which the joins below leave alone).
+static SmallVector<func::CallOp> modelCalls(ModuleOp module,
+                                            StringRef callee) {
+  SmallVector<func::CallOp> calls;
+  for (auto fn : module.getOps<func::FuncOp>())
+    if (!fn.getSymName().starts_with("k3k_"))
+      fn.walk([&](func::CallOp c) {
+        if (c.getCallee() == callee)
+          calls.push_back(c);
+      });
+  return calls;
+}
+
 /// §3.2: each mixer's and FFN's input and the output are RMSNorm(AttnRes).
 /// Where the norm is the AttnRes output's only use, the two kernel calls
 /// become one call of @k3k_attn_res_norm (on a GPU one kernel per token,
 /// k3-gpu-attn-res-norm; elsewhere the two kernels). The kernel library's
 /// own functions (k3k_*) are left alone.
 static void joinAttnResNorm(ModuleOp module) {
-  SmallVector<func::CallOp> norms;
-  for (auto fn : module.getOps<func::FuncOp>())
-    if (!fn.getSymName().starts_with("k3k_"))
-      fn.walk([&](func::CallOp c) {
-        if (c.getCallee() == "k3k_rms_norm")
-          norms.push_back(c);
-      });
-  for (func::CallOp norm : norms) {
+  for (func::CallOp norm : modelCalls(module, "k3k_rms_norm")) {
     SmallVector<Operation *> joined = {norm};
     Value h = norm.getOperand(0);
     while (auto cast = h.getDefiningOp<tensor::CastOp>()) {
@@ -550,14 +557,7 @@ static void joinAttnResNorm(ModuleOp module) {
 /// itself and returns it for them: one kernel fewer per sublayer (the same
 /// bits).
 static void joinResidualAdds(ModuleOp module) {
-  SmallVector<func::CallOp> joined;
-  for (auto fn : module.getOps<func::FuncOp>())
-    if (!fn.getSymName().starts_with("k3k_"))
-      fn.walk([&](func::CallOp c) {
-        if (c.getCallee() == "k3k_attn_res_norm")
-          joined.push_back(c);
-      });
-  for (func::CallOp norm : joined) {
+  for (func::CallOp norm : modelCalls(module, "k3k_attn_res_norm")) {
     // last = casts(expand_shape(casts(@k3k_add(a, b)))): the view and the
     // casts above it read by nothing else (`upper`); the casts of the sum
     // below it (`lower`, from the view down) and the sum itself may have
