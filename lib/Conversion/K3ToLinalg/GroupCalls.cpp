@@ -37,7 +37,7 @@ namespace mlir::k3 {
 using namespace mlir;
 
 namespace {
-constexpr llvm::StringLiteral kAttr = "k3.product_group";
+constexpr llvm::StringLiteral kProductAttr = "k3.product_group";
 constexpr llvm::StringLiteral kGroupAttr = "k3.call_group";
 
 /// A function marked `k3.product_group = {few, many, few_tokens}` and the
@@ -48,9 +48,9 @@ struct Product {
 
 FailureOr<Product> productOf(func::FuncOp fn) {
   auto fail = [&](const Twine &why) {
-    return fn.emitError() << kAttr << ": " << why, failure();
+    return fn.emitError() << kProductAttr << ": " << why, failure();
   };
-  auto spec = fn->getAttrOfType<DictionaryAttr>(kAttr);
+  auto spec = fn->getAttrOfType<DictionaryAttr>(kProductAttr);
   auto lookup = [&](StringRef key) {
     auto ref = spec ? spec.getAs<FlatSymbolRefAttr>(key) : nullptr;
     return ref ? SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(fn, ref)
@@ -317,7 +317,7 @@ struct K3GroupCallsPass : k3::impl::K3GroupCallsPassBase<K3GroupCallsPass> {
     SmallVector<Product> products;
     SmallVector<func::FuncOp> fixed;
     for (auto fn : module.getOps<func::FuncOp>()) {
-      if (fn->hasAttr(kAttr)) {
+      if (fn->hasAttr(kProductAttr)) {
         FailureOr<Product> p = productOf(fn);
         if (failed(p))
           return signalPassFailure();

@@ -185,3 +185,18 @@ func.func private @conv(%x: tensor<?xf32>) -> tensor<?xf32>
 func.func private @conv2(%x0: tensor<?xf32>, %x1: tensor<?xf32>) -> tensor<?xf32> {
   return %x0 : tensor<?xf32>
 }
+
+// -----
+
+func.func private @few_tokens(%t: index) -> i1 {
+  %true = arith.constant true
+  return %true : i1
+}
+func.func private @few(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>, %out: memref<?x?xbf16>) {
+  return
+}
+// expected-error @+1 {{k3.product_group: expected (x, W) -> y}}
+func.func private @lin(%x: tensor<?x?xbf16>) -> tensor<?x?xbf16>
+    attributes {k3.product_group = {few = @few, many = @few, few_tokens = @few_tokens}} {
+  return %x : tensor<?x?xbf16>
+}
