@@ -101,7 +101,7 @@ func.func @shared(%x: tensor<?x16xbf16>, %s: tensor<?x16xbf16>, %g: tensor<16xbf
 // CHECK-LABEL: func.func private @k3k_attn_res_norm_add_rows
 // CHECK-SAME: attributes {k3.attn_res_norm = {narrow = @k3k_narrow, round = @k3k_round, widen = @k3k_widen}}
 // CHECK: scf.parallel
-// CHECK: arith.addf
+// CHECK: call @k3k_add1(
 // CHECK: call @k3k_attn_res_norm_rows(
 func.func @residual(%x: tensor<?x16xbf16>, %y: tensor<?x16xbf16>, %g: tensor<16xbf16>, %p: tensor<1x16xbf16>,
                     %gn: tensor<16xbf16>) -> (tensor<?x16xbf16>, tensor<?x16xbf16>) {

@@ -697,10 +697,7 @@ func.func private @k3k_attn_res_norm_add_rows(%blocks: tensor<?x?x?x!act>, %a: t
   scf.parallel (%i, %j) = (%c0, %c0) to (%t, %d) step (%c1, %c1) {
     %x = tensor.extract %a[%c0, %i, %j] : tensor<?x?x?x!act>
     %y = tensor.extract %b[%c0, %i, %j] : tensor<?x?x?x!act>
-    %xf = func.call @k3k_widen(%x) : (!act) -> f32
-    %yf = func.call @k3k_widen(%y) : (!act) -> f32
-    %s = arith.addf %xf, %yf : f32
-    %sa = func.call @k3k_narrow(%s) : (f32) -> !act
+    %sa = func.call @k3k_add1(%x, %y) : (!act, !act) -> !act
     memref.store %sa, %sum[%c0, %i, %j] : memref<?x?x?x!act>
   }
   %last = bufferization.to_tensor %sum restrict : memref<?x?x?x!act> to tensor<?x?x?x!act>
@@ -783,11 +780,18 @@ func.func private @k3k_add(%a: tensor<?x?x!act>, %b: tensor<?x?x!act>) -> tensor
   %y = linalg.generic {indexing_maps = [#id2, #id2, #id2], iterator_types = ["parallel", "parallel"]}
       ins(%a, %b : tensor<?x?x!act>, tensor<?x?x!act>) outs(%o : tensor<?x?x!act>) {
   ^bb0(%x: !act, %y: !act, %r: !act):
-    %xf = func.call @k3k_widen(%x) : (!act) -> f32
-    %yf = func.call @k3k_widen(%y) : (!act) -> f32
-    %s = arith.addf %xf, %yf : f32
-    %sa = func.call @k3k_narrow(%s) : (f32) -> !act
+    %sa = func.call @k3k_add1(%x, %y) : (!act, !act) -> !act
     linalg.yield %sa : !act
   } -> tensor<?x?x!act>
   return %y : tensor<?x?x!act>
+}
+
+// One element of the residual add: round(x + y) (also
+// @k3k_attn_res_norm_add_rows's sum).
+func.func private @k3k_add1(%x: !act, %y: !act) -> !act {
+  %xf = func.call @k3k_widen(%x) : (!act) -> f32
+  %yf = func.call @k3k_widen(%y) : (!act) -> f32
+  %s = arith.addf %xf, %yf : f32
+  %sa = func.call @k3k_narrow(%s) : (f32) -> !act
+  return %sa : !act
 }
