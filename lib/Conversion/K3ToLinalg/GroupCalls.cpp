@@ -26,6 +26,7 @@
 #include "mlir/IR/Dominance.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Interfaces/CastInterfaces.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/MapVector.h"
 
@@ -169,12 +170,22 @@ LogicalResult groupFixed(ModuleOp module, func::FuncOp fn, DominanceInfo &dom) {
            failure();
   for (func::FuncOp caller : module.getOps<func::FuncOp>())
     for (ArrayRef<func::CallOp> calls : callsByBlock(caller, fn)) {
+      // A call joins the chunk if its operands are available at the first
+      // and nothing since the chunk's last may touch memory (the calls may
+      // update state buffers in place: @k3k_short_conv's tails).
       SmallVector<func::CallOp> chunk;
+      auto quiet = [](Operation *from, Operation *to) {
+        return llvm::all_of(
+            llvm::make_range(std::next(from->getIterator()), to->getIterator()),
+            [](Operation &op) { return isMemoryEffectFree(&op); });
+      };
       for (func::CallOp call : calls) {
         if (!chunk.empty() &&
-            !llvm::all_of(call.getOperands(), [&](Value v) {
-              return available(v, chunk.front(), dom);
-            }))
+            (!llvm::all_of(call.getOperands(),
+                           [&](Value v) {
+                             return available(v, chunk.front(), dom);
+                           }) ||
+             !quiet(chunk.back(), call)))
           chunk.clear();
         chunk.push_back(call);
         if (chunk.size() == n) {

@@ -200,3 +200,29 @@ func.func private @lin(%x: tensor<?x?xbf16>) -> tensor<?x?xbf16>
     attributes {k3.product_group = {few = @few, many = @few, few_tokens = @few_tokens}} {
   return %x : tensor<?x?xbf16>
 }
+
+// -----
+
+// A fixed group's calls may update buffers in place: an operation that may
+// touch memory between two calls starts a new group.
+// CHECK-LABEL: func.func @store_between
+// CHECK: call @conv(
+// CHECK: memref.store
+// CHECK: call @conv2(
+func.func private @conv(%x: tensor<?xf32>, %m: memref<?xf32>) -> tensor<?xf32>
+    attributes {k3.call_group = @conv2} {
+  return %x : tensor<?xf32>
+}
+func.func private @conv2(%x0: tensor<?xf32>, %m0: memref<?xf32>, %x1: tensor<?xf32>, %m1: memref<?xf32>)
+    -> (tensor<?xf32>, tensor<?xf32>) {
+  return %x0, %x1 : tensor<?xf32>, tensor<?xf32>
+}
+func.func @store_between(%a: tensor<?xf32>, %m: memref<?xf32>, %v: f32)
+    -> (tensor<?xf32>, tensor<?xf32>, tensor<?xf32>) {
+  %c0 = arith.constant 0 : index
+  %0 = call @conv(%a, %m) : (tensor<?xf32>, memref<?xf32>) -> tensor<?xf32>
+  memref.store %v, %m[%c0] : memref<?xf32>
+  %1 = call @conv(%a, %m) : (tensor<?xf32>, memref<?xf32>) -> tensor<?xf32>
+  %2 = call @conv(%a, %m) : (tensor<?xf32>, memref<?xf32>) -> tensor<?xf32>
+  return %0, %1, %2 : tensor<?xf32>, tensor<?xf32>, tensor<?xf32>
+}
