@@ -72,11 +72,11 @@
 // 8t+i in nibble i) of the group in rows g and g+8, and the mma's k order is
 // permuted so that this word is all the lane needs: step 0 takes the element
 // pairs (8t, 8t+4) as k = (2t, 2t+1) and (8t+1, 8t+5) as (2t+8, 2t+9); step 1
-// (8t+2, 8t+6) and (8t+3, 8t+7). A mask, a multiply and a mask move the
-// codes of elements 8t+j and 8t+j+4 into the bf16 pair of E2M1 · 2^-126
-// (the code's sign at bit 15, e1 e0 m as exponent bits 1..0 and mantissa
-// bit 6, subnormal for e = 0; decodePair), and a bf16 multiply by 2^126
-// makes it exact. The activations are permuted alike: the
+// (8t+2, 8t+6) and (8t+3, 8t+7). Shifts, selects and masks (decodeWord: 11
+// integer operations for the word's 4 pairs) move the codes of elements
+// 8t+j and 8t+j+4 into the bf16 pair of E2M1 · 2^-126 (the code's sign at
+// bit 15, e1 e0 m as exponent bits 1..0 and mantissa bit 6, subnormal for
+// e = 0), and a bf16 multiply by 2^126 makes it exact. The activations are permuted alike: the
 // lane loads its entry's 8 elements 8t..8t+7 (16 bytes) and pairs (0, 4),
 // (1, 5), (2, 6), (3, 7).
 //
@@ -218,12 +218,22 @@ private:
   Value i32(int64_t v) {
     return arith::ConstantIntOp::create(b, loc, b.getI32Type(), v);
   }
+  /// An i32 from PTX `text` (no side effects).
+  Value asmI32(StringRef text, StringRef constraints, ValueRange operands) {
+    return LLVM::InlineAsmOp::create(
+               b, loc, b.getI32Type(), operands, text, constraints,
+               /*has_side_effects=*/false, /*is_align_stack=*/false,
+               LLVM::tailcallkind::TailCallKind::None,
+               /*asm_dialect=*/LLVM::AsmDialectAttr(),
+               /*operand_attrs=*/ArrayAttr())
+        .getResult(0);
+  }
 
   /// (token, slot, expert) of the entry at position `q` of `order`.
   std::array<Value, 3> entry(Value q);
-  /// The bf16 pair of elements 8t+j, 8t+j+4 of a lane's word (see top),
-  /// times `scale` (a bf16 pair; null: 2^126, the plain codes).
-  Value decodePair(Value word, int64_t j, Value scale = nullptr);
+  /// The bf16 pairs of elements (8t+j, 8t+j+4), j = 0..3, of a lane's word
+  /// (see top), times `scale` (a bf16 pair; null: 2^126, the plain codes).
+  std::array<Value, 4> decodeWord(Value word, Value scale = nullptr);
 
   /// What a lane needs for consecutive groups: per group the B registers
   /// (steps 0 and 1), per slot (matrix and m tile) and group the words and
@@ -322,33 +332,44 @@ std::array<Value, 3> ExpertsKernel::entry(Value q) {
   return {token, slot, e};
 }
 
-Value ExpertsKernel::decodePair(Value word, int64_t j, Value scale) {
-  // Nibbles j and j + 4 (from the word shifted right by 8 for j >= 2) to
-  // bits 0..3 or 4..7 of each half: one multiply then puts a copy of each
-  // 12 - 4 (j % 2) bits up (the sign at bit 15 / 31) and one 6 - 4 (j % 2)
-  // bits up (e1 e0 m at bits 8..6 / 24..22). The copies do not overlap, so
-  // the multiply adds no carries, and a mask keeps those bits: three
-  // operations a pair (a shift, two masks and an or before).
-  Value v = j < 2 ? word : arith::ShRUIOp::create(b, loc, word, i32(8));
-  bool odd = j % 2;
-  Value nibbles =
-      arith::AndIOp::create(b, loc, v, i32(odd ? 0x00F000F0 : 0x000F000F));
-  Value copies = arith::MulIOp::create(b, loc, nibbles,
-                                       i32(odd ? 0x0104 : 0x1040));
-  Value tiny = arith::AndIOp::create(b, loc, copies, i32(0x81C081C0));
-  // × 2^126 (bf16 0x7E80) + -0: exact, subnormals included (PTX ISA: the
-  // bf16x2 fma keeps subnormal operands). Written as PTX because the bf16
-  // arithmetic of the pipeline is expanded to integer code (arith-expand).
-  return LLVM::InlineAsmOp::create(
-             b, loc, b.getI32Type(),
-             ValueRange{tiny, scale ? scale : i32(0x7E807E80),
-                        i32(0x80008000)},
-             "fma.rn.bf16x2 $0, $1, $2, $3;", "=r,r,r,r",
-             /*has_side_effects=*/false, /*is_align_stack=*/false,
-             LLVM::tailcallkind::TailCallKind::None,
-             /*asm_dialect=*/LLVM::AsmDialectAttr(),
-             /*operand_attrs=*/ArrayAttr())
-      .getResult(0);
+std::array<Value, 4> ExpertsKernel::decodeWord(Value word, Value scale) {
+  // Pair j needs nibbles j and j + 4 with e1 e0 m at bits 8..6 / 24..22
+  // and the sign at bit 15 / 31: the sign 9 bits above e1 e0 m, not 3 as in
+  // the word. Two words hold two pairs each so: qa (j = 0, 1) keeps e1 e0 m
+  // and takes the signs from the word shifted up by 6; qb (j = 2, 3) keeps
+  // the signs and takes e1 e0 m from the word shifted down by 6 (a select
+  // by a mask each: one LOP3). A shift of qa by 6 or 2, of qb by 4 or 0,
+  // and a mask then make the pairs: 11 integer operations a word (with a
+  // multiply per pair, 13). The bits of qa and qb outside the masked
+  // positions do not matter.
+  auto shl = [&](Value v, int64_t n) {
+    return n ? arith::ShLIOp::create(b, loc, v, i32(n)).getResult() : v;
+  };
+  // (keep & ~mask) | (take & mask) as one lop3 (LUT 0xD8 of a = keep, b =
+  // take, c = mask): written as PTX because LLVM canonicalizes every form
+  // of it to two masks, which ptxas makes two LOP3s.
+  auto select = [&](Value keep, Value take, uint32_t mask) {
+    return asmI32("lop3.b32 $0, $1, $2, $3, 0xD8;", "=r,r,r,r",
+                  {keep, take, i32(int32_t(mask))});
+  };
+  Value qa = select(word, shl(word, 6), 0x22002200);
+  Value qb = select(word, arith::ShRUIOp::create(b, loc, word, i32(6)),
+                    0x01DC01DC);
+  std::array<std::pair<Value, int64_t>, 4> from = {
+      {{qa, 6}, {qa, 2}, {qb, 4}, {qb, 0}}};
+  std::array<Value, 4> pairs;
+  for (int64_t j = 0; j < 4; ++j) {
+    Value tiny = arith::AndIOp::create(b, loc, shl(from[j].first,
+                                                   from[j].second),
+                                       i32(int32_t(0x81C081C0)));
+    // × 2^126 (bf16 0x7E80) + -0: exact, subnormals included (PTX ISA: the
+    // bf16x2 fma keeps subnormal operands). Written as PTX because the bf16
+    // arithmetic of the pipeline is expanded to integer code (arith-expand).
+    pairs[j] = asmI32("fma.rn.bf16x2 $0, $1, $2, $3;", "=r,r,r,r",
+                      {tiny, scale ? scale : i32(0x7E807E80),
+                       i32(int32_t(0x80008000))});
+  }
+  return pairs;
 }
 
 std::array<Value, 4> ExpertsKernel::loadX(Value group) {
@@ -627,11 +648,11 @@ SmallVector<Value> ExpertsKernel::groupProduct(const std::array<Value, 2> &w,
                                                ArrayRef<Value> scales,
                                                SmallVector<Value> d) {
   auto scale = [&](int64_t r) { return scales.empty() ? Value() : scales[r]; };
+  std::array<Value, 4> p0 = decodeWord(w[0], scale(0)),
+                       p1 = decodeWord(w[1], scale(1));
   for (int64_t step = 0; step < 2; ++step) {
-    std::array<Value, 4> a = {decodePair(w[0], 2 * step, scale(0)),
-                              decodePair(w[1], 2 * step, scale(1)),
-                              decodePair(w[0], 2 * step + 1, scale(0)),
-                              decodePair(w[1], 2 * step + 1, scale(1))};
+    std::array<Value, 4> a = {p0[2 * step], p1[2 * step], p0[2 * step + 1],
+                              p1[2 * step + 1]};
     std::array<Value, 2> bx = {x[2 * step], x[2 * step + 1]};
     llvm::copy(k3::mmaSyncBF16(b, loc, a, bx, d), d.begin());
   }
@@ -711,52 +732,54 @@ Value ExpertsKernel::foldable(Value groups) {
 SmallVector<Value> ExpertsKernel::accumulateFolded(const Loaded &in,
                                                    ValueRange acc, bool wide) {
   SmallVector<Value> next(acc);
-  for (size_t m = 0; m < in.word.size(); ++m) {
-    // Per row, the 4 groups' bf16 2^(e-1) = (e + 126) << 7 in both halves:
-    // bytes e + 126 (no carry: e <= 127), byte c put at bytes 1 and 3 and
-    // zeros at bytes 0 and 2 (prmt selector 4 c 4 c), shifted down by one.
-    std::array<Value, 2> biased;
+  // Per slot and row, the 4 groups' bf16 2^(e-1) = (e + 126) << 7 in both
+  // halves: bytes e + 126 (no carry: e <= 127), byte c put at bytes 1 and 3
+  // and zeros at bytes 0 and 2 (prmt selector 4 c 4 c), shifted down by one.
+  size_t slots = in.word.size();
+  SmallVector<std::array<Value, 2>> biased(slots), scale(slots);
+  for (size_t m = 0; m < slots; ++m)
     for (int64_t r = 0; r < 2; ++r)
-      biased[r] =
+      biased[m][r] =
           arith::AddIOp::create(b, loc, in.scaleWord[m][r], i32(0x7E7E7E7E));
-    // wide: each group's 4 words take byte t (one group per lane) or
-    // 2 (t % 2) + c / 4 (two) of the lane's scale word.
-    Value ti =
-        wide ? arith::IndexCastOp::create(b, loc, b.getI32Type(), t) : Value();
-    auto selector = [&](size_t c) -> Value {
-      if (!wide)
-        return i32(0x0404 + 0x1010 * c);
-      Value byte = laneGroups == 1
-                       ? ti
-                       : arith::AddIOp::create(
-                             b, loc,
-                             arith::MulIOp::create(
-                                 b, loc, arith::AndIOp::create(b, loc, ti, i32(1)),
-                                 i32(2)),
-                             i32(c / 4));
-      return arith::AddIOp::create(
-          b, loc, i32(0x0404), arith::MulIOp::create(b, loc, i32(0x1010), byte));
-    };
-    std::array<Value, 2> scale;
-    for (size_t c = 0; c < in.x.size(); ++c) {
+  // wide: each group's 4 words take byte t (one group per lane) or
+  // 2 (t % 2) + c / 4 (two) of the lane's scale word.
+  Value ti =
+      wide ? arith::IndexCastOp::create(b, loc, b.getI32Type(), t) : Value();
+  auto selector = [&](size_t c) -> Value {
+    if (!wide)
+      return i32(0x0404 + 0x1010 * c);
+    Value byte = laneGroups == 1
+                     ? ti
+                     : arith::AddIOp::create(
+                           b, loc,
+                           arith::MulIOp::create(
+                               b, loc, arith::AndIOp::create(b, loc, ti, i32(1)),
+                               i32(2)),
+                           i32(c / 4));
+    return arith::AddIOp::create(
+        b, loc, i32(0x0404), arith::MulIOp::create(b, loc, i32(0x1010), byte));
+  };
+  // The products in slot order, or, with several matrices, group by group
+  // and each slot's in turn; either way each slot's sums in group order.
+  // The order only steers ptxas's schedule: with the slot order it issued
+  // the two-matrix loop's loads later and that loop ran 17% slower; the
+  // one-matrix loop was slower the other way (H200, BENCHMARKS.md
+  // twenty-second session).
+  bool byGroup = st.matrices.size() > 1;
+  size_t groups = in.x.size();
+  for (size_t outer = 0; outer < (byGroup ? groups : slots); ++outer)
+    for (size_t inner = 0; inner < (byGroup ? slots : groups); ++inner) {
+      size_t c = byGroup ? outer : inner, m = byGroup ? inner : outer;
       for (int64_t r = 0; r < 2 && (!wide || c % 4 == 0); ++r) {
-        Value both16 = LLVM::InlineAsmOp::create(
-                           b, loc, b.getI32Type(),
-                           ValueRange{biased[r], i32(0), selector(c)},
-                           "prmt.b32 $0, $1, $2, $3;", "=r,r,r,r",
-                           /*has_side_effects=*/false,
-                           /*is_align_stack=*/false,
-                           LLVM::tailcallkind::TailCallKind::None,
-                           LLVM::AsmDialectAttr(), ArrayAttr())
-                           .getResult(0);
-        scale[r] = arith::ShRUIOp::create(b, loc, both16, i32(1));
+        Value both16 = asmI32("prmt.b32 $0, $1, $2, $3;", "=r,r,r,r",
+                              {biased[m][r], i32(0), selector(c)});
+        scale[m][r] = arith::ShRUIOp::create(b, loc, both16, i32(1));
       }
       SmallVector<Value> d = groupProduct(
-          in.word[m][c], in.x[c], scale,
+          in.word[m][c], in.x[c], scale[m],
           SmallVector<Value>(next.begin() + m * 4, next.begin() + m * 4 + 4));
       llvm::copy(d, next.begin() + m * 4);
     }
-  }
   return next;
 }
 

@@ -28,7 +28,7 @@
 // OLD-NOT: nvvm.mma.sync
 // The decode's bit arithmetic (the constants below), exact for every code
 // pair at every position:
-// DECODE: e2m1 -> bf16: 1024 code pairs exact
+// DECODE: e2m1 -> bf16: 4096 code pairs exact
 
 // With `fold-scales` (off by default until measured on a GPU): each warp
 // first tests its rows' scale bytes (lane t: words t, t + 4, ... of rows g
@@ -221,12 +221,12 @@
 // CHECK: vector.load %arg4{{.*}} {alignment = 4 : i64} : memref<?x?x?xi8>, vector<4xi8>
 // Codes to bf16 pairs (E2M1 · 2^-126, then × 2^126 exactly), two mma steps
 // from zero per group, then the group's scale.
-// CHECK-DAG: arith.constant 983055 : i32
-// CHECK-DAG: arith.constant 15728880 : i32
-// CHECK-DAG: arith.constant 4160 : i32
-// CHECK-DAG: arith.constant 260 : i32
+// CHECK-DAG: arith.constant 570434048 : i32
+// CHECK-DAG: arith.constant 31195612 : i32
 // CHECK-DAG: arith.constant -2118090304 : i32
 // CHECK-DAG: arith.constant 2122350208 : i32
+// CHECK: llvm.inline_asm "lop3.b32 $0, $1, $2, $3, 0xD8;", "=r,r,r,r"
+// CHECK: llvm.inline_asm "lop3.b32 $0, $1, $2, $3, 0xD8;", "=r,r,r,r"
 // CHECK: llvm.inline_asm "fma.rn.bf16x2 $0, $1, $2, $3;", "=r,r,r,r"
 // CHECK: nvvm.mma.sync A[{{.*}}] B[{{.*}}] C[%[[Z:[^,]+]], %[[Z]], %[[Z]], %[[Z]]]
 // CHECK-SAME: shape = #nvvm.shape<m = 16, n = 8, k = 16>
