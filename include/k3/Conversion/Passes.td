@@ -70,15 +70,22 @@ def K3GroupCallsPass : Pass<"k3-group-calls", "::mlir::ModuleOp"> {
     it launched several. Every output is computed as by its own call.
 
     Products: a function marked `k3.product_group = {few = @f, many = @m,
-    few_tokens = @p}` (`Kernels/Dense.mlir`: @k3k_linear) computes
-    `(x [T, K], W [N, K]) -> [T, N]` as `@f(x, W, out)` when `@p(T)` holds
-    and `@m(x, W, out)` otherwise. Its calls with the same x (up to
-    `tensor.cast`) become one call of a function made here,
-    `<name>_x<m>(x, W_1 .. W_m) -> (y_1 .. y_m)`: when `@p(T)` one call of
-    `<f>_x<m>(x, W_1 .. W_m, out_1 .. out_m)`, which carries `@f`'s
-    attributes and whose body is the m calls of `@f` (k3-gpu-skinny-mma
-    makes it one kernel: K3's KDA projections q, k, v, f_a, b and g, the
-    MLA's q_a and kv_a, an MLP's gate and up), else the m calls of `@m`.
+    few_tokens = @p}` (`Kernels/Dense.mlir`: @k3k_linear, @k3k_matmul_f32)
+    computes `(x [T, K], W [N, K]) -> [T, N]` as `@f(x, W, out)` when
+    `@p(T)` holds and `@m(x, W, out)` otherwise. Calls of such functions
+    with the same x (up to `tensor.cast`) and the same `@p` become one call
+    of a function made here, `<name>_x<m>(x, W_1 .. W_m) -> (y_1 .. y_m)`
+    for m calls of one function (`<a>_x<i>_<b>_x<j>` for runs of
+    different ones, in call order): when `@p(T)` one call of
+    `<f>_x<m>(x, W_1 .. W_m, out_1 .. out_m)`, whose body is the m calls of
+    the members' `@f` and which carries their attributes (a dictionary
+    attribute whose entries differ between members gets those entries as
+    arrays, one value per member: `k3.skinny_matmul = {out = [@k3k_sum_f32,
+    @k3k_narrow, ...]}`; members whose attributes cannot be merged so stay
+    apart), else the m calls of the members' `@m`. k3-gpu-skinny-mma makes
+    the few-token call one kernel: K3's KDA projections q, k, v, f_a, b and
+    g; the MLA's q_a, kv_a and output gate; a MoE layer's router logits
+    (f32), latent projection and shared experts' gate and up.
 
     Fixed groups: a function marked `k3.call_group = @g`, where `@g` takes
     the arguments of n calls one after the other and returns their results
@@ -517,7 +524,9 @@ def K3GPUSkinnyMMAPass : Pass<"k3-gpu-skinny-mma", "::mlir::ModuleOp"> {
     16, K % 128 == 0, every N % 16 == 0, x and every W 16-byte aligned, the
     split matrices' row blocks within the counters): one `gpu.launch` (a
     1-D grid over the matrices' blocks in turn, each block selecting its
-    W, output, workspace and counters) with a block of four warps per 16
+    W, output, workspace and counters; with `out = [@o_1, ..., @o_m]`, one
+    function per matrix, the outputs may differ in element type and a block
+    stores through a `scf.index_switch` on its matrix) with a block of four warps per 16
     rows of W and slice of K (S slices of whole chunks, S = max(1, min(528
     / (N / 16), K / 512)) per matrix: narrow outputs such as a router's
     fill the GPU), the warps taking the slice's 128-element chunks in turn

@@ -34,7 +34,9 @@
 // (x, W_1 .. W_m, out_1 .. out_m)) are one launch: the grid is the
 // matrices' blocks one after the other, each matrix split as it would be
 // alone (the same sums), and a block selects its W, output, workspace and
-// counters. A decode step's projections of one input then run as one
+// counters. The outputs may differ in element type (`out` one function
+// per matrix: a MoE layer's f32 router logits beside its bf16
+// projections); a block then stores through a switch on its matrix. A decode step's projections of one input then run as one
 // kernel of several waves instead of several of one wave or less (H200,
 // twenty-first session: batch-1 kernels 2.506 -> 2.410 ms).
 //
@@ -98,9 +100,9 @@ class SkinnyKernel : k3::IndexMath {
 public:
   /// The products of x by `ws` into `outs` (one launch for all).
   SkinnyKernel(OpBuilder &b, Location loc, Value x, ValueRange ws,
-               ValueRange outs, func::FuncOp outFn,
+               ValueRange outs, ArrayRef<func::FuncOp> outFns,
                memref::GlobalOp ringGlobal, memref::GlobalOp countGlobal)
-      : IndexMath{b, loc}, x(x), ws(ws), outs(outs), outFn(outFn),
+      : IndexMath{b, loc}, x(x), ws(ws), outs(outs), outFns(outFns),
         ringGlobal(ringGlobal), countGlobal(countGlobal) {}
 
   void build(SmallVectorImpl<Operation *> &rest);
@@ -131,16 +133,29 @@ private:
   /// an absent tile).
   SmallVector<Value> sums(int64_t tiles);
 
+  /// Stores `o(sum)` at (tok, row) of this block's output: with outputs of
+  /// one type and one `o`, the selected output; otherwise a switch on the
+  /// block's matrix (an f32 router and bf16 projections in one launch).
+  void store(OpBuilder &ob, Location l, Value sum, Value tok, Value row);
   /// S > 1: this block's sums go to the workspace; the last block of the
   /// row block adds them (see top). `entries` are (sum, token, row).
   void combine(ArrayRef<std::array<Value, 3>> entries, Value tokens);
 
+  /// Whether every output has one type and one `o`.
+  bool alike() const {
+    return llvm::all_of(llvm::zip(outs, outFns), [&](auto o) {
+      return std::get<0>(o).getType() == outs[0].getType() &&
+             std::get<1>(o) == outFns[0];
+    });
+  }
+
   Value x;
   SmallVector<Value> ws, outs;
-  func::FuncOp outFn;
+  SmallVector<func::FuncOp> outFns;
   memref::GlobalOp ringGlobal, countGlobal;
-  // This block's matrix (one of ws), output, workspace and counter.
-  Value w, out, partial, counter;
+  // This block's matrix (one of ws; its index), output (if the outputs are
+  // alike), workspace and counter.
+  Value w, matrix, out, partial, counter;
   Value ring, warp, lane, g, t, rowBase, tok0, tok1, mine;
   Value slices, slice, chunk0;
   Value copyRow, copyPiece;
@@ -262,6 +277,7 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   // This block's matrix: the last whose first block is at or before it.
   Value block = launch.getBlockIds().x;
   w = ws[0];
+  matrix = idx(0);
   out = outs[0];
   Value rowBlocks = mats[0][0], first = mats[0][2];
   slices = mats[0][1];
@@ -270,7 +286,9 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   for (size_t i = 1; i < mats.size(); ++i) {
     Value here = cmp(arith::CmpIPredicate::uge, block, mats[i][2]);
     w = pick(here, ws[i], w);
-    out = pick(here, outs[i], out);
+    matrix = pick(here, idx(i), matrix);
+    if (alike())
+      out = pick(here, outs[i], out);
     rowBlocks = pick(here, mats[i][0], rowBlocks);
     slices = pick(here, mats[i][1], slices);
     first = pick(here, mats[i][2], first);
@@ -360,9 +378,7 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
           scf::IfOp::create(
               tb, l, one,
               [&](OpBuilder &ob, Location ol) {
-                Value r =
-                    func::CallOp::create(ob, ol, outFn, sum).getResult(0);
-                memref::StoreOp::create(ob, ol, r, out, ValueRange{tok, row});
+                store(ob, ol, sum, tok, row);
                 scf::YieldOp::create(ob, ol);
               },
               [&](OpBuilder &pb, Location pl) {
@@ -375,6 +391,29 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   }
   combine(entries, tokens);
   gpu::TerminatorOp::create(b, loc);
+}
+
+void SkinnyKernel::store(OpBuilder &ob, Location l, Value sum, Value tok,
+                         Value row) {
+  if (alike()) {
+    Value r = func::CallOp::create(ob, l, outFns[0], sum).getResult(0);
+    memref::StoreOp::create(ob, l, r, out, ValueRange{tok, row});
+    return;
+  }
+  SmallVector<int64_t> cases = llvm::to_vector(llvm::seq<int64_t>(outs.size()));
+  auto which = scf::IndexSwitchOp::create(ob, l, TypeRange{}, matrix, cases,
+                                          cases.size());
+  auto fill = [&](Region &region, size_t i) {
+    OpBuilder cb = OpBuilder::atBlockBegin(&region.emplaceBlock());
+    if (i < outs.size()) {
+      Value r = func::CallOp::create(cb, l, outFns[i], sum).getResult(0);
+      memref::StoreOp::create(cb, l, r, outs[i], ValueRange{tok, row});
+    }
+    scf::YieldOp::create(cb, l);
+  };
+  for (size_t i = 0; i < cases.size(); ++i)
+    fill(which.getCaseRegions()[i], i);
+  fill(which.getDefaultRegion(), outs.size());
 }
 
 void SkinnyKernel::combine(ArrayRef<std::array<Value, 3>> entries,
@@ -403,8 +442,7 @@ void SkinnyKernel::combine(ArrayRef<std::array<Value, 3>> entries,
                                               ValueRange{idx(0), tok, row});
             Value total =
                 k3::addSlices(b, loc, partial, c1, slices, s0, tok, row);
-            Value r = func::CallOp::create(b, loc, outFn, total).getResult(0);
-            memref::StoreOp::create(b, loc, r, out, ValueRange{tok, row});
+            store(b, loc, total, tok, row);
             scf::YieldOp::create(b, loc);
           });
     }
@@ -422,9 +460,9 @@ struct K3GPUSkinnyMMAPass
   }
 
   LogicalResult rewrite(func::FuncOp f) {
-    FailureOr<func::FuncOp> outFn =
-        k3::productOutFunction(f, kAttr, /*several=*/true);
-    if (failed(outFn))
+    FailureOr<SmallVector<func::FuncOp>> outFns =
+        k3::productOutFunctions(f, kAttr);
+    if (failed(outFns))
       return failure();
     Block &body = f.getBody().front();
     auto x = cast<MemRefType>(body.getArgument(0).getType());
@@ -438,7 +476,7 @@ struct K3GPUSkinnyMMAPass
     unsigned m = body.getNumArguments() / 2;
     SkinnyKernel(builder, f.getLoc(), body.getArgument(0),
                  body.getArguments().slice(1, m),
-                 body.getArguments().slice(1 + m, m), *outFn,
+                 body.getArguments().slice(1 + m, m), *outFns,
                  // The warps' cp.async rings, one workgroup buffer per block.
                  k3::workgroupBuffer(getOperation(), "k3k_skinny_ring",
                                      {kWarps, kStages, kRows, kChunk}),

@@ -8,7 +8,8 @@
 // projections at 3.5-4.2 TB/s against 4.6 for the 19 waves of the LM head).
 // Here the calls with one input become one call, whose few-token products
 // k3-gpu-skinny-mma builds as one kernel over all the matrices' row blocks
-// (`k3.product_group`). The three short convolutions of a KDA layer (§4.2)
+// (`k3.product_group`), also across product functions: a MoE layer's f32
+// router logits with its bf16 latent and shared-expert projections (§6). The three short convolutions of a KDA layer (§4.2)
 // become one call of a kernel that runs all three (`k3.call_group`). Each
 // output is computed exactly as by its own call.
 //
@@ -29,6 +30,9 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <optional>
 
 namespace mlir::k3 {
 #define GEN_PASS_DEF_K3GROUPCALLSPASS
@@ -197,44 +201,121 @@ LogicalResult groupFixed(ModuleOp module, func::FuncOp fn, DominanceInfo &dom) {
   return success();
 }
 
+/// The marks of the members' few-token functions, for their group's: a
+/// mark all of them carry alike is copied; a dictionary mark whose entries
+/// differ between them (k3.skinny_matmul's `out`: an f32 router beside bf16
+/// projections) gets those entries as arrays, one value per member. None
+/// if the members' marks cannot be merged.
+std::optional<SmallVector<NamedAttribute>>
+mergedMarks(ArrayRef<func::FuncOp> fews) {
+  MLIRContext *ctx = func::FuncOp(fews.front()).getContext();
+  SmallVector<NamedAttribute> marks;
+  auto names = [](func::FuncOp f) {
+    SmallVector<StringAttr> n;
+    for (NamedAttribute a : f->getDiscardableAttrs())
+      n.push_back(a.getName());
+    return n;
+  };
+  for (func::FuncOp f : fews.drop_front())
+    if (names(f) != names(fews.front()))
+      return std::nullopt;
+  for (NamedAttribute a : fews.front()->getDiscardableAttrs()) {
+    SmallVector<Attribute> values;
+    for (func::FuncOp f : fews)
+      values.push_back(f->getAttr(a.getName()));
+    if (llvm::all_equal(values)) {
+      marks.push_back(a);
+      continue;
+    }
+    auto first = dyn_cast<DictionaryAttr>(values.front());
+    if (!first)
+      return std::nullopt;
+    SmallVector<NamedAttribute> entries;
+    for (NamedAttribute e : first) {
+      SmallVector<Attribute> each;
+      for (Attribute v : values) {
+        auto d = dyn_cast<DictionaryAttr>(v);
+        if (!d || d.size() != first.size() || !d.get(e.getName()))
+          return std::nullopt;
+        each.push_back(d.get(e.getName()));
+      }
+      entries.emplace_back(e.getName(), llvm::all_equal(each)
+                                            ? each.front()
+                                            : ArrayAttr::get(ctx, each));
+    }
+    marks.emplace_back(a.getName(), DictionaryAttr::get(ctx, entries));
+  }
+  return marks;
+}
+
+/// `<a>_x<m>` for m calls of one function; `<a>_x<m>_<b>_x<n>...` (the
+/// later names without their common `k3k_`) for runs of different ones.
+std::string groupName(ArrayRef<func::FuncOp> members) {
+  std::string name;
+  for (size_t i = 0; i < members.size();) {
+    size_t j = i;
+    while (j < members.size() && members[j] == members[i])
+      ++j;
+    StringRef fn = func::FuncOp(members[i]).getSymName();
+    if (i)
+      name += "_" + fn.drop_front(fn.starts_with("k3k_") ? 4 : 0).str();
+    else
+      name += fn.str();
+    name += "_x" + std::to_string(j - i);
+    i = j;
+  }
+  return name;
+}
+
 class Grouper {
 public:
-  Grouper(ModuleOp module, const Product &p) : module(module), p(p) {}
+  Grouper(ModuleOp module, ArrayRef<Product> products) : module(module) {
+    for (Product p : products)
+      byName[p.fn.getSymName()] = p;
+  }
 
-  /// Groups the calls of `p.fn` in every block under `root`.
+  /// Groups the product calls in every block under `root`.
   void run(Operation *root, DominanceInfo &dom);
 
 private:
-  /// `<name>_x<m>`, made on first use.
-  func::FuncOp grouped(int64_t m);
-  /// `<few>_x<m>`: the m few-token products, one call each.
-  func::FuncOp groupedFew(int64_t m);
+  /// The group's function, made on first use (null if the members' few
+  /// functions' marks do not merge).
+  func::FuncOp grouped(ArrayRef<Product> members);
+  /// Its few-token function: the members' few-token products, one call
+  /// each, with their merged marks.
+  func::FuncOp groupedFew(ArrayRef<Product> members);
   void group(ArrayRef<func::CallOp> calls, DominanceInfo &dom);
 
   ModuleOp module;
-  Product p;
+  llvm::StringMap<Product> byName;
 };
 
-func::FuncOp Grouper::groupedFew(int64_t m) {
-  std::string name = (p.few.getSymName() + "_x" + Twine(m)).str();
+func::FuncOp Grouper::groupedFew(ArrayRef<Product> members) {
+  SmallVector<func::FuncOp> fews;
+  for (const Product &p : members)
+    fews.push_back(p.few);
+  std::string name = groupName(fews);
   if (auto f = module.lookupSymbol<func::FuncOp>(name))
     return f;
-  FunctionType one = p.few.getFunctionType();
-  SmallVector<Type> inputs{one.getInput(0)};
-  inputs.append(m, one.getInput(1));
-  inputs.append(m, one.getInput(2));
+  std::optional<SmallVector<NamedAttribute>> marks = mergedMarks(fews);
+  if (!marks)
+    return {};
+  int64_t m = members.size();
+  SmallVector<Type> inputs{fews.front().getFunctionType().getInput(0)};
+  for (func::FuncOp f : fews)
+    inputs.push_back(f.getFunctionType().getInput(1));
+  for (func::FuncOp f : fews)
+    inputs.push_back(f.getFunctionType().getInput(2));
   OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
-  Location loc = p.few.getLoc();
-  auto f = func::FuncOp::create(b, loc, name,
-                                b.getFunctionType(inputs, {}));
+  Location loc = fews.front().getLoc();
+  auto f = func::FuncOp::create(b, loc, name, b.getFunctionType(inputs, {}));
   f.setPrivate();
-  // The few-token function's own marks (k3.skinny_matmul).
-  for (NamedAttribute a : p.few->getDiscardableAttrs())
+  for (NamedAttribute a : *marks)
     f->setAttr(a.getName(), a.getValue());
   Block *body = f.addEntryBlock();
   b.setInsertionPointToStart(body);
   for (int64_t i = 0; i < m; ++i)
-    func::CallOp::create(b, loc, p.few,
+    func::CallOp::create(b, loc, fews[i],
                          ValueRange{body->getArgument(0),
                                     body->getArgument(1 + i),
                                     body->getArgument(1 + m + i)});
@@ -242,36 +323,45 @@ func::FuncOp Grouper::groupedFew(int64_t m) {
   return f;
 }
 
-func::FuncOp Grouper::grouped(int64_t m) {
-  std::string name = (p.fn.getSymName() + "_x" + Twine(m)).str();
+func::FuncOp Grouper::grouped(ArrayRef<Product> members) {
+  SmallVector<func::FuncOp> fns;
+  for (const Product &p : members)
+    fns.push_back(p.fn);
+  std::string name = groupName(fns);
   if (auto f = module.lookupSymbol<func::FuncOp>(name))
     return f;
-  func::FuncOp few = groupedFew(m);
-  FunctionType one = p.fn.getFunctionType();
-  SmallVector<Type> inputs{one.getInput(0)};
-  inputs.append(m, one.getInput(1));
+  func::FuncOp few = groupedFew(members);
+  if (!few)
+    return {};
+  int64_t m = members.size();
+  SmallVector<Type> inputs{fns.front().getFunctionType().getInput(0)},
+      results;
+  for (func::FuncOp fn : fns) {
+    inputs.push_back(fn.getFunctionType().getInput(1));
+    results.push_back(fn.getFunctionType().getResult(0));
+  }
   OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
-  Location loc = p.fn.getLoc();
-  auto f = func::FuncOp::create(
-      b, loc, name,
-      b.getFunctionType(inputs, SmallVector<Type>(m, one.getResult(0))));
+  Location loc = fns.front().getLoc();
+  auto f = func::FuncOp::create(b, loc, name,
+                                b.getFunctionType(inputs, results));
   f.setPrivate();
   Block *body = f.addEntryBlock();
   b.setInsertionPointToStart(body);
   Value x = body->getArgument(0);
   Value t = tensor::DimOp::create(b, loc, x, 0);
-  auto out = cast<RankedTensorType>(one.getResult(0));
-  auto bufferType = MemRefType::get(out.getShape(), out.getElementType());
   SmallVector<Value> args{x}, bufs;
   for (int64_t i = 0; i < m; ++i) {
     Value w = body->getArgument(1 + i);
     args.push_back(w);
     Value n = tensor::DimOp::create(b, loc, w, 0);
-    bufs.push_back(
-        memref::AllocOp::create(b, loc, bufferType, ValueRange{t, n}));
+    auto out = cast<RankedTensorType>(results[i]);
+    bufs.push_back(memref::AllocOp::create(
+        b, loc, MemRefType::get(out.getShape(), out.getElementType()),
+        ValueRange{t, n}));
   }
   llvm::append_range(args, bufs);
-  Value isFew = func::CallOp::create(b, loc, p.fewTokens, t).getResult(0);
+  Value isFew =
+      func::CallOp::create(b, loc, members.front().fewTokens, t).getResult(0);
   // Both branches write the result buffers (as @k3k_linear).
   scf::IfOp::create(
       b, loc, isFew,
@@ -281,15 +371,15 @@ func::FuncOp Grouper::grouped(int64_t m) {
       },
       [&](OpBuilder &eb, Location l) {
         for (int64_t i = 0; i < m; ++i)
-          func::CallOp::create(eb, l, p.many,
+          func::CallOp::create(eb, l, members[i].many,
                                ValueRange{x, args[1 + i], bufs[i]});
         scf::YieldOp::create(eb, l);
       });
-  SmallVector<Value> results;
-  for (Value buf : bufs)
-    results.push_back(bufferization::ToTensorOp::create(
-        b, loc, out, buf, /*restrict=*/true, /*writable=*/false));
-  func::ReturnOp::create(b, loc, results);
+  SmallVector<Value> outs;
+  for (int64_t i = 0; i < m; ++i)
+    outs.push_back(bufferization::ToTensorOp::create(
+        b, loc, results[i], bufs[i], /*restrict=*/true, /*writable=*/false));
+  func::ReturnOp::create(b, loc, outs);
   return f;
 }
 
@@ -301,23 +391,36 @@ void Grouper::group(ArrayRef<func::CallOp> calls, DominanceInfo &dom) {
   for (func::CallOp call : calls.drop_front())
     if (available(call.getOperand(1), first, dom))
       members.push_back(call);
-  if (members.size() > 1)
-    replaceByOne(members, grouped(members.size()), first.getOperand(0), dom);
+  if (members.size() < 2)
+    return;
+  SmallVector<Product> products;
+  for (func::CallOp call : members)
+    products.push_back(byName.lookup(call.getCallee()));
+  if (func::FuncOp fn = grouped(products))
+    replaceByOne(members, fn, first.getOperand(0), dom);
 }
 
 void Grouper::run(Operation *root, DominanceInfo &dom) {
-  // By input, in program order; collected first (grouping erases calls).
+  // By input and few-token predicate, in program order; collected first
+  // (grouping erases calls).
   SmallVector<SmallVector<func::CallOp>> groups;
-  for (ArrayRef<func::CallOp> calls : callsByBlock(root, p.fn)) {
-    llvm::MapVector<std::pair<Value, Type>, SmallVector<func::CallOp>> byX;
-    for (func::CallOp call : calls) {
+  root->walk([&](Block *block) {
+    llvm::MapVector<std::tuple<Value, Type, Operation *>,
+                    SmallVector<func::CallOp>>
+        byX;
+    for (Operation &op : *block) {
+      auto call = dyn_cast<func::CallOp>(op);
+      auto p = call ? byName.find(call.getCallee()) : byName.end();
+      if (p == byName.end())
+        continue;
       Value x = call.getOperand(0);
-      byX[{uncast(x), x.getType()}].push_back(call);
+      byX[{uncast(x), x.getType(), p->second.fewTokens.getOperation()}]
+          .push_back(call);
     }
     for (auto &[key, same] : byX)
       if (same.size() > 1)
         groups.push_back(std::move(same));
-  }
+  });
   for (ArrayRef<func::CallOp> calls : groups)
     group(calls, dom);
 }
@@ -338,13 +441,11 @@ struct K3GroupCallsPass : k3::impl::K3GroupCallsPassBase<K3GroupCallsPass> {
         fixed.push_back(fn);
     }
     DominanceInfo dom(module);
-    for (const Product &p : products) {
-      Grouper grouper(module, p);
-      SmallVector<func::FuncOp> fns(module.getOps<func::FuncOp>());
-      for (func::FuncOp fn : fns)
-        if (!fn.isExternal())
-          grouper.run(fn, dom);
-    }
+    Grouper grouper(module, products);
+    SmallVector<func::FuncOp> fns(module.getOps<func::FuncOp>());
+    for (func::FuncOp fn : fns)
+      if (!fn.isExternal())
+        grouper.run(fn, dom);
     for (func::FuncOp fn : fixed)
       if (failed(groupFixed(module, fn, dom)))
         return signalPassFailure();

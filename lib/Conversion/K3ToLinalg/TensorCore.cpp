@@ -48,16 +48,27 @@ bool mlir::k3::returnsNothing(Block &body) {
          body.getTerminator()->getNumOperands() == 0;
 }
 
-FailureOr<func::FuncOp> mlir::k3::productOutFunction(func::FuncOp f,
-                                                     StringRef attr,
-                                                     bool several) {
+namespace {
+/// productOutFunction(s): `several` allows m >= 1 matrices and an array of
+/// `out` functions, one per matrix.
+FailureOr<SmallVector<func::FuncOp>> outFunctions(func::FuncOp f,
+                                                  StringRef attr,
+                                                  bool several) {
   auto fail = [&](const Twine &why) {
     return f.emitError() << attr << ": " << why, failure();
   };
   auto spec = f->getAttrOfType<DictionaryAttr>(attr);
-  auto ref = spec ? spec.getAs<FlatSymbolRefAttr>("out") : nullptr;
-  if (!ref)
-    return fail("expected a dictionary {out = @function}");
+  Attribute outAttr = spec ? spec.get("out") : nullptr;
+  SmallVector<FlatSymbolRefAttr> refs;
+  if (auto ref = dyn_cast_or_null<FlatSymbolRefAttr>(outAttr))
+    refs.push_back(ref);
+  else if (auto list = dyn_cast_or_null<ArrayAttr>(outAttr); list && several)
+    for (Attribute a : list)
+      refs.push_back(dyn_cast<FlatSymbolRefAttr>(a));
+  if (refs.empty() || llvm::is_contained(refs, nullptr))
+    return fail(several ? "expected a dictionary {out = @function} or {out "
+                          "= [@function, ...]} (one per matrix)"
+                        : "expected a dictionary {out = @function}");
   Block &body = f.getBody().front();
   unsigned args = body.getNumArguments();
   unsigned m = args / 2;
@@ -71,23 +82,47 @@ FailureOr<func::FuncOp> mlir::k3::productOutFunction(func::FuncOp f,
          cast<MemRefType>(body.getArgument(i).getType())
              .getElementType()
              .isBF16() &&
-         body.getArgument(m + i).getType() == body.getArgument(m + 1).getType();
+         (refs.size() > 1 ||
+          body.getArgument(m + i).getType() == body.getArgument(m + 1).getType());
   if (!ok)
     return fail(several ? "expected (x [T, K], bf16 W_1 [N_1, K] ..., outputs "
                           "[T, N_1] ...) memrefs, as many outputs as W"
                         : "expected (x [T, K], bf16 W [N, K], output [T, N]) "
                           "memrefs");
-  auto out = cast<MemRefType>(body.getArgument(m + 1).getType());
-  auto outFn = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(f, ref);
+  if (refs.size() > 1 && refs.size() != m)
+    return fail("expected one 'out' function per matrix (" + Twine(m) +
+                "), not " + Twine(refs.size()));
   Builder b(f.getContext());
-  if (!outFn || outFn.getFunctionType() !=
-                    b.getFunctionType({b.getF32Type()},
-                                      {out.getElementType()}))
-    return fail("'out' must name a function (f32) -> the output's element "
-                "type");
-  if (!returnsNothing(body))
+  SmallVector<func::FuncOp> outFns;
+  for (unsigned i = 0; i < m; ++i) {
+    auto out = cast<MemRefType>(body.getArgument(m + 1 + i).getType());
+    FlatSymbolRefAttr ref = refs[refs.size() > 1 ? i : 0];
+    auto outFn = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(f, ref);
+    if (!outFn || outFn.getFunctionType() !=
+                      b.getFunctionType({b.getF32Type()},
+                                        {out.getElementType()}))
+      return fail("'out' must name a function (f32) -> the output's element "
+                  "type");
+    outFns.push_back(outFn);
+  }
+  if (!k3::returnsNothing(body))
     return fail("the function must return nothing");
-  return outFn;
+  return outFns;
+}
+} // namespace
+
+FailureOr<func::FuncOp> mlir::k3::productOutFunction(func::FuncOp f,
+                                                     StringRef attr) {
+  FailureOr<SmallVector<func::FuncOp>> fns =
+      outFunctions(f, attr, /*several=*/false);
+  if (failed(fns))
+    return failure();
+  return fns->front();
+}
+
+FailureOr<SmallVector<func::FuncOp>>
+mlir::k3::productOutFunctions(func::FuncOp f, StringRef attr) {
+  return outFunctions(f, attr, /*several=*/true);
 }
 
 SmallVector<Operation *> mlir::k3::bodyOps(Block &body) {

@@ -33,11 +33,15 @@ bool returnsNothing(Block &body);
 /// (`k3.skinny_matmul`, `k3.mma_matmul`): `f` takes the product's f32 sum
 /// to the output's element type; the arguments are x [T, K], bf16 W [N, K]
 /// and the output [T, N] (memrefs, x and W with identity layouts) and the
-/// function returns nothing. With `several`, x, W_1 .. W_m and outputs
-/// 1 .. m of one type (m >= 1: the products of x by several matrices).
-/// Otherwise an error on `f` that names `attr`.
-FailureOr<func::FuncOp> productOutFunction(func::FuncOp f, StringRef attr,
-                                           bool several = false);
+/// function returns nothing. Otherwise an error on `f` that names `attr`.
+FailureOr<func::FuncOp> productOutFunction(func::FuncOp f, StringRef attr);
+
+/// The same for the products of x by several matrices: arguments x, W_1 ..
+/// W_m and outputs 1 .. m (m >= 1), `out` one function for all (outputs
+/// of one type) or an array of one per matrix (`out = [@f_1, ..., @f_m]`,
+/// as k3-group-calls writes it for different products of one x).
+FailureOr<SmallVector<func::FuncOp>> productOutFunctions(func::FuncOp f,
+                                                         StringRef attr);
 
 /// The operations of `body` before its terminator: the generic body that a
 /// kernel-building pass moves into the `else` of its run-time choice.

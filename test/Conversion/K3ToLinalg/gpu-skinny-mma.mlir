@@ -218,6 +218,48 @@ func.func @pair(%x: memref<?x?xbf16>, %w0: memref<?x?xbf16>, %w1: memref<?x?xbf1
 
 // -----
 
+// Products of one x with outputs of different types (k3-group-calls'
+// @k3k_matmul_few_x1_linear_few_x1: an f32 router beside a bf16
+// projection), `out` one function per matrix: a block stores o_i of its
+// sums into output i, chosen by a switch on its matrix.
+// CHECK-LABEL: func.func @router_and_projection
+// CHECK: gpu.launch
+// CHECK: %[[HERE:.+]] = arith.cmpi uge
+// CHECK: %[[M:.+]] = arith.select %[[HERE]], %c1, %c0 : index
+// CHECK: scf.index_switch %[[M]]
+// CHECK-NEXT: case 0 {
+// CHECK-NEXT: %[[S:.+]] = func.call @sum(%{{.+}}) : (f32) -> f32
+// CHECK-NEXT: memref.store %[[S]], %arg3[%{{.+}}, %{{.+}}] : memref<?x?xf32>
+// CHECK: case 1 {
+// CHECK-NEXT: %[[R:.+]] = func.call @o(%{{.+}}) : (f32) -> bf16
+// CHECK-NEXT: memref.store %[[R]], %arg4[%{{.+}}, %{{.+}}] : memref<?x?xbf16>
+func.func private @sum(%a: f32) -> f32 {
+  return %a : f32
+}
+func.func private @o(%a: f32) -> bf16 {
+  %r = arith.truncf %a : f32 to bf16
+  return %r : bf16
+}
+func.func @router_and_projection(%x: memref<?x?xbf16>, %w0: memref<?x?xbf16>, %w1: memref<?x?xbf16>,
+                                 %out0: memref<?x?xf32>, %out1: memref<?x?xbf16>)
+    attributes {k3.skinny_matmul = {out = [@sum, @o]}} {
+  return
+}
+
+// -----
+
+func.func private @sum(%a: f32) -> f32 {
+  return %a : f32
+}
+// expected-error @+1 {{k3.skinny_matmul: expected one 'out' function per matrix (2), not 3}}
+func.func @too_many_outs(%x: memref<?x?xbf16>, %w0: memref<?x?xbf16>, %w1: memref<?x?xbf16>,
+                         %out0: memref<?x?xf32>, %out1: memref<?x?xf32>)
+    attributes {k3.skinny_matmul = {out = [@sum, @sum, @sum]}} {
+  return
+}
+
+// -----
+
 // An f32 output (k3k_matmul_few): the same kernel, o = the sum itself.
 // CHECK-LABEL: func.func @matmul
 // CHECK: gpu.launch

@@ -226,3 +226,122 @@ func.func @store_between(%a: tensor<?xf32>, %m: memref<?xf32>, %v: f32)
   %2 = call @conv(%a, %m) : (tensor<?xf32>, memref<?xf32>) -> tensor<?xf32>
   return %0, %1, %2 : tensor<?xf32>, tensor<?xf32>, tensor<?xf32>
 }
+
+// -----
+
+// Different products of one x (the same few-token predicate) are one group,
+// in call order: @acc_x1_lin_x2, whose few-token function carries the
+// members' marks with the entries that differ as arrays, one per matrix
+// (`out = [@s, @o, @o]`), and whose results have each member's type. A
+// product with another few-token predicate keeps its own call.
+// CHECK-LABEL: func.func @mixed
+// CHECK: %[[G:.+]]:3 = call @acc_x1_lin_x2(%arg0, %arg1, %arg2, %arg3) : (tensor<?x?xbf16>, tensor<?x?xbf16>, tensor<?x?xbf16>, tensor<?x?xbf16>) -> (tensor<?x?xf32>, tensor<?x?xbf16>, tensor<?x?xbf16>)
+// CHECK: %[[OTHER:.+]] = call @other(%arg0, %arg1)
+// CHECK: return %[[G]]#0, %[[G]]#1, %[[G]]#2, %[[OTHER]]
+// CHECK: func.func private @accfew_x1_few_x2(%{{.+}}: tensor<?x?xbf16>, %{{.+}}: tensor<?x?xbf16>, %{{.+}}: tensor<?x?xbf16>, %{{.+}}: tensor<?x?xbf16>, %{{.+}}: memref<?x?xf32>, %{{.+}}: memref<?x?xbf16>, %{{.+}}: memref<?x?xbf16>)
+// CHECK-SAME: attributes {k3.skinny_matmul = {out = [@s, @o, @o]}}
+// CHECK-NEXT: call @accfew(
+// CHECK-NEXT: call @few(
+// CHECK-NEXT: call @few(
+// CHECK: func.func private @acc_x1_lin_x2(
+// CHECK: memref.alloc({{.+}}) : memref<?x?xf32>
+// CHECK: memref.alloc({{.+}}) : memref<?x?xbf16>
+// CHECK: memref.alloc({{.+}}) : memref<?x?xbf16>
+// CHECK: func.call @accfew_x1_few_x2(
+// CHECK: } else {
+// CHECK-NEXT: func.call @accmany(
+// CHECK-NEXT: func.call @many(
+// CHECK-NEXT: func.call @many(
+func.func private @o(%a: f32) -> bf16 {
+  %r = arith.truncf %a : f32 to bf16
+  return %r : bf16
+}
+func.func private @s(%a: f32) -> f32 {
+  return %a : f32
+}
+func.func private @few_tokens(%t: index) -> i1 {
+  %c16 = arith.constant 16 : index
+  %few = arith.cmpi ult, %t, %c16 : index
+  return %few : i1
+}
+func.func private @few_tokens8(%t: index) -> i1 {
+  %c8 = arith.constant 8 : index
+  %few = arith.cmpi ult, %t, %c8 : index
+  return %few : i1
+}
+func.func private @few(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>, %out: memref<?x?xbf16>)
+    attributes {k3.skinny_matmul = {out = @o}} {
+  return
+}
+func.func private @many(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>, %out: memref<?x?xbf16>) {
+  return
+}
+func.func private @accfew(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>, %out: memref<?x?xf32>)
+    attributes {k3.skinny_matmul = {out = @s}} {
+  return
+}
+func.func private @accmany(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>, %out: memref<?x?xf32>) {
+  return
+}
+func.func private @lin(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>) -> tensor<?x?xbf16>
+    attributes {k3.product_group = {few = @few, many = @many, few_tokens = @few_tokens}} {
+  return %x : tensor<?x?xbf16>
+}
+func.func private @acc(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>) -> tensor<?x?xf32>
+    attributes {k3.product_group = {few = @accfew, many = @accmany, few_tokens = @few_tokens}} {
+  %c0 = arith.constant 0 : index
+  %t = tensor.dim %x, %c0 : tensor<?x?xbf16>
+  %out = memref.alloc(%t, %t) : memref<?x?xf32>
+  %y = bufferization.to_tensor %out restrict : memref<?x?xf32> to tensor<?x?xf32>
+  return %y : tensor<?x?xf32>
+}
+func.func private @other(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>) -> tensor<?x?xbf16>
+    attributes {k3.product_group = {few = @few, many = @many, few_tokens = @few_tokens8}} {
+  return %x : tensor<?x?xbf16>
+}
+func.func @mixed(%x: tensor<?x?xbf16>, %r: tensor<?x?xbf16>, %a: tensor<?x?xbf16>, %b: tensor<?x?xbf16>)
+    -> (tensor<?x?xf32>, tensor<?x?xbf16>, tensor<?x?xbf16>, tensor<?x?xbf16>) {
+  %0 = call @acc(%x, %r) : (tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xf32>
+  %1 = call @lin(%x, %a) : (tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xbf16>
+  %2 = call @other(%x, %r) : (tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xbf16>
+  %3 = call @lin(%x, %b) : (tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xbf16>
+  return %0, %1, %3, %2 : tensor<?x?xf32>, tensor<?x?xbf16>, tensor<?x?xbf16>, tensor<?x?xbf16>
+}
+
+// -----
+
+// Products whose few-token functions carry different marks are not
+// grouped (their kernels could not be one).
+// CHECK-LABEL: func.func @unmergeable
+// CHECK: call @lin(
+// CHECK: call @plain(
+func.func private @o(%a: f32) -> bf16 {
+  %r = arith.truncf %a : f32 to bf16
+  return %r : bf16
+}
+func.func private @few_tokens(%t: index) -> i1 {
+  %c16 = arith.constant 16 : index
+  %few = arith.cmpi ult, %t, %c16 : index
+  return %few : i1
+}
+func.func private @few(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>, %out: memref<?x?xbf16>)
+    attributes {k3.skinny_matmul = {out = @o}} {
+  return
+}
+func.func private @plainfew(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>, %out: memref<?x?xbf16>) {
+  return
+}
+func.func private @lin(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>) -> tensor<?x?xbf16>
+    attributes {k3.product_group = {few = @few, many = @few, few_tokens = @few_tokens}} {
+  return %x : tensor<?x?xbf16>
+}
+func.func private @plain(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>) -> tensor<?x?xbf16>
+    attributes {k3.product_group = {few = @plainfew, many = @plainfew, few_tokens = @few_tokens}} {
+  return %x : tensor<?x?xbf16>
+}
+func.func @unmergeable(%x: tensor<?x?xbf16>, %a: tensor<?x?xbf16>, %b: tensor<?x?xbf16>)
+    -> (tensor<?x?xbf16>, tensor<?x?xbf16>) {
+  %0 = call @lin(%x, %a) : (tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xbf16>
+  %1 = call @plain(%x, %b) : (tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xbf16>
+  return %0, %1 : tensor<?x?xbf16>, tensor<?x?xbf16>
+}

@@ -11,39 +11,44 @@
 #col2 = affine_map<(i, j) -> (j)>
 
 // y[T, N] = x[T, K] · W[N, K]ᵀ accumulated in f32 (no rounding). 16 tokens
-// and more (tensor cores on a GPU: k3-gpu-mma) as one contraction; 1 to 15
-// (a decode step or batch) in @k3k_matmul_few. Every sum runs over k in
-// order on the host.
-func.func private @k3k_matmul_f32(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>) -> tensor<?x?xf32> {
+// and more (tensor cores on a GPU: k3-gpu-mma) as one contraction
+// (@k3k_matmul_many); 1 to 15 (a decode step or batch) in @k3k_matmul_few.
+// Every sum runs over k in order on the host. `k3.product_group`: the calls
+// with one x, with those of @k3k_linear, become one call (k3-group-calls).
+func.func private @k3k_matmul_f32(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>) -> tensor<?x?xf32>
+    attributes {k3.product_group = {few = @k3k_matmul_few, many = @k3k_matmul_many,
+                                    few_tokens = @k3k_few_tokens}} {
   %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %c16 = arith.constant 16 : index
   %t = tensor.dim %x, %c0 : tensor<?x?x!act>
   %n = tensor.dim %w, %c0 : tensor<?x?xbf16>
   %out = memref.alloc(%t, %n) : memref<?x?xf32>
-  %some = arith.cmpi uge, %t, %c1 : index
-  %notmany = arith.cmpi ult, %t, %c16 : index
-  %few = arith.andi %some, %notmany : i1
+  %few = func.call @k3k_few_tokens(%t) : (index) -> i1
   scf.if %few {
     func.call @k3k_matmul_few(%x, %w, %out) : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?xf32>) -> ()
   } else {
-    %zero = arith.constant 0.0 : f32
-    linalg.fill ins(%zero : f32) outs(%out : memref<?x?xf32>)
-    %xm = bufferization.to_buffer %x read_only : tensor<?x?x!act> to memref<?x?x!act>
-    %wm = bufferization.to_buffer %w read_only : tensor<?x?xbf16> to memref<?x?xbf16>
-    linalg.generic {indexing_maps = [#map_mk, #map_nk, #map_mn],
-                    iterator_types = ["parallel", "parallel", "reduction"]}
-        ins(%xm, %wm : memref<?x?x!act>, memref<?x?xbf16>) outs(%out : memref<?x?xf32>) {
-    ^bb0(%a: !act, %b: bf16, %s: f32):
-      %af = func.call @k3k_widen(%a) : (!act) -> f32
-      %bf = arith.extf %b : bf16 to f32
-      %p = arith.mulf %af, %bf : f32
-      %q = arith.addf %s, %p : f32
-      linalg.yield %q : f32
-    }
+    func.call @k3k_matmul_many(%x, %w, %out) : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?xf32>) -> ()
   }
   %r = bufferization.to_tensor %out restrict : memref<?x?xf32> to tensor<?x?xf32>
   return %r : tensor<?x?xf32>
+}
+
+// The product of 16 tokens and more (or none) as one contraction.
+func.func private @k3k_matmul_many(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %out: memref<?x?xf32>) {
+  %zero = arith.constant 0.0 : f32
+  linalg.fill ins(%zero : f32) outs(%out : memref<?x?xf32>)
+  %xm = bufferization.to_buffer %x read_only : tensor<?x?x!act> to memref<?x?x!act>
+  %wm = bufferization.to_buffer %w read_only : tensor<?x?xbf16> to memref<?x?xbf16>
+  linalg.generic {indexing_maps = [#map_mk, #map_nk, #map_mn],
+                  iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%xm, %wm : memref<?x?x!act>, memref<?x?xbf16>) outs(%out : memref<?x?xf32>) {
+  ^bb0(%a: !act, %b: bf16, %s: f32):
+    %af = func.call @k3k_widen(%a) : (!act) -> f32
+    %bf = arith.extf %b : bf16 to f32
+    %p = arith.mulf %af, %bf : f32
+    %q = arith.addf %s, %p : f32
+    linalg.yield %q : f32
+  }
+  return
 }
 
 // An output of the few-token products as it is stored: the f32 sum.
@@ -752,6 +757,14 @@ func.func private @k3k_glu_mlp(%x: tensor<?x?x!act>, %wg: tensor<?x?xbf16>, %wu:
                                %silu: i1, %b1: f32, %b2: f32) -> tensor<?x?x!act> {
   %a = func.call @k3k_linear(%x, %wg) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
   %b = func.call @k3k_linear(%x, %wu) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
+  %y = func.call @k3k_glu_down(%a, %b, %wd, %silu, %b1, %b2) : (tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?xbf16>, i1, f32, f32) -> tensor<?x?x!act>
+  return %y : tensor<?x?x!act>
+}
+
+// The rest of k3.glu_mlp from a = W_gate x and b = W_up x: W_down ·
+// round(act(a, b)).
+func.func private @k3k_glu_down(%a: tensor<?x?x!act>, %b: tensor<?x?x!act>, %wd: tensor<?x?xbf16>,
+                                %silu: i1, %b1: f32, %b2: f32) -> tensor<?x?x!act> {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %t = tensor.dim %a, %c0 : tensor<?x?x!act>

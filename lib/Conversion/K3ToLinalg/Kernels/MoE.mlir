@@ -210,13 +210,14 @@ func.func private @k3k_mxfp4_group(%bytes: vector<16xi8>, %s: i8, %x: vector<32x
   return %r : f32
 }
 
-// Selection of the top-k experts of every token by s + b (the bias only
-// selects); weights ω = s / (Σ_sel s + 1e-20) · scaling when `renorm`.
+// Selection of the top-k experts of every token from the router's logits
+// by s + b, s = σ(logit) (the bias only selects); weights ω = s / (Σ_sel s
+// + 1e-20) · scaling when `renorm`.
 // Returns (indices [T, k], weights [T, k]), in the order of the keys
 // (descending; equal keys by expert index), as picking the best remaining
 // expert k times would give them. Computed in parallel: an expert's slot is
 // its rank, the number of experts before it in that order.
-func.func private @k3k_route(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf16>, %bias: tensor<?xf32>, %topk: index,
+func.func private @k3k_route(%logits: tensor<?x?xf32>, %bias: tensor<?xf32>, %topk: index,
                              %renorm: i1, %scaling: f32) -> (memref<?x?xi64>, memref<?x?xf32>) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
@@ -224,9 +225,8 @@ func.func private @k3k_route(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf16>, %bias:
   %one = arith.constant 1.0 : f32
   %tiny = arith.constant 1.0e-20 : f32
   %zero64 = arith.constant 0 : i64
-  %t = tensor.dim %x, %c0 : tensor<?x?x!act>
-  %ne = tensor.dim %wr, %c0 : tensor<?x?xbf16>
-  %logits = func.call @k3k_matmul_f32(%x, %wr) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?xf32>
+  %t = tensor.dim %logits, %c0 : tensor<?x?xf32>
+  %ne = tensor.dim %logits, %c1 : tensor<?x?xf32>
   %idx = memref.alloc(%t, %topk) : memref<?x?xi64>
   %wts = memref.alloc(%t, %topk) : memref<?x?xf32>
   // Scores s = σ(logit) and keys s + b of every (token, expert); the slots
@@ -575,18 +575,9 @@ func.func private @k3k_experts_bf16(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>
   return %res : tensor<?x?x!act>
 }
 
-// The latent part around the experts (§6.2): ξ = W_down x, then
-// R = W_up RMSNorm(r; γ_lat); without a latent space ξ = x and R = r.
-func.func private @k3k_latent_down(%x: tensor<?x?x!act>, %down: tensor<?x?xbf16>, %haslatent: i1) -> tensor<?x?x!act> {
-  %r = scf.if %haslatent -> (tensor<?x?x!act>) {
-    %y = func.call @k3k_linear(%x, %down) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
-    scf.yield %y : tensor<?x?x!act>
-  } else {
-    scf.yield %x : tensor<?x?x!act>
-  }
-  return %r : tensor<?x?x!act>
-}
-
+// The latent part after the experts (§6.2): R = W_up RMSNorm(r; γ_lat);
+// without a latent space R = r. (ξ = W_down x is one of the products of x
+// in the stage functions below.)
 func.func private @k3k_latent_up(%r: tensor<?x?x!act>, %norm: tensor<?xbf16>, %hasnorm: i1, %eps: f32,
                                  %up: tensor<?x?xbf16>, %haslatent: i1) -> tensor<?x?x!act> {
   %n = scf.if %hasnorm -> (tensor<?x?x!act>) {
@@ -611,12 +602,20 @@ func.func private @k3k_latent_moe_mxfp4(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf
     %norm: tensor<?xbf16>, %hasnorm: i1, %eps: f32,
     %sg: tensor<?x?xbf16>, %su: tensor<?x?xbf16>, %sd: tensor<?x?xbf16>, %hasshared: i1,
     %topk: index, %renorm: i1, %scaling: f32, %silu: i1, %b1: f32, %b2: f32) -> tensor<?x?x!act> {
-  %idx, %wts = func.call @k3k_route(%x, %wr, %bias, %topk, %renorm, %scaling) : (tensor<?x?x!act>, tensor<?x?xbf16>, tensor<?xf32>, index, i1, f32) -> (memref<?x?xi64>, memref<?x?xf32>)
-  %xi = func.call @k3k_latent_down(%x, %down, %haslatent) : (tensor<?x?x!act>, tensor<?x?xbf16>, i1) -> tensor<?x?x!act>
+  // The products of x (§6.1, §6.2, §6.3) in one block, so that
+  // k3-group-calls makes them one call (one kernel for a decode step): the
+  // router's logits, ξ's projection and the shared experts' gate and up
+  // (each [T, 0] when the model has no latent space or no shared experts).
+  %logits = func.call @k3k_matmul_f32(%x, %wr) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?xf32>
+  %xd = func.call @k3k_linear(%x, %down) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
+  %sa = func.call @k3k_linear(%x, %sg) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
+  %sb = func.call @k3k_linear(%x, %su) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
+  %idx, %wts = func.call @k3k_route(%logits, %bias, %topk, %renorm, %scaling) : (tensor<?x?xf32>, tensor<?xf32>, index, i1, f32) -> (memref<?x?xi64>, memref<?x?xf32>)
+  %xi = arith.select %haslatent, %xd, %x : tensor<?x?x!act>
   %r = func.call @k3k_experts_mxfp4(%xi, %idx, %wts, %w1p, %w1s, %w3p, %w3s, %w2p, %w2s, %silu, %b1, %b2) : (tensor<?x?x!act>, memref<?x?xi64>, memref<?x?xf32>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, i1, f32, f32) -> tensor<?x?x!act>
   %big = func.call @k3k_latent_up(%r, %norm, %hasnorm, %eps, %up, %haslatent) : (tensor<?x?x!act>, tensor<?xbf16>, i1, f32, tensor<?x?xbf16>, i1) -> tensor<?x?x!act>
   %y = scf.if %hasshared -> (tensor<?x?x!act>) {
-    %sh = func.call @k3k_glu_mlp(%x, %sg, %su, %sd, %silu, %b1, %b2) : (tensor<?x?x!act>, tensor<?x?xbf16>, tensor<?x?xbf16>, tensor<?x?xbf16>, i1, f32, f32) -> tensor<?x?x!act>
+    %sh = func.call @k3k_glu_down(%sa, %sb, %sd, %silu, %b1, %b2) : (tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?xbf16>, i1, f32, f32) -> tensor<?x?x!act>
     %s = func.call @k3k_add(%big, %sh) : (tensor<?x?x!act>, tensor<?x?x!act>) -> tensor<?x?x!act>
     scf.yield %s : tensor<?x?x!act>
   } else {
@@ -632,12 +631,20 @@ func.func private @k3k_latent_moe_bf16(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf1
     %norm: tensor<?xbf16>, %hasnorm: i1, %eps: f32,
     %sg: tensor<?x?xbf16>, %su: tensor<?x?xbf16>, %sd: tensor<?x?xbf16>, %hasshared: i1,
     %topk: index, %renorm: i1, %scaling: f32, %silu: i1, %b1: f32, %b2: f32) -> tensor<?x?x!act> {
-  %idx, %wts = func.call @k3k_route(%x, %wr, %bias, %topk, %renorm, %scaling) : (tensor<?x?x!act>, tensor<?x?xbf16>, tensor<?xf32>, index, i1, f32) -> (memref<?x?xi64>, memref<?x?xf32>)
-  %xi = func.call @k3k_latent_down(%x, %down, %haslatent) : (tensor<?x?x!act>, tensor<?x?xbf16>, i1) -> tensor<?x?x!act>
+  // The products of x (§6.1, §6.2, §6.3) in one block, so that
+  // k3-group-calls makes them one call (one kernel for a decode step): the
+  // router's logits, ξ's projection and the shared experts' gate and up
+  // (each [T, 0] when the model has no latent space or no shared experts).
+  %logits = func.call @k3k_matmul_f32(%x, %wr) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?xf32>
+  %xd = func.call @k3k_linear(%x, %down) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
+  %sa = func.call @k3k_linear(%x, %sg) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
+  %sb = func.call @k3k_linear(%x, %su) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
+  %idx, %wts = func.call @k3k_route(%logits, %bias, %topk, %renorm, %scaling) : (tensor<?x?xf32>, tensor<?xf32>, index, i1, f32) -> (memref<?x?xi64>, memref<?x?xf32>)
+  %xi = arith.select %haslatent, %xd, %x : tensor<?x?x!act>
   %r = func.call @k3k_experts_bf16(%xi, %idx, %wts, %w1, %w3, %w2, %silu, %b1, %b2) : (tensor<?x?x!act>, memref<?x?xi64>, memref<?x?xf32>, tensor<?x?x?xbf16>, tensor<?x?x?xbf16>, tensor<?x?x?xbf16>, i1, f32, f32) -> tensor<?x?x!act>
   %big = func.call @k3k_latent_up(%r, %norm, %hasnorm, %eps, %up, %haslatent) : (tensor<?x?x!act>, tensor<?xbf16>, i1, f32, tensor<?x?xbf16>, i1) -> tensor<?x?x!act>
   %y = scf.if %hasshared -> (tensor<?x?x!act>) {
-    %sh = func.call @k3k_glu_mlp(%x, %sg, %su, %sd, %silu, %b1, %b2) : (tensor<?x?x!act>, tensor<?x?xbf16>, tensor<?x?xbf16>, tensor<?x?xbf16>, i1, f32, f32) -> tensor<?x?x!act>
+    %sh = func.call @k3k_glu_down(%sa, %sb, %sd, %silu, %b1, %b2) : (tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?xbf16>, i1, f32, f32) -> tensor<?x?x!act>
     %s = func.call @k3k_add(%big, %sh) : (tensor<?x?x!act>, tensor<?x?x!act>) -> tensor<?x?x!act>
     scf.yield %s : tensor<?x?x!act>
   } else {
