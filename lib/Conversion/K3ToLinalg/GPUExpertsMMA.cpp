@@ -76,9 +76,9 @@
 // integer operations for the word's 4 pairs) move the codes of elements
 // 8t+j and 8t+j+4 into the bf16 pair of E2M1 · 2^-126 (the code's sign at
 // bit 15, e1 e0 m as exponent bits 1..0 and mantissa bit 6, subnormal for
-// e = 0), and a bf16 multiply by 2^126 makes it exact. The activations are permuted alike: the
-// lane loads its entry's 8 elements 8t..8t+7 (16 bytes) and pairs (0, 4),
-// (1, 5), (2, 6), (3, 7).
+// e = 0), and a bf16 multiply by 2^126 makes it exact. The activations are
+// permuted alike: the lane loads its entry's 8 elements 8t..8t+7 (16 bytes)
+// and pairs (0, 4), (1, 5), (2, 6), (3, 7).
 //
 // Numerics (docs/NUMERICS.md, "MXFP4 groups"): a group's sum is taken by the
 // tensor cores (E2M1 x bf16 products are exact in f32; the order of their
@@ -748,13 +748,11 @@ SmallVector<Value> ExpertsKernel::accumulateFolded(const Loaded &in,
   auto selector = [&](size_t c) -> Value {
     if (!wide)
       return i32(0x0404 + 0x1010 * c);
+    Value odd = arith::AndIOp::create(b, loc, ti, i32(1));
     Value byte = laneGroups == 1
                      ? ti
                      : arith::AddIOp::create(
-                           b, loc,
-                           arith::MulIOp::create(
-                               b, loc, arith::AndIOp::create(b, loc, ti, i32(1)),
-                               i32(2)),
+                           b, loc, arith::MulIOp::create(b, loc, odd, i32(2)),
                            i32(c / 4));
     return arith::AddIOp::create(
         b, loc, i32(0x0404), arith::MulIOp::create(b, loc, i32(0x1010), byte));

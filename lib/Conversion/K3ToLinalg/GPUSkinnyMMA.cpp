@@ -34,11 +34,12 @@
 // (x, W_1 .. W_m, out_1 .. out_m)) are one launch: the grid is the
 // matrices' blocks one after the other, each matrix split as it would be
 // alone (the same sums), and a block selects its W, output, workspace and
-// counters. The outputs may differ in element type (`out` one function
-// per matrix: a MoE layer's f32 router logits beside its bf16
-// projections); a block then stores through a switch on its matrix. A decode step's projections of one input then run as one
+// counters. A decode step's projections of one input then run as one
 // kernel of several waves instead of several of one wave or less (H200,
-// twenty-first session: batch-1 kernels 2.506 -> 2.410 ms).
+// twenty-first session: batch-1 kernels 2.506 -> 2.410 ms). The outputs
+// may differ in element type (`out` one function per matrix: a MoE layer's
+// f32 router logits beside its bf16 projections); a block then stores
+// through a switch on its matrix.
 //
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16", .bf16):
 // lane = 4 g + t; a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1],

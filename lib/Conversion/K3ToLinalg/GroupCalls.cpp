@@ -9,9 +9,10 @@
 // Here the calls with one input become one call, whose few-token products
 // k3-gpu-skinny-mma builds as one kernel over all the matrices' row blocks
 // (`k3.product_group`), also across product functions: a MoE layer's f32
-// router logits with its bf16 latent and shared-expert projections (§6). The three short convolutions of a KDA layer (§4.2)
-// become one call of a kernel that runs all three (`k3.call_group`). Each
-// output is computed exactly as by its own call.
+// router logits with its bf16 latent and shared-expert projections (§6).
+// The three short convolutions of a KDA layer (§4.2) become one call of a
+// kernel that runs all three (`k3.call_group`). Each output is computed
+// exactly as by its own call.
 //
 //===----------------------------------------------------------------------===//
 

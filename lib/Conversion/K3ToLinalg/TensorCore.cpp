@@ -82,8 +82,8 @@ FailureOr<SmallVector<func::FuncOp>> outFunctions(func::FuncOp f,
          cast<MemRefType>(body.getArgument(i).getType())
              .getElementType()
              .isBF16() &&
-         (refs.size() > 1 ||
-          body.getArgument(m + i).getType() == body.getArgument(m + 1).getType());
+         (refs.size() > 1 || body.getArgument(m + i).getType() ==
+                                  body.getArgument(m + 1).getType());
   if (!ok)
     return fail(several ? "expected (x [T, K], bf16 W_1 [N_1, K] ..., outputs "
                           "[T, N_1] ...) memrefs, as many outputs as W"

@@ -577,7 +577,7 @@ func.func private @k3k_experts_bf16(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>
 
 // The latent part after the experts (§6.2): R = W_up RMSNorm(r; γ_lat);
 // without a latent space R = r. (ξ = W_down x is one of the products of x
-// in the stage functions below.)
+// in @k3k_moe_front.)
 func.func private @k3k_latent_up(%r: tensor<?x?x!act>, %norm: tensor<?xbf16>, %hasnorm: i1, %eps: f32,
                                  %up: tensor<?x?xbf16>, %haslatent: i1) -> tensor<?x?x!act> {
   %n = scf.if %hasnorm -> (tensor<?x?x!act>) {
@@ -595,24 +595,30 @@ func.func private @k3k_latent_up(%r: tensor<?x?x!act>, %norm: tensor<?xbf16>, %h
   return %u : tensor<?x?x!act>
 }
 
-// k3.latent_moe with mxfp4 experts (§6.1–6.3): out = round(R + Sh).
-func.func private @k3k_latent_moe_mxfp4(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf16>, %bias: tensor<?xf32>,
-    %down: tensor<?x?xbf16>, %up: tensor<?x?xbf16>, %haslatent: i1,
-    %w1p: tensor<?x?x?xi8>, %w1s: tensor<?x?x?xi8>, %w3p: tensor<?x?x?xi8>, %w3s: tensor<?x?x?xi8>, %w2p: tensor<?x?x?xi8>, %w2s: tensor<?x?x?xi8>,
-    %norm: tensor<?xbf16>, %hasnorm: i1, %eps: f32,
-    %sg: tensor<?x?xbf16>, %su: tensor<?x?xbf16>, %sd: tensor<?x?xbf16>, %hasshared: i1,
-    %topk: index, %renorm: i1, %scaling: f32, %silu: i1, %b1: f32, %b2: f32) -> tensor<?x?x!act> {
-  // The products of x (§6.1, §6.2, §6.3) in one block, so that
-  // k3-group-calls makes them one call (one kernel for a decode step): the
-  // router's logits, ξ's projection and the shared experts' gate and up
-  // (each [T, 0] when the model has no latent space or no shared experts).
+// The part of k3.latent_moe before the experts (§6.1–6.3): the products
+// of x in one block, so that k3-group-calls makes them one call (one
+// kernel for a decode step): the router's logits, ξ's projection and the
+// shared experts' gate and up (each [T, 0] when the model has no latent
+// space or no shared experts); then the routing and ξ (x without a latent
+// space).
+func.func private @k3k_moe_front(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf16>, %bias: tensor<?xf32>,
+    %down: tensor<?x?xbf16>, %haslatent: i1, %sg: tensor<?x?xbf16>, %su: tensor<?x?xbf16>,
+    %topk: index, %renorm: i1, %scaling: f32)
+    -> (memref<?x?xi64>, memref<?x?xf32>, tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?x!act>) {
   %logits = func.call @k3k_matmul_f32(%x, %wr) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?xf32>
   %xd = func.call @k3k_linear(%x, %down) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
   %sa = func.call @k3k_linear(%x, %sg) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
   %sb = func.call @k3k_linear(%x, %su) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
   %idx, %wts = func.call @k3k_route(%logits, %bias, %topk, %renorm, %scaling) : (tensor<?x?xf32>, tensor<?xf32>, index, i1, f32) -> (memref<?x?xi64>, memref<?x?xf32>)
   %xi = arith.select %haslatent, %xd, %x : tensor<?x?x!act>
-  %r = func.call @k3k_experts_mxfp4(%xi, %idx, %wts, %w1p, %w1s, %w3p, %w3s, %w2p, %w2s, %silu, %b1, %b2) : (tensor<?x?x!act>, memref<?x?xi64>, memref<?x?xf32>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, i1, f32, f32) -> tensor<?x?x!act>
+  return %idx, %wts, %xi, %sa, %sb : memref<?x?xi64>, memref<?x?xf32>, tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?x!act>
+}
+
+// The part after the experts' r (§6.2, §6.3): round(R + Sh), the shared
+// experts' output Sh from their gate and up products a and b.
+func.func private @k3k_moe_back(%r: tensor<?x?x!act>, %norm: tensor<?xbf16>, %hasnorm: i1, %eps: f32,
+    %up: tensor<?x?xbf16>, %haslatent: i1, %sa: tensor<?x?x!act>, %sb: tensor<?x?x!act>,
+    %sd: tensor<?x?xbf16>, %hasshared: i1, %silu: i1, %b1: f32, %b2: f32) -> tensor<?x?x!act> {
   %big = func.call @k3k_latent_up(%r, %norm, %hasnorm, %eps, %up, %haslatent) : (tensor<?x?x!act>, tensor<?xbf16>, i1, f32, tensor<?x?xbf16>, i1) -> tensor<?x?x!act>
   %y = scf.if %hasshared -> (tensor<?x?x!act>) {
     %sh = func.call @k3k_glu_down(%sa, %sb, %sd, %silu, %b1, %b2) : (tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?xbf16>, i1, f32, f32) -> tensor<?x?x!act>
@@ -624,6 +630,19 @@ func.func private @k3k_latent_moe_mxfp4(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf
   return %y : tensor<?x?x!act>
 }
 
+// k3.latent_moe with mxfp4 experts (§6.1–6.3): out = round(R + Sh).
+func.func private @k3k_latent_moe_mxfp4(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf16>, %bias: tensor<?xf32>,
+    %down: tensor<?x?xbf16>, %up: tensor<?x?xbf16>, %haslatent: i1,
+    %w1p: tensor<?x?x?xi8>, %w1s: tensor<?x?x?xi8>, %w3p: tensor<?x?x?xi8>, %w3s: tensor<?x?x?xi8>, %w2p: tensor<?x?x?xi8>, %w2s: tensor<?x?x?xi8>,
+    %norm: tensor<?xbf16>, %hasnorm: i1, %eps: f32,
+    %sg: tensor<?x?xbf16>, %su: tensor<?x?xbf16>, %sd: tensor<?x?xbf16>, %hasshared: i1,
+    %topk: index, %renorm: i1, %scaling: f32, %silu: i1, %b1: f32, %b2: f32) -> tensor<?x?x!act> {
+  %idx, %wts, %xi, %sa, %sb = func.call @k3k_moe_front(%x, %wr, %bias, %down, %haslatent, %sg, %su, %topk, %renorm, %scaling) : (tensor<?x?x!act>, tensor<?x?xbf16>, tensor<?xf32>, tensor<?x?xbf16>, i1, tensor<?x?xbf16>, tensor<?x?xbf16>, index, i1, f32) -> (memref<?x?xi64>, memref<?x?xf32>, tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?x!act>)
+  %r = func.call @k3k_experts_mxfp4(%xi, %idx, %wts, %w1p, %w1s, %w3p, %w3s, %w2p, %w2s, %silu, %b1, %b2) : (tensor<?x?x!act>, memref<?x?xi64>, memref<?x?xf32>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, i1, f32, f32) -> tensor<?x?x!act>
+  %y = func.call @k3k_moe_back(%r, %norm, %hasnorm, %eps, %up, %haslatent, %sa, %sb, %sd, %hasshared, %silu, %b1, %b2) : (tensor<?x?x!act>, tensor<?xbf16>, i1, f32, tensor<?x?xbf16>, i1, tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?xbf16>, i1, i1, f32, f32) -> tensor<?x?x!act>
+  return %y : tensor<?x?x!act>
+}
+
 // k3.latent_moe with bf16 experts (§6.1–6.3): out = round(R + Sh).
 func.func private @k3k_latent_moe_bf16(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf16>, %bias: tensor<?xf32>,
     %down: tensor<?x?xbf16>, %up: tensor<?x?xbf16>, %haslatent: i1,
@@ -631,24 +650,8 @@ func.func private @k3k_latent_moe_bf16(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf1
     %norm: tensor<?xbf16>, %hasnorm: i1, %eps: f32,
     %sg: tensor<?x?xbf16>, %su: tensor<?x?xbf16>, %sd: tensor<?x?xbf16>, %hasshared: i1,
     %topk: index, %renorm: i1, %scaling: f32, %silu: i1, %b1: f32, %b2: f32) -> tensor<?x?x!act> {
-  // The products of x (§6.1, §6.2, §6.3) in one block, so that
-  // k3-group-calls makes them one call (one kernel for a decode step): the
-  // router's logits, ξ's projection and the shared experts' gate and up
-  // (each [T, 0] when the model has no latent space or no shared experts).
-  %logits = func.call @k3k_matmul_f32(%x, %wr) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?xf32>
-  %xd = func.call @k3k_linear(%x, %down) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
-  %sa = func.call @k3k_linear(%x, %sg) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
-  %sb = func.call @k3k_linear(%x, %su) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
-  %idx, %wts = func.call @k3k_route(%logits, %bias, %topk, %renorm, %scaling) : (tensor<?x?xf32>, tensor<?xf32>, index, i1, f32) -> (memref<?x?xi64>, memref<?x?xf32>)
-  %xi = arith.select %haslatent, %xd, %x : tensor<?x?x!act>
+  %idx, %wts, %xi, %sa, %sb = func.call @k3k_moe_front(%x, %wr, %bias, %down, %haslatent, %sg, %su, %topk, %renorm, %scaling) : (tensor<?x?x!act>, tensor<?x?xbf16>, tensor<?xf32>, tensor<?x?xbf16>, i1, tensor<?x?xbf16>, tensor<?x?xbf16>, index, i1, f32) -> (memref<?x?xi64>, memref<?x?xf32>, tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?x!act>)
   %r = func.call @k3k_experts_bf16(%xi, %idx, %wts, %w1, %w3, %w2, %silu, %b1, %b2) : (tensor<?x?x!act>, memref<?x?xi64>, memref<?x?xf32>, tensor<?x?x?xbf16>, tensor<?x?x?xbf16>, tensor<?x?x?xbf16>, i1, f32, f32) -> tensor<?x?x!act>
-  %big = func.call @k3k_latent_up(%r, %norm, %hasnorm, %eps, %up, %haslatent) : (tensor<?x?x!act>, tensor<?xbf16>, i1, f32, tensor<?x?xbf16>, i1) -> tensor<?x?x!act>
-  %y = scf.if %hasshared -> (tensor<?x?x!act>) {
-    %sh = func.call @k3k_glu_down(%sa, %sb, %sd, %silu, %b1, %b2) : (tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?xbf16>, i1, f32, f32) -> tensor<?x?x!act>
-    %s = func.call @k3k_add(%big, %sh) : (tensor<?x?x!act>, tensor<?x?x!act>) -> tensor<?x?x!act>
-    scf.yield %s : tensor<?x?x!act>
-  } else {
-    scf.yield %big : tensor<?x?x!act>
-  }
+  %y = func.call @k3k_moe_back(%r, %norm, %hasnorm, %eps, %up, %haslatent, %sa, %sb, %sd, %hasshared, %silu, %b1, %b2) : (tensor<?x?x!act>, tensor<?xbf16>, i1, f32, tensor<?x?xbf16>, i1, tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?xbf16>, i1, i1, f32, f32) -> tensor<?x?x!act>
   return %y : tensor<?x?x!act>
 }
