@@ -291,10 +291,15 @@ private:
   llvm::StringMap<Product> byName;
 };
 
+/// One function of each member: its product function, its few-token one.
+SmallVector<func::FuncOp> each(ArrayRef<Product> members,
+                               func::FuncOp Product::*which) {
+  return llvm::map_to_vector(members,
+                             [&](const Product &p) { return p.*which; });
+}
+
 func::FuncOp Grouper::groupedFew(ArrayRef<Product> members) {
-  SmallVector<func::FuncOp> fews;
-  for (const Product &p : members)
-    fews.push_back(p.few);
+  SmallVector<func::FuncOp> fews = each(members, &Product::few);
   std::string name = groupName(fews);
   if (auto f = module.lookupSymbol<func::FuncOp>(name))
     return f;
@@ -325,9 +330,7 @@ func::FuncOp Grouper::groupedFew(ArrayRef<Product> members) {
 }
 
 func::FuncOp Grouper::grouped(ArrayRef<Product> members) {
-  SmallVector<func::FuncOp> fns;
-  for (const Product &p : members)
-    fns.push_back(p.fn);
+  SmallVector<func::FuncOp> fns = each(members, &Product::fn);
   std::string name = groupName(fns);
   if (auto f = module.lookupSymbol<func::FuncOp>(name))
     return f;
