@@ -113,16 +113,23 @@ LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
   pm.addPass(createK3GPUDeviceAllocPass());
   // Launches and allocations in a stream per function, synchronized at its
   // end, so kernels of consecutive calls run in program order.
-  // Host copies of functions now only called from kernels go; bf16
-  // conversions are expanded to integer code on both sides.
+  // Host copies of functions now only called from kernels go.
   // Constants and index computations move into the launch bodies right
   // before outlining (a later canonicalization would hoist them out again),
   // so that kernels see constants (folded loop bounds, shifts instead of
-  // divisions) rather than kernel arguments.
+  // divisions) rather than kernel arguments. bf16 conversions are expanded
+  // to integer code on the host; in the kernels too below sm_80, which has
+  // no f32 -> bf16 conversion instruction, while sm_80 and later round with
+  // one cvt.rn.bf16.f32 (the same bits but for a NaN's payload) instead of
+  // about eight integer instructions per element.
+  std::string expandBF16 = mma.sm >= 80
+                               ? "func.func(arith-expand{include-bf16=1}),"
+                                 "gpu.module(arith-expand)"
+                               : "arith-expand{include-bf16=1}";
   if (failed(parsePassPipeline("func.func(gpu-launch-sink-index-computations),"
                                "gpu-kernel-outlining,symbol-dce,"
-                               "func.func(gpu-async-region),"
-                               "arith-expand{include-bf16=1}",
+                               "func.func(gpu-async-region)," +
+                                   expandBF16,
                                pm)))
     return failure();
   pm.addPass(createK3GPULaunchBoundsPass());

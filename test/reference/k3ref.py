@@ -580,6 +580,11 @@ class Model:
         sel_score = s + self.LW(l, m + "gate.e_score_correction_bias")[None, :]
         sel = np.argsort(-sel_score, axis=1, kind="stable")[:, :c.topk]   # ties: lower index
         ssel = np.take_along_axis(s, sel, axis=1)
+        # A NaN key is never selected: a slot that only a NaN key could fill
+        # (fewer than top-k keys are numbers; argsort puts NaN last) adds
+        # nothing. §6.1 has no rule for NaN; this is k3c's (Kernels/MoE.mlir,
+        # @k3k_route: expert 0 with weight 0).
+        ssel = np.where(np.isnan(np.take_along_axis(sel_score, sel, axis=1)), 0.0, ssel)
         if c.renorm:
             omega = ssel / (np.sum(ssel, axis=1, keepdims=True) + 1e-20) * c.rsf
         else:

@@ -210,14 +210,68 @@ func.func private @k3k_mxfp4_group(%bytes: vector<16xi8>, %s: i8, %x: vector<32x
   return %r : f32
 }
 
-// Selection of the top-k experts of every token from the router's logits
-// by s + b, s = σ(logit) (the bias only selects); weights ω = s / (Σ_sel s
-// + 1e-20) · scaling when `renorm`.
+// The router's scores s = σ(x Wᵀ) (§6.1): the f32 sum of each logit, then
+// the sigmoid. A product function (`k3.product_group`, as @k3k_matmul_f32),
+// so that the router joins a MoE layer's other products of x in one call.
+func.func private @k3k_router_scores(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>) -> tensor<?x?xf32>
+    attributes {k3.product_group = {few = @k3k_router_few, many = @k3k_router_many,
+                                    few_tokens = @k3k_few_tokens}} {
+  %c0 = arith.constant 0 : index
+  %t = tensor.dim %x, %c0 : tensor<?x?x!act>
+  %n = tensor.dim %w, %c0 : tensor<?x?xbf16>
+  %out = memref.alloc(%t, %n) : memref<?x?xf32>
+  %few = func.call @k3k_few_tokens(%t) : (index) -> i1
+  scf.if %few {
+    func.call @k3k_router_few(%x, %w, %out) : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?xf32>) -> ()
+  } else {
+    func.call @k3k_router_many(%x, %w, %out) : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?xf32>) -> ()
+  }
+  %r = bufferization.to_tensor %out restrict : memref<?x?xf32> to tensor<?x?xf32>
+  return %r : tensor<?x?xf32>
+}
+
+// σ of every element of %out, in place.
+func.func private @k3k_sigmoid_rows(%out: memref<?x?xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %t = memref.dim %out, %c0 : memref<?x?xf32>
+  %n = memref.dim %out, %c1 : memref<?x?xf32>
+  scf.parallel (%i, %e) = (%c0, %c0) to (%t, %n) step (%c1, %c1) {
+    %l = memref.load %out[%i, %e] : memref<?x?xf32>
+    %sg = func.call @k3k_sigmoid(%l) : (f32) -> f32
+    memref.store %sg, %out[%i, %e] : memref<?x?xf32>
+  }
+  return
+}
+
+// The scores of 16 tokens and more (or none).
+func.func private @k3k_router_many(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %out: memref<?x?xf32>) {
+  func.call @k3k_matmul_many(%x, %w, %out) : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?xf32>) -> ()
+  func.call @k3k_sigmoid_rows(%out) : (memref<?x?xf32>) -> ()
+  return
+}
+
+// The scores of 1 to 15 tokens (`k3.skinny_matmul`, as @k3k_matmul_few:
+// on a GPU each sum's sigmoid as it is stored).
+func.func private @k3k_router_few(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %out: memref<?x?xf32>)
+    attributes {k3.skinny_matmul = {out = @k3k_sigmoid}} {
+  func.call @k3k_matmul_few(%x, %w, %out) : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?xf32>) -> ()
+  func.call @k3k_sigmoid_rows(%out) : (memref<?x?xf32>) -> ()
+  return
+}
+
+// Selection of the top-k experts of every token (§6.1) from the router's
+// scores s (@k3k_router_scores) by the keys s + b (the bias only selects);
+// weights ω = s / (Σ_sel s + 1e-20) · scaling when `renorm`.
 // Returns (indices [T, k], weights [T, k]), in the order of the keys
 // (descending; equal keys by expert index), as picking the best remaining
 // expert k times would give them. Computed in parallel: an expert's slot is
-// its rank, the number of experts before it in that order.
-func.func private @k3k_route(%logits: tensor<?x?xf32>, %bias: tensor<?xf32>, %topk: index,
+// its rank, the number of experts before it in that order, counted by one
+// loop (a warp's lanes split it on a GPU) that makes each key as it reads
+// it. A NaN key takes no rank; the slots past the ranked experts hold
+// expert 0 with weight 0, each written by the NaN key that as many NaN
+// keys precede.
+func.func private @k3k_route(%scores: tensor<?x?xf32>, %bias: tensor<?xf32>, %topk: index,
                              %renorm: i1, %scaling: f32) -> (memref<?x?xi64>, memref<?x?xf32>) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
@@ -225,33 +279,21 @@ func.func private @k3k_route(%logits: tensor<?x?xf32>, %bias: tensor<?xf32>, %to
   %one = arith.constant 1.0 : f32
   %tiny = arith.constant 1.0e-20 : f32
   %zero64 = arith.constant 0 : i64
-  %t = tensor.dim %logits, %c0 : tensor<?x?xf32>
-  %ne = tensor.dim %logits, %c1 : tensor<?x?xf32>
+  %t = tensor.dim %scores, %c0 : tensor<?x?xf32>
+  %ne = tensor.dim %scores, %c1 : tensor<?x?xf32>
   %idx = memref.alloc(%t, %topk) : memref<?x?xi64>
   %wts = memref.alloc(%t, %topk) : memref<?x?xf32>
-  // Scores s = σ(logit) and keys s + b of every (token, expert); the slots
-  // start as expert 0 with weight 0 (a NaN key takes no slot).
-  %probs = memref.alloc(%t, %ne) : memref<?x?xf32>
-  %keys = memref.alloc(%t, %ne) : memref<?x?xf32>
   scf.parallel (%i, %e) = (%c0, %c0) to (%t, %ne) step (%c1, %c1) {
-    %l = tensor.extract %logits[%i, %e] : tensor<?x?xf32>
-    %sg = func.call @k3k_sigmoid(%l) : (f32) -> f32
+    %sg = tensor.extract %scores[%i, %e] : tensor<?x?xf32>
     %b = tensor.extract %bias[%e] : tensor<?xf32>
     %key = arith.addf %sg, %b : f32
-    memref.store %sg, %probs[%i, %e] : memref<?x?xf32>
-    memref.store %key, %keys[%i, %e] : memref<?x?xf32>
-    %slot = arith.cmpi ult, %e, %topk : index
-    scf.if %slot {
-      memref.store %zero64, %idx[%i, %e] : memref<?x?xi64>
-      memref.store %zero, %wts[%i, %e] : memref<?x?xf32>
-    }
-  }
-  scf.parallel (%i, %e) = (%c0, %c0) to (%t, %ne) step (%c1, %c1) {
-    %key = memref.load %keys[%i, %e] : memref<?x?xf32>
-    // The count in f32 (exact below 2^24 experts), a sum the GPU splits
-    // over a warp's lanes.
-    %rankf = scf.for %o = %c0 to %ne step %c1 iter_args(%r = %zero) -> (f32) {
-      %ko = memref.load %keys[%i, %o] : memref<?x?xf32>
+    // The counts in f32 (exact below 2^24 experts): the keys before this
+    // one, the NaN keys, and the NaN keys of lower experts.
+    %rankf, %nanf, %lowf = scf.for %o = %c0 to %ne step %c1
+        iter_args(%r = %zero, %m = %zero, %ml = %zero) -> (f32, f32, f32) {
+      %so = tensor.extract %scores[%i, %o] : tensor<?x?xf32>
+      %bo = tensor.extract %bias[%o] : tensor<?xf32>
+      %ko = arith.addf %so, %bo : f32
       %gt = arith.cmpf ogt, %ko, %key : f32
       %eq = arith.cmpf oeq, %ko, %key : f32
       %lower = arith.cmpi ult, %o, %e : index
@@ -259,18 +301,31 @@ func.func private @k3k_route(%logits: tensor<?x?xf32>, %bias: tensor<?xf32>, %to
       %before = arith.ori %gt, %tie : i1
       %inc = arith.select %before, %one, %zero : f32
       %r2 = arith.addf %r, %inc : f32
-      scf.yield %r2 : f32
+      %nan = arith.cmpf uno, %ko, %ko : f32
+      %ninc = arith.select %nan, %one, %zero : f32
+      %m2 = arith.addf %m, %ninc : f32
+      %nanlow = arith.andi %nan, %lower : i1
+      %linc = arith.select %nanlow, %one, %zero : f32
+      %ml2 = arith.addf %ml, %linc : f32
+      scf.yield %r2, %m2, %ml2 : f32, f32, f32
     }
     %rank32 = arith.fptoui %rankf : f32 to i32
     %rank = arith.index_cast %rank32 : i32 to index
+    %nan32 = arith.fptoui %nanf : f32 to i32
+    %nans = arith.index_cast %nan32 : i32 to index
+    %low32 = arith.fptoui %lowf : f32 to i32
+    %low = arith.index_cast %low32 : i32 to index
+    %ranked = arith.subi %ne, %nans : index
+    %past = arith.addi %ranked, %low : index
     %valid = arith.cmpf ord, %key, %key : f32
-    %in = arith.cmpi ult, %rank, %topk : index
-    %sel = arith.andi %valid, %in : i1
-    scf.if %sel {
+    %slot = arith.select %valid, %rank, %past : index
+    %in = arith.cmpi ult, %slot, %topk : index
+    scf.if %in {
       %e64 = arith.index_cast %e : index to i64
-      %sg = memref.load %probs[%i, %e] : memref<?x?xf32>
-      memref.store %e64, %idx[%i, %rank] : memref<?x?xi64>
-      memref.store %sg, %wts[%i, %rank] : memref<?x?xf32>
+      %ev = arith.select %valid, %e64, %zero64 : i64
+      %sv = arith.select %valid, %sg, %zero : f32
+      memref.store %ev, %idx[%i, %slot] : memref<?x?xi64>
+      memref.store %sv, %wts[%i, %slot] : memref<?x?xf32>
     }
   }
   scf.parallel (%i) = (%c0) to (%t) step (%c1) {
@@ -597,7 +652,7 @@ func.func private @k3k_latent_up(%r: tensor<?x?x!act>, %norm: tensor<?xbf16>, %h
 
 // The part of k3.latent_moe before the experts (§6.1–6.3): the products
 // of x in one block, so that k3-group-calls makes them one call (one
-// kernel for a decode step): the router's logits, ξ's projection and the
+// kernel for a decode step): the router's scores, ξ's projection and the
 // shared experts' gate and up (each [T, 0] when the model has no latent
 // space or no shared experts); then the routing and ξ (x without a latent
 // space).
@@ -605,11 +660,11 @@ func.func private @k3k_moe_front(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf16>, %b
     %down: tensor<?x?xbf16>, %haslatent: i1, %sg: tensor<?x?xbf16>, %su: tensor<?x?xbf16>,
     %topk: index, %renorm: i1, %scaling: f32)
     -> (memref<?x?xi64>, memref<?x?xf32>, tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?x!act>) {
-  %logits = func.call @k3k_matmul_f32(%x, %wr) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?xf32>
+  %scores = func.call @k3k_router_scores(%x, %wr) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?xf32>
   %xd = func.call @k3k_linear(%x, %down) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
   %sa = func.call @k3k_linear(%x, %sg) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
   %sb = func.call @k3k_linear(%x, %su) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
-  %idx, %wts = func.call @k3k_route(%logits, %bias, %topk, %renorm, %scaling) : (tensor<?x?xf32>, tensor<?xf32>, index, i1, f32) -> (memref<?x?xi64>, memref<?x?xf32>)
+  %idx, %wts = func.call @k3k_route(%scores, %bias, %topk, %renorm, %scaling) : (tensor<?x?xf32>, tensor<?xf32>, index, i1, f32) -> (memref<?x?xi64>, memref<?x?xf32>)
   %xi = arith.select %haslatent, %xd, %x : tensor<?x?x!act>
   return %idx, %wts, %xi, %sa, %sb : memref<?x?xi64>, memref<?x?xf32>, tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?x!act>
 }
