@@ -486,23 +486,31 @@ def K3GPUAttnResNormPass : Pass<"k3-gpu-attn-res-norm", "::mlir::ModuleOp"> {
 }
 
 def K3GPUKDARecurrentPass : Pass<"k3-gpu-kda-recurrent", "::mlir::func::FuncOp"> {
-  let summary = "The KDA decode recurrence in one pass over the state";
+  let summary = "The KDA decode step in one kernel, one pass over the state";
   let description = [{
-    A function marked `k3.kda_recurrent` (`Kernels/KDA.mlir`:
-    @k3k_kda_recurrent, tokens that each have their own state) with
-    arguments q, k, v, g `[T, H, D]`, β `[T, H]`, the f32 state pool
-    `[S, H, V, K]` (a strided view), i32 slots, o `[T, H, V]` and the layout
-    flag computes S ← (I − β k kᵀ) Diag(α) S + β k vᵀ and o = Sᵀ q
-    (K3_SPEC §4.5) in three parallel loops, each reading every state row.
-    The pass gives it a second body, chosen at run time by `scf.if` (rows of
-    the pool contiguous and 16-byte aligned, K = 64 or 128, V a multiple of
-    4, q, k and g 16-byte aligned): a `gpu.launch` with one warp per (token,
-    head) and 4 consecutive v, each lane holding K / 32 consecutive elements
-    of each of the 4 rows in registers (loaded together; q, k and α = exp(g)
-    once for them), so that the state is read once and written once: per
-    row u = β (v − k·(αS)[:, v]) and o = q·S[:, v] as each lane's terms in
-    order and an xor-shuffle tree over the warp (`gpu.shuffle`, the same in
-    every lane). Other layouts and widths keep the three loops.
+    A function marked `k3.kda_recurrent = {widen, narrow, inv, gate,
+    sigmoid}` (`Kernels/KDA.mlir`: @k3k_kda_step, tokens that each have
+    their own state) with arguments q, k, v, f `[T, H, D]`, the pre-sigmoid
+    β `[T, H]` (the activation type), A_log, the gate bias δ `[H·D]`, the
+    f32 state pool `[S, H, V, K]` (a strided view), i32 slots, out
+    `[T, H, V]` and the scalars (softplus gate, lower bound, q scale, L2
+    eps, value-first layout) makes q and k L2-normalised, g and β (K3_SPEC
+    §4.3–4.4), then S ← (I − β k kᵀ) Diag(α) S + β k vᵀ and o = Sᵀ q (§4.5),
+    rounded into out: two loops for the prologue, three parallel loops each
+    reading every state row, and the rounding. The pass gives it a second
+    body, chosen at run time by `scf.if` (a value-first pool whose rows are
+    contiguous and 16-byte aligned, K = 64 or 128, V a multiple of 4, k and f
+    of q's shape, q, k and f aligned for P-element loads): one `gpu.launch`
+    with one warp per (token, head) and 4 consecutive v, each lane holding
+    P = K / 32 consecutive elements of each of the 4 rows in registers
+    (loaded first), which makes its head's normalised q and k, α = exp(g)
+    and β through the named functions (each norm's sum of squares as the
+    generic kernels' warp split takes it: lane l's terms l, l + 32, ... in
+    order, then an xor-shuffle tree), so that the state is read once and
+    written once: per row u = β (v − k·(αS)[:, v]) and o = q·S[:, v] as each
+    lane's terms in order and an xor-shuffle tree over the warp
+    (`gpu.shuffle`, the same in every lane), o narrowed as it is stored.
+    Other layouts and widths keep the loops.
   }];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::arith::ArithDialect",

@@ -1,22 +1,27 @@
-//===- GPUKDARecurrent.cpp - the KDA decode step in one pass over S -------===//
+//===- GPUKDARecurrent.cpp - the KDA decode step in one kernel ------------===//
 //
-// The KDA recurrence of tokens that each have their own state (K3_SPEC
-// §4.5, a decode step or batch): S ← (I − β k kᵀ) Diag(α) S + β k vᵀ,
-// o = Sᵀ q. In the kernel library (Kernels/KDA.mlir, @k3k_kda_recurrent,
-// marked `k3.kda_recurrent`) it is three parallel loops over the states
-// seen as Sᵀ [S, H, V, K], each of which reads every state row: the
-// prediction k·(αS)[:, v], the update, and the read-out (the fp32 state,
-// 6.3 MB per K3 layer, read three times and written once). For a pool
-// whose rows are contiguous (the value-first layout) with K = 64 or 128,
-// this pass gives the function a second body, chosen at run time: one warp
-// per (token, head) and kRows consecutive v, lane l holding elements
-// P l .. P l + P - 1 of each row in registers (P = K / 32; 8- or 16-byte
-// loads and stores), so the state is read once and written once. The
-// warp loads its rows together (kRows x 512 bytes in flight for K = 128)
-// and q, k and exp(g) once for them (one row per warp read them for
-// every row). Each row's two sums over k are each lane's terms in order,
-// then an xor-shuffle tree over the warp (the same in every lane), as
-// with one row per warp: the same bits.
+// The KDA step of tokens that each have their own state (K3_SPEC §4.3–4.5,
+// a decode step or batch): q and k L2-normalised (q scaled), the log-decay
+// g, β = σ(b), then S ← (I − β k kᵀ) Diag(α) S + β k vᵀ and o = Sᵀ q. In the
+// kernel library (Kernels/KDA.mlir, @k3k_kda_step, marked
+// `k3.kda_recurrent`) that is @k3k_kda_prepare's two parallel loops (the
+// norms, then every element), three loops over the states seen as Sᵀ
+// [S, H, V, K], each of which reads every state row (the fp32 state, 6.3
+// MB per K3 layer, read three times and written once), and the rounding of
+// o. For a value-first pool (rows contiguous) with K = 64 or 128, this
+// pass gives the function a second body, chosen at run time, of one kernel:
+// one warp per (token, head) and kRows consecutive v, lane l holding
+// elements P l .. P l + P - 1 of each row in registers (P = K / 32; 8- or
+// 16-byte loads and stores), so the state is read once and written once.
+// The warp loads its rows first, then makes its head's normalised q and k,
+// α = exp(g) and β itself through the functions the attribute names (the
+// library's widen, narrow, the norm's 1 / sqrt, the gate, the sigmoid):
+// each norm's sum of squares is lane l's terms l, l + 32, ... in order,
+// then an xor-shuffle tree over the warp, as the generic kernels' warp split
+// takes it. Each row's two sums over k are each lane's terms in order, then
+// the tree (the same in every lane), as with one row per warp; o is
+// rounded as it is stored. The same bits as the generic kernels, in one
+// launch instead of four.
 //
 //===----------------------------------------------------------------------===//
 
@@ -30,6 +35,7 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/SymbolTable.h"
 
 namespace mlir::k3 {
 #define GEN_PASS_DEF_K3GPUKDARECURRENTPASS
@@ -44,54 +50,83 @@ constexpr int64_t kWarps = 8, kLanes = 32;
 constexpr int64_t kRows = 4;
 constexpr llvm::StringLiteral kAttr = "k3.kda_recurrent";
 
+/// The functions `k3.kda_recurrent` names (Kernels/Prelude.*, KDA.mlir).
+struct Functions {
+  func::FuncOp widen, narrow, inv, gate, sigmoid;
+};
+
 class RecurrentKernel : k3::IndexMath {
 public:
-  RecurrentKernel(OpBuilder &b, Location loc, Block &body)
-      : IndexMath{b, loc}, qn(body.getArgument(0)), kn(body.getArgument(1)),
-        vf(body.getArgument(2)), gg(body.getArgument(3)),
-        bb(body.getArgument(4)), pool(body.getArgument(5)),
-        slots(body.getArgument(6)), o(body.getArgument(7)) {}
+  RecurrentKernel(OpBuilder &b, Location loc, Block &body, Functions fns)
+      : IndexMath{b, loc}, fns(fns) {
+    auto arg = [&](unsigned n) { return body.getArgument(n); };
+    q = arg(0), k = arg(1), v = arg(2), f = arg(3), beta = arg(4);
+    alog = arg(5), dt = arg(6), pool = arg(7), slots = arg(8), out = arg(9);
+    softplus = arg(10), lb = arg(11), scale = arg(12), l2eps = arg(13);
+    vfirst = arg(14);
+  }
 
   void build(SmallVectorImpl<Operation *> &rest);
   /// The kernel for rows of 32 `per` elements (`per` per lane).
-  void launch(int64_t per, Value st, Value tokens, Value heads, Value dv);
+  void launch(int64_t per, Value st, Value tokens, Value heads, Value dk,
+              Value dv);
 
 private:
   Value fadd(Value l, Value r) { return arith::AddFOp::create(b, loc, l, r); }
   Value fmul(Value l, Value r) { return arith::MulFOp::create(b, loc, l, r); }
-  /// `n` consecutive f32 of `m` at `indices`, as scalars.
+  Value call(func::FuncOp fn, ValueRange args) {
+    return func::CallOp::create(b, loc, fn, args).getResult(0);
+  }
+  Value widen(Value x) { return call(fns.widen, x); }
+  /// `n` consecutive elements of `m` at `indices` (one aligned vector
+  /// load), as scalars.
   SmallVector<Value> load(Value m, ValueRange indices, int64_t n) {
-    Value v = vector::LoadOp::create(
-        b, loc, VectorType::get({n}, b.getF32Type()), m, indices,
-        /*nontemporal=*/false, llvm::MaybeAlign(4 * n));
+    Type e = cast<MemRefType>(m.getType()).getElementType();
+    Value vec = vector::LoadOp::create(
+        b, loc, VectorType::get({n}, e), m, indices, /*nontemporal=*/false,
+        llvm::MaybeAlign(n * e.getIntOrFloatBitWidth() / 8));
     SmallVector<Value> r;
-    for (int64_t e = 0; e < n; ++e)
-      r.push_back(vector::ExtractOp::create(b, loc, v, ArrayRef<int64_t>{e}));
+    for (int64_t i = 0; i < n; ++i)
+      r.push_back(
+          vector::ExtractOp::create(b, loc, vec, ArrayRef<int64_t>{i}));
     return r;
   }
-  Value warpSum(Value v) { return k3::warpSum(b, loc, v); }
+  Value scalar(Value m, ValueRange indices) {
+    return memref::LoadOp::create(b, loc, m, indices);
+  }
+  Value warpSum(Value x) { return k3::warpSum(b, loc, x); }
 
-  Value qn, kn, vf, gg, bb, pool, slots, o;
+  Functions fns;
+  Value q, k, v, f, beta, alog, dt, pool, slots, out, softplus, lb, scale,
+      l2eps, vfirst;
 };
 
 void RecurrentKernel::build(SmallVectorImpl<Operation *> &rest) {
   Value c0 = idx(0), c1 = idx(1), c2 = idx(2);
-  Value tokens = memref::DimOp::create(b, loc, qn, c0);
-  Value heads = memref::DimOp::create(b, loc, qn, c1);
-  Value dk = memref::DimOp::create(b, loc, qn, c2);
-  Value dv = memref::DimOp::create(b, loc, vf, c2);
-  // The pool's rows (its last dimension) contiguous and 16-byte aligned.
+  Value tokens = memref::DimOp::create(b, loc, q, c0);
+  Value heads = memref::DimOp::create(b, loc, q, c1);
+  Value dk = memref::DimOp::create(b, loc, q, c2);
+  Value dv = memref::DimOp::create(b, loc, v, c2);
+  // A value-first pool whose rows (its last dimension) are contiguous and
+  // 16-byte aligned; k and f of q's shape; q, k and f rows that a lane
+  // reads P elements of at a time.
   auto meta = memref::ExtractStridedMetadataOp::create(b, loc, pool);
   Value base = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, pool);
   Value start = add(base, mul(meta.getOffset(), idx(4)));
-  Value ok = both(eq(meta.getStrides()[3], c1),
-                  eq(rem(meta.getStrides()[2], idx(4)), c0));
+  Value ok = both(vfirst, eq(meta.getStrides()[3], c1));
+  ok = both(ok, eq(rem(meta.getStrides()[2], idx(4)), c0));
   ok = both(ok, eq(rem(start, idx(16)), c0));
-  for (Value m : {qn, kn, gg})
-    ok = both(ok, aligned(m));
   Value is64 = eq(dk, idx(64)), is128 = eq(dk, idx(128));
   ok = both(ok, arith::OrIOp::create(b, loc, is64, is128));
   ok = both(ok, rem0(dv, kRows));
+  int64_t bytes =
+      cast<MemRefType>(q.getType()).getElementTypeBitWidth() / 8;
+  for (Value m : {q, k, f})
+    ok = both(ok, aligned(m, 4 * bytes));
+  for (Value m : {k, f})
+    for (int64_t d = 0; d < 3; ++d)
+      ok = both(ok, eq(memref::DimOp::create(b, loc, m, d),
+                       memref::DimOp::create(b, loc, q, d)));
   k3::guardBody(b, loc, rest, ok);
 
   // The pool with a static unit stride for the rows (vector loads).
@@ -109,13 +144,13 @@ void RecurrentKernel::build(SmallVectorImpl<Operation *> &rest) {
       b, loc, rowsType, pool, meta.getOffset(), sizes, strides);
   auto which = scf::IfOp::create(b, loc, is128, /*withElseRegion=*/true);
   b.setInsertionPoint(which.thenBlock()->getTerminator());
-  launch(4, st, tokens, heads, dv);
+  launch(4, st, tokens, heads, dk, dv);
   b.setInsertionPoint(which.elseBlock()->getTerminator());
-  launch(2, st, tokens, heads, dv);
+  launch(2, st, tokens, heads, dk, dv);
 }
 
 void RecurrentKernel::launch(int64_t per, Value st, Value tokens,
-                             Value heads, Value dv) {
+                             Value heads, Value dk, Value dv) {
   Value c0 = idx(0), c1 = idx(1);
   Value groups = div(mul(mul(tokens, heads), dv), idx(kRows));
   auto launch = gpu::LaunchOp::create(
@@ -133,25 +168,45 @@ void RecurrentKernel::launch(int64_t per, Value st, Value tokens,
       /*withElseRegion=*/false);
   b.setInsertionPoint(active.thenBlock()->getTerminator());
   // Rows (token i, head h, values c0 .. c0 + kRows - 1) of Sᵀ in the state
-  // of slots[i].
+  // of slots[i], loaded first.
   Value perHead = div(dv, idx(kRows));
   Value first = mul(rem(group, perHead), idx(kRows));
   Value h = rem(div(group, perHead), heads);
   Value i = div(group, mul(perHead, heads));
-  Value sl = arith::IndexCastOp::create(
-      b, loc, b.getIndexType(),
-      memref::LoadOp::create(b, loc, slots, ValueRange{i}));
+  Value sl = arith::IndexCastOp::create(b, loc, b.getIndexType(),
+                                        scalar(slots, {i}));
   Value j0 = mul(lane, idx(per));
   SmallVector<SmallVector<Value>> s;
   for (int64_t r = 0; r < kRows; ++r)
     s.push_back(load(st, {sl, h, add(first, r), j0}, per));
-  SmallVector<Value> g = load(gg, {i, h, j0}, per);
-  SmallVector<Value> k = load(kn, {i, h, j0}, per);
-  SmallVector<Value> q = load(qn, {i, h, j0}, per);
-  SmallVector<Value> alpha;
-  for (int64_t e = 0; e < per; ++e)
-    alpha.push_back(math::ExpOp::create(b, loc, g[e]));
-  Value beta = memref::LoadOp::create(b, loc, bb, ValueRange{i, h});
+
+  // §4.3: the norms' sums of squares, lane l taking elements l, l + 32, ...
+  // in order (the generic kernels' warp split), then the warp's tree.
+  Value qs = arith::ConstantFloatOp::create(b, loc, b.getF32Type(),
+                                            APFloat(0.0f));
+  Value ks = qs;
+  for (int64_t m = 0; m < per; ++m) {
+    Value j = add(lane, idx(kLanes * m));
+    Value qv = widen(scalar(q, {i, h, j})), kv = widen(scalar(k, {i, h, j}));
+    qs = fadd(qs, fmul(qv, qv));
+    ks = fadd(ks, fmul(kv, kv));
+  }
+  Value qinv = fmul(call(fns.inv, {warpSum(qs), l2eps}), scale);
+  Value kinv = call(fns.inv, {warpSum(ks), l2eps});
+  // The lane's elements of the normalised q and k, α = exp(g) (§4.4) and β.
+  SmallVector<Value> qa = load(q, {i, h, j0}, per),
+                     ka = load(k, {i, h, j0}, per),
+                     fa = load(f, {i, h, j0}, per);
+  Value al = scalar(alog, {h});
+  SmallVector<Value> qn, kn, alpha;
+  for (int64_t e = 0; e < per; ++e) {
+    qn.push_back(fmul(widen(qa[e]), qinv));
+    kn.push_back(fmul(widen(ka[e]), kinv));
+    Value db = scalar(dt, {add(mul(h, dk), add(j0, idx(e)))});
+    Value g = call(fns.gate, {widen(fa[e]), db, al, softplus, lb});
+    alpha.push_back(math::ExpOp::create(b, loc, g));
+  }
+  Value bv = call(fns.sigmoid, widen(scalar(beta, {i, h})));
   for (int64_t r = 0; r < kRows; ++r) {
     Value c = add(first, r);
     // u = β (v − k·(αS)[:, c]): this lane's terms in k order, then the warp.
@@ -159,17 +214,17 @@ void RecurrentKernel::launch(int64_t per, Value st, Value tokens,
     Value part;
     for (int64_t e = 0; e < per; ++e) {
       as.push_back(fmul(alpha[e], s[r][e]));
-      Value term = fmul(k[e], as.back());
+      Value term = fmul(kn[e], as.back());
       part = e ? fadd(part, term) : term;
     }
     Value pred = warpSum(part);
-    Value v = memref::LoadOp::create(b, loc, vf, ValueRange{i, h, c});
-    Value u = fmul(beta, arith::SubFOp::create(b, loc, v, pred));
-    // S ← αS + k u (stored), o = q·S[:, c].
+    Value vv = widen(scalar(v, {i, h, c}));
+    Value u = fmul(bv, arith::SubFOp::create(b, loc, vv, pred));
+    // S ← αS + k u (stored), o = q·S[:, c] (rounded).
     SmallVector<Value> next;
     for (int64_t e = 0; e < per; ++e) {
-      next.push_back(fadd(as[e], fmul(k[e], u)));
-      Value term = fmul(q[e], next.back());
+      next.push_back(fadd(as[e], fmul(kn[e], u)));
+      Value term = fmul(qn[e], next.back());
       part = e ? fadd(part, term) : term;
     }
     Value total = warpSum(part);
@@ -178,7 +233,8 @@ void RecurrentKernel::launch(int64_t per, Value st, Value tokens,
     vector::StoreOp::create(b, loc, vec, st, ValueRange{sl, h, c, j0},
                             /*nontemporal=*/false, llvm::MaybeAlign(4 * per));
     scf::IfOp::create(b, loc, eq(lane, c0), [&](OpBuilder &tb, Location l) {
-      memref::StoreOp::create(tb, l, total, o, ValueRange{i, h, c});
+      memref::StoreOp::create(tb, l, call(fns.narrow, total), out,
+                              ValueRange{i, h, c});
       scf::YieldOp::create(tb, l);
     });
   }
@@ -199,28 +255,59 @@ struct K3GPUKDARecurrentPass
       signalPassFailure();
     };
     Block &body = f.getBody().front();
-    auto memref = [&](unsigned n, int64_t rank) {
-      auto t = n < body.getNumArguments()
-                   ? dyn_cast<MemRefType>(body.getArgument(n).getType())
-                   : MemRefType();
-      return t && t.getRank() == rank && t.getElementType().isF32() &&
-             (rank == 4 || t.getLayout().isIdentity());
+    Builder t(f.getContext());
+    Type f32 = t.getF32Type(), i1 = t.getI1Type();
+    auto arg = [&](unsigned n) { return body.getArgument(n).getType(); };
+    // An identity-layout memref of `rank` (any layout for the pool).
+    auto memref = [&](unsigned n, int64_t rank) -> MemRefType {
+      auto m = dyn_cast<MemRefType>(arg(n));
+      return m && m.getRank() == rank &&
+                     (n == 7 || m.getLayout().isIdentity())
+                 ? m
+                 : MemRefType();
     };
-    if (body.getNumArguments() != 9 || !memref(0, 3) || !memref(1, 3) ||
-        !memref(2, 3) || !memref(3, 3) || !memref(4, 2) || !memref(5, 4) ||
-        !memref(7, 3) ||
-        !isa<MemRefType>(body.getArgument(6).getType()) ||
-        !cast<MemRefType>(body.getArgument(6).getType())
-             .getElementType()
-             .isInteger(32))
-      return fail("expected (q, k, v, g [T, H, D], beta [T, H], f32 pool "
-                  "[S, H, V, K], i32 slots, o [T, H, V], ...) memrefs");
+    if (body.getNumArguments() != 15)
+      return fail("expected (q, k, v, f [T, H, D], beta [T, H], a_log, dt, "
+                  "pool [S, H, V, K], slots, out [T, H, V], softplus, lower "
+                  "bound, scale, l2 eps, value-first) arguments");
+    MemRefType qt = memref(0, 3);
+    Type act = qt ? qt.getElementType() : Type();
+    auto isAct = [&](MemRefType m) { return m && m.getElementType() == act; };
+    auto isF32 = [&](MemRefType m) { return m && m.getElementType() == f32; };
+    auto slotsType = memref(8, 1);
+    if (!act || !(act.isBF16() || act.isF32()) || !isAct(memref(1, 3)) ||
+        !isAct(memref(2, 3)) || !isAct(memref(3, 3)) ||
+        !isAct(memref(4, 2)) || !isF32(memref(5, 1)) ||
+        !isF32(memref(6, 1)) || !isF32(memref(7, 4)) || !slotsType ||
+        !slotsType.getElementType().isInteger(32) || !isAct(memref(9, 3)) ||
+        arg(10) != i1 || arg(11) != f32 || arg(12) != f32 ||
+        arg(13) != f32 || arg(14) != i1)
+      return fail("expected bf16 or f32 memrefs q, k, v, f, beta and out, f32 "
+                  "a_log, dt and pool, i32 slots, i1 softplus, f32 lower "
+                  "bound, scale and l2 eps, i1 value-first");
     if (!k3::returnsNothing(body))
       return fail("the function must return nothing");
+    auto spec = f->getAttrOfType<DictionaryAttr>(kAttr);
+    auto lookup = [&](StringRef key, TypeRange in, Type res) {
+      auto ref = spec ? spec.getAs<FlatSymbolRefAttr>(key) : nullptr;
+      auto fn = ref ? SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(f, ref)
+                    : nullptr;
+      return fn && fn.getFunctionType() == t.getFunctionType(in, {res})
+                 ? fn
+                 : nullptr;
+    };
+    Functions fns{lookup("widen", {act}, f32), lookup("narrow", {f32}, act),
+                  lookup("inv", {f32, f32}, f32),
+                  lookup("gate", {f32, f32, f32, i1, f32}, f32),
+                  lookup("sigmoid", {f32}, f32)};
+    if (!fns.widen || !fns.narrow || !fns.inv || !fns.gate || !fns.sigmoid)
+      return fail("must be a dictionary naming functions widen (act) -> f32, "
+                  "narrow (f32) -> act, inv (f32, f32) -> f32, gate (f32, "
+                  "f32, f32, i1, f32) -> f32 and sigmoid (f32) -> f32");
     SmallVector<Operation *> rest = k3::bodyOps(body);
     OpBuilder builder(f.getContext());
     builder.setInsertionPointToStart(&body);
-    RecurrentKernel(builder, f.getLoc(), body).build(rest);
+    RecurrentKernel(builder, f.getLoc(), body, fns).build(rest);
   }
 };
 } // namespace

@@ -169,29 +169,55 @@ func.func private @k3k_state_index(%k: index, %v: index, %vfirst: i1) -> (index,
   return %a, %b : index, index
 }
 
-// k3.kda (§4.3–4.6). q, k, v, f: [T, H, D]; beta: [T, H]; a_log: [>= H];
-// dt: [H*D]; pool: states [S, H, V, K] (vfirst) or [S, H, K, V]; slots: the
-// states of the call (docs/ABI.md): one entry (every token of one sequence,
-// state pool[slots[0]]) or T entries (a decode batch: token i alone in its
-// sequence, state pool[slots[i]]). Returns o [T, H, V].
-func.func private @k3k_kda(%q: tensor<?x?x?x!act>, %k: tensor<?x?x?x!act>, %v: tensor<?x?x?x!act>,
-                           %f: tensor<?x?x?x!act>, %beta: tensor<?x?x!act>, %alog: tensor<?xf32>,
-                           %dt: tensor<?xf32>, %pool: memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>, %slots: memref<?xi32>,
-                           %softplus: i1, %lb: f32, %scale: f32, %l2eps: f32, %chunk: index,
-                           %vfirst: i1) -> tensor<?x?x?x!act> {
+// §4.3: the factor 1 / sqrt(Σ x² + eps) of an L2-normalised q or k head,
+// from its sum of squares.
+func.func private @k3k_kda_inv(%ss: f32, %l2eps: f32) -> f32 {
+  %one = arith.constant 1.0 : f32
+  %e = arith.addf %ss, %l2eps : f32
+  %r = math.sqrt %e : f32
+  %inv = arith.divf %one, %r : f32
+  return %inv : f32
+}
+
+// §4.4: the log-decay g of one key element from f, its bias δ and the
+// head's A_log.
+func.func private @k3k_kda_gate(%fv: f32, %db: f32, %al: f32, %softplus: i1, %lb: f32) -> f32 {
+  %twenty = arith.constant 20.0 : f32
+  %ea = math.exp %al : f32
+  %x = arith.addf %fv, %db : f32
+  %g = scf.if %softplus -> (f32) {
+    // Kimi Linear: g = −exp(A)·softplus(f + δ).
+    %big = arith.cmpf ogt, %x, %twenty : f32
+    %ex = math.exp %x : f32
+    %l1 = math.log1p %ex : f32
+    %sp = arith.select %big, %x, %l1 : f32
+    %m = arith.mulf %ea, %sp : f32
+    %r = arith.negf %m : f32
+    scf.yield %r : f32
+  } else {
+    // K3: g = λ·σ(exp(A)·(f + δ)).
+    %m = arith.mulf %ea, %x : f32
+    %s = func.call @k3k_sigmoid(%m) : (f32) -> f32
+    %r = arith.mulf %lb, %s : f32
+    scf.yield %r : f32
+  }
+  return %g : f32
+}
+
+// §4.3–4.4 per token and head, in f32: normalised scaled q, normalised k,
+// v, the log-decay g and β ([T, H, D] each, β [T, H]).
+func.func private @k3k_kda_prepare(%q: tensor<?x?x?x!act>, %k: tensor<?x?x?x!act>, %v: tensor<?x?x?x!act>,
+                                   %f: tensor<?x?x?x!act>, %beta: tensor<?x?x!act>, %alog: tensor<?xf32>,
+                                   %dt: tensor<?xf32>, %softplus: i1, %lb: f32, %scale: f32, %l2eps: f32)
+    -> (memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?xf32>) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index
   %zero = arith.constant 0.0 : f32
-  %one = arith.constant 1.0 : f32
-  %twenty = arith.constant 20.0 : f32
   %t = tensor.dim %q, %c0 : tensor<?x?x?x!act>
   %nh = tensor.dim %q, %c1 : tensor<?x?x?x!act>
   %dk = tensor.dim %q, %c2 : tensor<?x?x?x!act>
   %dv = tensor.dim %v, %c2 : tensor<?x?x?x!act>
-
-  // §4.3–4.4 per token and head, in f32: normalised scaled q, normalised k,
-  // v, the log-decay g and β.
   %qn = memref.alloc(%t, %nh, %dk) : memref<?x?x?xf32>
   %kn = memref.alloc(%t, %nh, %dk) : memref<?x?x?xf32>
   %vf = memref.alloc(%t, %nh, %dv) : memref<?x?x?xf32>
@@ -212,13 +238,9 @@ func.func private @k3k_kda(%q: tensor<?x?x?x!act>, %k: tensor<?x?x?x!act>, %v: t
       %b2 = arith.addf %b, %k2 : f32
       scf.yield %a2, %b2 : f32, f32
     }
-    %qse = arith.addf %qs, %l2eps : f32
-    %kse = arith.addf %ks, %l2eps : f32
-    %qinv0_sqrt = math.sqrt %qse : f32
-    %qinv0 = arith.divf %one, %qinv0_sqrt : f32
+    %qinv0 = func.call @k3k_kda_inv(%qs, %l2eps) : (f32, f32) -> f32
     %qinv = arith.mulf %qinv0, %scale : f32
-    %kinv_sqrt = math.sqrt %kse : f32
-    %kinv = arith.divf %one, %kinv_sqrt : f32
+    %kinv = func.call @k3k_kda_inv(%ks, %l2eps) : (f32, f32) -> f32
     memref.store %qinv, %qinvs[%i, %h] : memref<?x?xf32>
     memref.store %kinv, %kinvs[%i, %h] : memref<?x?xf32>
     %ba = tensor.extract %beta[%i, %h] : tensor<?x?x!act>
@@ -235,7 +257,6 @@ func.func private @k3k_kda(%q: tensor<?x?x?x!act>, %k: tensor<?x?x?x!act>, %v: t
       %qinv = memref.load %qinvs[%i, %h] : memref<?x?xf32>
       %kinv = memref.load %kinvs[%i, %h] : memref<?x?xf32>
       %al = tensor.extract %alog[%h] : tensor<?xf32>
-      %ea = math.exp %al : f32
       %qa = tensor.extract %q[%i, %h, %j] : tensor<?x?x?x!act>
       %ka = tensor.extract %k[%i, %h, %j] : tensor<?x?x?x!act>
       %fa = tensor.extract %f[%i, %h, %j] : tensor<?x?x?x!act>
@@ -249,23 +270,7 @@ func.func private @k3k_kda(%q: tensor<?x?x?x!act>, %k: tensor<?x?x?x!act>, %v: t
       %hd = arith.muli %h, %dk : index
       %di = arith.addi %hd, %j : index
       %db = tensor.extract %dt[%di] : tensor<?xf32>
-      %x = arith.addf %fv, %db : f32
-      %g = scf.if %softplus -> (f32) {
-        // Kimi Linear: g = −exp(A)·softplus(f + δ).
-        %big = arith.cmpf ogt, %x, %twenty : f32
-        %ex = math.exp %x : f32
-        %l1 = math.log1p %ex : f32
-        %sp = arith.select %big, %x, %l1 : f32
-        %m = arith.mulf %ea, %sp : f32
-        %r = arith.negf %m : f32
-        scf.yield %r : f32
-      } else {
-        // K3: g = λ·σ(exp(A)·(f + δ)).
-        %m = arith.mulf %ea, %x : f32
-        %s = func.call @k3k_sigmoid(%m) : (f32) -> f32
-        %r = arith.mulf %lb, %s : f32
-        scf.yield %r : f32
-      }
+      %g = func.call @k3k_kda_gate(%fv, %db, %al, %softplus, %lb) : (f32, f32, f32, i1, f32) -> f32
       memref.store %g, %gg[%i, %h, %j] : memref<?x?x?xf32>
     }
     %inv = arith.cmpi ult, %j, %dv : index
@@ -275,8 +280,73 @@ func.func private @k3k_kda(%q: tensor<?x?x?x!act>, %k: tensor<?x?x?x!act>, %v: t
       memref.store %vv, %vf[%i, %h, %j] : memref<?x?x?xf32>
     }
   }
+  return %qn, %kn, %vf, %gg, %bb : memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?xf32>
+}
 
+// o [T, H, V] rounded to the activation type into %out.
+func.func private @k3k_kda_out(%o: memref<?x?x?xf32>, %out: memref<?x?x?x!act>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %t = memref.dim %o, %c0 : memref<?x?x?xf32>
+  %nh = memref.dim %o, %c1 : memref<?x?x?xf32>
+  %dv = memref.dim %o, %c2 : memref<?x?x?xf32>
+  scf.parallel (%i, %h, %j) = (%c0, %c0, %c0) to (%t, %nh, %dv) step (%c1, %c1, %c1) {
+    %x = memref.load %o[%i, %h, %j] : memref<?x?x?xf32>
+    %xa = func.call @k3k_narrow(%x) : (f32) -> !act
+    memref.store %xa, %out[%i, %h, %j] : memref<?x?x?x!act>
+  }
+  return
+}
+
+// §4.3–4.5 for tokens that each have their own state (a decode step or
+// batch; the arguments as @k3k_kda's), o rounded into %out [T, H, V]:
+// @k3k_kda_prepare, @k3k_kda_recurrent, @k3k_kda_out. `k3.kda_recurrent`:
+// on a GPU, k3-gpu-kda-recurrent gives it one kernel that makes q, k, g
+// and β of a head in the warps that update its state, through the
+// functions the attribute names.
+func.func private @k3k_kda_step(%q: tensor<?x?x?x!act>, %k: tensor<?x?x?x!act>, %v: tensor<?x?x?x!act>,
+                                %f: tensor<?x?x?x!act>, %beta: tensor<?x?x!act>, %alog: tensor<?xf32>,
+                                %dt: tensor<?xf32>, %pool: memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>,
+                                %slots: memref<?xi32>, %out: memref<?x?x?x!act>,
+                                %softplus: i1, %lb: f32, %scale: f32, %l2eps: f32, %vfirst: i1)
+    attributes {k3.kda_recurrent = {widen = @k3k_widen, narrow = @k3k_narrow, inv = @k3k_kda_inv,
+                                    gate = @k3k_kda_gate, sigmoid = @k3k_sigmoid}} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %t = tensor.dim %q, %c0 : tensor<?x?x?x!act>
+  %nh = tensor.dim %q, %c1 : tensor<?x?x?x!act>
+  %dv = tensor.dim %v, %c2 : tensor<?x?x?x!act>
+  %qn, %kn, %vf, %gg, %bb = func.call @k3k_kda_prepare(%q, %k, %v, %f, %beta, %alog, %dt, %softplus, %lb, %scale, %l2eps)
+      : (tensor<?x?x?x!act>, tensor<?x?x?x!act>, tensor<?x?x?x!act>, tensor<?x?x?x!act>, tensor<?x?x!act>,
+         tensor<?xf32>, tensor<?xf32>, i1, f32, f32, f32)
+      -> (memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?xf32>)
   %o = memref.alloc(%t, %nh, %dv) : memref<?x?x?xf32>
+  func.call @k3k_kda_recurrent(%qn, %kn, %vf, %gg, %bb, %pool, %slots, %o, %vfirst)
+      : (memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?xf32>,
+         memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>, memref<?xi32>, memref<?x?x?xf32>, i1) -> ()
+  func.call @k3k_kda_out(%o, %out) : (memref<?x?x?xf32>, memref<?x?x?x!act>) -> ()
+  return
+}
+
+// k3.kda (§4.3–4.6). q, k, v, f: [T, H, D]; beta: [T, H]; a_log: [>= H];
+// dt: [H*D]; pool: states [S, H, V, K] (vfirst) or [S, H, K, V]; slots: the
+// states of the call (docs/ABI.md): one entry (every token of one sequence,
+// state pool[slots[0]]) or T entries (a decode batch: token i alone in its
+// sequence, state pool[slots[i]]). Returns o [T, H, V].
+func.func private @k3k_kda(%q: tensor<?x?x?x!act>, %k: tensor<?x?x?x!act>, %v: tensor<?x?x?x!act>,
+                           %f: tensor<?x?x?x!act>, %beta: tensor<?x?x!act>, %alog: tensor<?xf32>,
+                           %dt: tensor<?xf32>, %pool: memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>, %slots: memref<?xi32>,
+                           %softplus: i1, %lb: f32, %scale: f32, %l2eps: f32, %chunk: index,
+                           %vfirst: i1) -> tensor<?x?x?x!act> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %t = tensor.dim %q, %c0 : tensor<?x?x?x!act>
+  %nh = tensor.dim %q, %c1 : tensor<?x?x?x!act>
+  %dv = tensor.dim %v, %c2 : tensor<?x?x?x!act>
+  %out = memref.alloc(%t, %nh, %dv) : memref<?x?x?x!act>
   // The recurrence when every token has its own state (a decode batch, or
   // one token); the chunked form over a segment of one sequence.
   %nslots = memref.dim %slots, %c0 : memref<?xi32>
@@ -284,20 +354,20 @@ func.func private @k3k_kda(%q: tensor<?x?x?x!act>, %k: tensor<?x?x?x!act>, %v: t
   %decode = arith.cmpi eq, %t, %c1 : index
   %own = arith.ori %pertoken, %decode : i1
   scf.if %own {
-    func.call @k3k_kda_recurrent(%qn, %kn, %vf, %gg, %bb, %pool, %slots, %o, %vfirst)
-        : (memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?xf32>,
-           memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>, memref<?xi32>, memref<?x?x?xf32>, i1) -> ()
+    func.call @k3k_kda_step(%q, %k, %v, %f, %beta, %alog, %dt, %pool, %slots, %out, %softplus, %lb, %scale, %l2eps, %vfirst)
+        : (tensor<?x?x?x!act>, tensor<?x?x?x!act>, tensor<?x?x?x!act>, tensor<?x?x?x!act>, tensor<?x?x!act>,
+           tensor<?xf32>, tensor<?xf32>, memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>, memref<?xi32>,
+           memref<?x?x?x!act>, i1, f32, f32, f32, i1) -> ()
   } else {
+    %qn, %kn, %vf, %gg, %bb = func.call @k3k_kda_prepare(%q, %k, %v, %f, %beta, %alog, %dt, %softplus, %lb, %scale, %l2eps)
+        : (tensor<?x?x?x!act>, tensor<?x?x?x!act>, tensor<?x?x?x!act>, tensor<?x?x?x!act>, tensor<?x?x!act>,
+           tensor<?xf32>, tensor<?xf32>, i1, f32, f32, f32)
+        -> (memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?xf32>)
+    %o = memref.alloc(%t, %nh, %dv) : memref<?x?x?xf32>
     func.call @k3k_kda_chunked(%qn, %kn, %vf, %gg, %bb, %pool, %slots, %o, %chunk, %vfirst)
         : (memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?x?xf32>, memref<?x?xf32>,
            memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>, memref<?xi32>, memref<?x?x?xf32>, index, i1) -> ()
-  }
-
-  %out = memref.alloc(%t, %nh, %dv) : memref<?x?x?x!act>
-  scf.parallel (%i, %h, %j) = (%c0, %c0, %c0) to (%t, %nh, %dv) step (%c1, %c1, %c1) {
-    %x = memref.load %o[%i, %h, %j] : memref<?x?x?xf32>
-    %xa = func.call @k3k_narrow(%x) : (f32) -> !act
-    memref.store %xa, %out[%i, %h, %j] : memref<?x?x?x!act>
+    func.call @k3k_kda_out(%o, %out) : (memref<?x?x?xf32>, memref<?x?x?x!act>) -> ()
   }
   %res = bufferization.to_tensor %out restrict : memref<?x?x?x!act> to tensor<?x?x?x!act>
   return %res : tensor<?x?x?x!act>
@@ -309,13 +379,11 @@ func.func private @k3k_kda(%q: tensor<?x?x?x!act>, %k: tensor<?x?x?x!act>, %v: t
 // [S, H, V, K] (the value-first layout itself, or a transposed view of a
 // key-first pool): u_v = β (v_v − k·(αS)[:, v]) per (token, head, v); the
 // update of every element; o_v = q·S[:, v] per (token, head, v). Each sum
-// runs over k in order, as one pass per (head, v) would take it. On a GPU,
-// k3-gpu-kda-recurrent (`k3.kda_recurrent`) gives it one kernel that reads
-// and writes each state row once.
+// runs over k in order, as one pass per (head, v) would take it. (On a
+// GPU, @k3k_kda_step's kernel reads and writes each state row once.)
 func.func private @k3k_kda_recurrent(%qn: memref<?x?x?xf32>, %kn: memref<?x?x?xf32>, %vf: memref<?x?x?xf32>,
                                      %gg: memref<?x?x?xf32>, %bb: memref<?x?xf32>, %pool: memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>,
-                                     %slots: memref<?xi32>, %o: memref<?x?x?xf32>, %vfirst: i1)
-    attributes {k3.kda_recurrent} {
+                                     %slots: memref<?xi32>, %o: memref<?x?x?xf32>, %vfirst: i1) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index
