@@ -287,10 +287,12 @@ func.func private @k3k_route(%scores: tensor<?x?xf32>, %bias: tensor<?xf32>, %to
     %sg = tensor.extract %scores[%i, %e] : tensor<?x?xf32>
     %b = tensor.extract %bias[%e] : tensor<?xf32>
     %key = arith.addf %sg, %b : f32
-    // The counts in f32 (exact below 2^24 experts): the keys before this
-    // one, the NaN keys, and the NaN keys of lower experts.
-    %rankf, %nanf, %lowf = scf.for %o = %c0 to %ne step %c1
-        iter_args(%r = %zero, %m = %zero, %ml = %zero) -> (f32, f32, f32) {
+    // Two counts in f32 (exact below 2^24 experts): for a key that is a
+    // number, the keys before it (a NaN key is never before one); for a NaN
+    // key, the NaN keys of lower experts. And the NaN keys.
+    %valid = arith.cmpf ord, %key, %key : f32
+    %countf, %nanf = scf.for %o = %c0 to %ne step %c1
+        iter_args(%r = %zero, %m = %zero) -> (f32, f32) {
       %so = tensor.extract %scores[%i, %o] : tensor<?x?xf32>
       %bo = tensor.extract %bias[%o] : tensor<?xf32>
       %ko = arith.addf %so, %bo : f32
@@ -299,26 +301,23 @@ func.func private @k3k_route(%scores: tensor<?x?xf32>, %bias: tensor<?xf32>, %to
       %lower = arith.cmpi ult, %o, %e : index
       %tie = arith.andi %eq, %lower : i1
       %before = arith.ori %gt, %tie : i1
-      %inc = arith.select %before, %one, %zero : f32
-      %r2 = arith.addf %r, %inc : f32
       %nan = arith.cmpf uno, %ko, %ko : f32
+      %nanlow = arith.andi %nan, %lower : i1
+      %counts = arith.select %valid, %before, %nanlow : i1
+      %inc = arith.select %counts, %one, %zero : f32
+      %r2 = arith.addf %r, %inc : f32
       %ninc = arith.select %nan, %one, %zero : f32
       %m2 = arith.addf %m, %ninc : f32
-      %nanlow = arith.andi %nan, %lower : i1
-      %linc = arith.select %nanlow, %one, %zero : f32
-      %ml2 = arith.addf %ml, %linc : f32
-      scf.yield %r2, %m2, %ml2 : f32, f32, f32
+      scf.yield %r2, %m2 : f32, f32
     }
-    %rank32 = arith.fptoui %rankf : f32 to i32
-    %rank = arith.index_cast %rank32 : i32 to index
+    %count32 = arith.fptoui %countf : f32 to i32
+    %count = arith.index_cast %count32 : i32 to index
     %nan32 = arith.fptoui %nanf : f32 to i32
     %nans = arith.index_cast %nan32 : i32 to index
-    %low32 = arith.fptoui %lowf : f32 to i32
-    %low = arith.index_cast %low32 : i32 to index
+    // A NaN key's slot: past the ne - nans ranked experts.
     %ranked = arith.subi %ne, %nans : index
-    %past = arith.addi %ranked, %low : index
-    %valid = arith.cmpf ord, %key, %key : f32
-    %slot = arith.select %valid, %rank, %past : index
+    %past = arith.addi %ranked, %count : index
+    %slot = arith.select %valid, %count, %past : index
     %in = arith.cmpi ult, %slot, %topk : index
     scf.if %in {
       %e64 = arith.index_cast %e : index to i64
