@@ -293,21 +293,18 @@ static CUstream theStream(void) {
  * computes depends on how it was queued.
  *
  * A call is cut into segments at its kFirstCut-th launch, then at four
- * times as many, and so on (4, 16, 64, 256, ...), each segment a graph of
- * its own but the first, whose few launches are queued as they come: the
- * GPU starts on the call's first kernels while the host records the rest
- * (recording a batch-1 decode step of K3's widths takes 0.05 to 0.2 ms,
- * which the GPU waited for when the call was one graph; with a first
- * graph of 16 launches it still waited for those 16 and the graph's
- * update), and each segment is queued before the GPU reaches it. The cuts
- * depend only on the count of launches, so a replayed call cuts where it
- * did before.
+ * times as many, and so on (16, 64, 256, ...), each segment a graph of its
+ * own: the GPU starts on the call's first kernels while the host records
+ * the rest (recording a batch-1 decode step of K3's widths takes 0.05 to
+ * 0.2 ms, which the GPU waited for when the call was one graph), and each
+ * segment is queued before the GPU reaches it. The cuts depend only on the
+ * count of launches, so a replayed call cuts where it did before.
  */
 
 enum {
   kGraphs = 64,       /* graphs kept (segments of calls) */
   kGraphMin = 8,      /* segments with fewer launches are queued one by one */
-  kFirstCut = 4,      /* a call's first segment; each next is 4x as far */
+  kFirstCut = 16,     /* a call's first segment; each next is 4x as far */
   kMaxParams = 1024,  /* arguments of one kernel (memrefs are expanded) */
   kParamCache = 1024, /* kernels whose argument sizes are known */
 };
