@@ -42,7 +42,6 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
-#include "mlir/IR/SymbolTable.h"
 
 #include <cmath>
 
@@ -460,13 +459,8 @@ struct K3GPUAttnResNormPass
       return fail("must be a dictionary {widen, narrow, round}");
     Builder t(f.getContext());
     Type f32 = t.getF32Type();
-    auto lookup = [&](StringRef key, Type in, Type res) -> func::FuncOp {
-      auto ref = spec.getAs<FlatSymbolRefAttr>(key);
-      auto fn = ref ? SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(f, ref)
-                    : nullptr;
-      return fn && fn.getFunctionType() == t.getFunctionType({in}, {res})
-                 ? fn
-                 : nullptr;
+    auto lookup = [&](StringRef key, Type in, Type res) {
+      return k3::namedFunction(f, spec, key, t.getFunctionType({in}, {res}));
     };
     Conversions fns{lookup("widen", act, f32), lookup("narrow", f32, act),
                     lookup("round", f32, f32)};

@@ -35,7 +35,6 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
-#include "mlir/IR/SymbolTable.h"
 
 namespace mlir::k3 {
 #define GEN_PASS_DEF_K3GPUKDARECURRENTPASS
@@ -289,12 +288,7 @@ struct K3GPUKDARecurrentPass
       return fail("the function must return nothing");
     auto spec = f->getAttrOfType<DictionaryAttr>(kAttr);
     auto lookup = [&](StringRef key, TypeRange in, Type res) {
-      auto ref = spec ? spec.getAs<FlatSymbolRefAttr>(key) : nullptr;
-      auto fn = ref ? SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(f, ref)
-                    : nullptr;
-      return fn && fn.getFunctionType() == t.getFunctionType(in, {res})
-                 ? fn
-                 : nullptr;
+      return k3::namedFunction(f, spec, key, t.getFunctionType(in, {res}));
     };
     Functions fns{lookup("widen", {act}, f32), lookup("narrow", {f32}, act),
                   lookup("inv", {f32, f32}, f32),

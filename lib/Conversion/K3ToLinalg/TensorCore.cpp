@@ -48,6 +48,14 @@ bool mlir::k3::returnsNothing(Block &body) {
          body.getTerminator()->getNumOperands() == 0;
 }
 
+func::FuncOp mlir::k3::namedFunction(func::FuncOp f, DictionaryAttr spec,
+                                     StringRef key, FunctionType type) {
+  auto ref = spec ? spec.getAs<FlatSymbolRefAttr>(key) : nullptr;
+  auto fn =
+      ref ? SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(f, ref) : nullptr;
+  return fn && fn.getFunctionType() == type ? fn : nullptr;
+}
+
 namespace {
 /// productOutFunction(s): `several` allows m >= 1 matrices and an array of
 /// `out` functions, one per matrix.

@@ -29,6 +29,11 @@ SmallVector<func::FuncOp> markedFunctions(Operation *root, StringRef attr);
 /// Whether function body `body` ends in a `func.return` of nothing.
 bool returnsNothing(Block &body);
 
+/// The function that entry `key` of `f`'s mark `spec` names (`{key = @g}`),
+/// if it has type `type`; otherwise null.
+func::FuncOp namedFunction(func::FuncOp f, DictionaryAttr spec, StringRef key,
+                           FunctionType type);
+
 /// The `out` function of a product function marked `attr = {out = @f}`
 /// (`k3.skinny_matmul`, `k3.mma_matmul`): `f` takes the product's f32 sum
 /// to the output's element type; the arguments are x [T, K], bf16 W [N, K]
