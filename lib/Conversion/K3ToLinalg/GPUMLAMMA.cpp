@@ -56,6 +56,15 @@
 // the slice or the token's length is copied as zeros (its p is zero, its
 // score not stored).
 //
+// Stores: a lane's sums for one head are 8 consecutive columns (value e
+// of its 8 n tiles), stored as two 16-byte pieces, and its scores for one
+// head two consecutive rows, one 8-byte piece. With a 4-byte store per
+// value, the partial sums' stores were the sums kernel's most frequent L2
+// request (Nsight Compute, B = 64: 100 M write sectors for 403 MB, L2 85%
+// busy): H200 sums B = 64 1.21 -> 0.71 ms, B = 8 0.183 -> 0.096, B = 1
+// 0.034 -> 0.021; scores B = 64 0.614 -> 0.576 (BENCHMARKS.md,
+// twenty-fourth session).
+//
 // Numerics (docs/NUMERICS.md, "MLA decode"): a score or a slice's sum adds
 // exact products 16 rows or elements at a time in the hardware's order, the
 // steps in order; nothing depends on the other tokens of a decode batch.
@@ -166,18 +175,6 @@ struct MLAKernel : k3::IndexMath {
         k3::mmaSyncBF16(b, loc, a, bx, ValueRange(acc).slice(4 * tile, 4));
     llvm::copy(d, acc.begin() + 4 * tile);
   }
-  /// f(q, e, head, value) for the 4 values of each of `loop`'s 2 x `tiles`
-  /// accumulator tiles (m tile mt, n tile q): d0, d1 of head g, d2, d3 of
-  /// head g + 8 of the m tile.
-  void results(scf::ForOp loop, Value h0, int64_t tiles,
-               function_ref<void(int64_t, int64_t, Value, Value)> f) {
-    for (int64_t mt = 0; mt < 2; ++mt)
-      for (int64_t q = 0; q < tiles; ++q)
-        for (int64_t e = 0; e < 4; ++e) {
-          Value h = add(h0, add(g, 16 * mt + 8 * (e / 2)));
-          f(q, e, h, loop.getResult(4 * (mt * tiles + q) + e));
-        }
-  }
   Value load(Value m, ValueRange indices) {
     return memref::LoadOp::create(b, loc, m, indices);
   }
@@ -222,7 +219,7 @@ void buildScores(OpBuilder &builder, Location loc, Block &body,
   Value cap = memref::DimOp::create(b, loc, p, 2);
   Value width = memref::DimOp::create(b, loc, pool, 1);
   Value ok = k.both(k.rem0(width, 32), k.aligned(pool));
-  ok = k.both(ok, k.rem0(cap, blockRows));
+  ok = k.both(ok, k.both(k.rem0(cap, blockRows), k.aligned(p, 8)));
   k3::guardBody(b, loc, rest, ok);
 
   // The q̂ parts, heads padded to 32 (a padded head repeats the last).
@@ -339,12 +336,31 @@ void buildScores(OpBuilder &builder, Location loc, Block &body,
       });
   // The copies issued past the last step land before the block ends.
   nvgpu::DeviceAsyncWaitOp::create(b, loc, group, b.getI32IntegerAttr(0));
-  // Tile q's values are rows 2t, 2t+1 (d0, d1 and d2, d3).
-  k.results(loop, h0, kScoreTiles, [&](int64_t q, int64_t e, Value h, Value v) {
-    Value j = k.add(j0, k.add(k.mul(k.t, 2), 8 * q + e % 2));
-    v = arith::MulFOp::create(b, loc, v, scale);
-    k.storeIf(k.both(k.lt(h, heads), k.lt(j, n)), v, p, {i, h, j});
-  });
+  // Tile q's values are rows 2t, 2t+1 (d0, d1 and d2, d3) of heads g and
+  // g + 8: one 8-byte store per pair (scalar stores made one L2 write of 4
+  // bytes each), the first alone where only it is below n.
+  for (int64_t mt = 0; mt < 2; ++mt)
+    for (int64_t q = 0; q < kScoreTiles; ++q)
+      for (int64_t e = 0; e < 4; e += 2) {
+        Value h = k.add(h0, k.add(k.g, 16 * mt + 8 * (e / 2)));
+        Value j = k.add(j0, k.add(k.mul(k.t, 2), 8 * q));
+        Value j1 = k.add(j, k.idx(1));
+        SmallVector<Value> v;
+        for (int64_t x = e; x < e + 2; ++x)
+          v.push_back(arith::MulFOp::create(
+              b, loc, loop.getResult(4 * (mt * kScoreTiles + q) + x), scale));
+        Value head = k.lt(h, heads);
+        auto pair = scf::IfOp::create(b, loc, k.both(head, k.lt(j1, n)),
+                                      /*withElse=*/true);
+        OpBuilder::InsertionGuard inner(b);
+        b.setInsertionPoint(pair.thenBlock()->getTerminator());
+        Value both = vector::FromElementsOp::create(
+            b, loc, VectorType::get({2}, b.getF32Type()), v);
+        vector::StoreOp::create(b, loc, both, p, ValueRange{i, h, j},
+                                /*nontemporal=*/false, llvm::MaybeAlign(8));
+        b.setInsertionPoint(pair.elseBlock()->getTerminator());
+        k.storeIf(k.both(head, k.lt(j, n)), v[0], p, {i, h, j});
+      }
   b.setInsertionPointAfter(live);
   gpu::TerminatorOp::create(b, loc);
 }
@@ -372,7 +388,7 @@ void buildSums(OpBuilder &builder, Location loc, Block &body,
   Value columns = memref::DimOp::create(b, loc, partial, 3);
   Value width = memref::DimOp::create(b, loc, pool, 1);
   Value ok = k.both(k.rem0(columns, kSumColumns), k.rem0(width, 8));
-  ok = k.both(ok, k.aligned(pool));
+  ok = k.both(ok, k.both(k.aligned(pool), k.aligned(partial)));
   k3::guardBody(b, loc, rest, ok);
 
   Value padded = k.mul(k.ceilDiv(heads, k.idx(kWarpHeads)), kWarpHeads);
@@ -546,11 +562,28 @@ void buildSums(OpBuilder &builder, Location loc, Block &body,
   // The copies issued past the last step land before the block exits.
   nvgpu::DeviceAsyncWaitOp::create(b, loc, group, b.getI32IntegerAttr(0));
   // Tile q's values are columns 8 (2t) + q and 8 (2t + 1) + q (d0, d1 and
-  // d2, d3).
-  k.results(loop, h0, kTiles, [&](int64_t q, int64_t e, Value h, Value v) {
-    Value col = k.add(col0, k.add(k.mul(k.add(k.mul(k.t, 2), e % 2), 8), q));
-    k.storeIf(k.both(active, k.lt(h, heads)), v, partial, {i, h, slice, col});
-  });
+  // d2, d3): value e of the 8 tiles is 8 consecutive columns of one head,
+  // stored as two 16-byte pieces (scalar stores made one L2 write of 4 bytes
+  // each, the kernel's most frequent L2 request).
+  for (int64_t mt = 0; mt < 2; ++mt)
+    for (int64_t e = 0; e < 4; ++e) {
+      Value h = k.add(h0, k.add(k.g, 16 * mt + 8 * (e / 2)));
+      Value col = k.add(col0, k.mul(k.add(k.mul(k.t, 2), e % 2), 8));
+      auto store = scf::IfOp::create(b, loc, k.both(active, k.lt(h, heads)),
+                                     /*withElse=*/false);
+      OpBuilder::InsertionGuard inner(b);
+      b.setInsertionPoint(store.thenBlock()->getTerminator());
+      for (int64_t q0 = 0; q0 < kTiles; q0 += 4) {
+        SmallVector<Value> v;
+        for (int64_t q = q0; q < q0 + 4; ++q)
+          v.push_back(loop.getResult(4 * (mt * kTiles + q) + e));
+        Value piece = vector::FromElementsOp::create(
+            b, loc, VectorType::get({4}, b.getF32Type()), v);
+        vector::StoreOp::create(b, loc, piece, partial,
+                                ValueRange{i, h, slice, k.add(col, q0)},
+                                /*nontemporal=*/false, llvm::MaybeAlign(16));
+      }
+    }
   gpu::TerminatorOp::create(b, loc);
 }
 

@@ -9,11 +9,14 @@
 // pool as rows [rows, W] (bf16), the token's rows, n_i, p [T, NH, CAP].
 // CHECK-LABEL: func.func @scores
 // CHECK-SAME: (%[[QT:[^:]+]]: memref<?x?x?xf32>, %[[POOL:[^:]+]]: memref<?x?xbf16>, %[[ROWS:[^:]+]]: memref<?x?xindex>, %[[NTK:[^:]+]]: memref<?xindex>, %[[P:[^:]+]]: memref<?x?x?xf32>, %[[SCALE:[^:]+]]: f32)
-// Run-time choice: W % 32 == 0, the pool 16-byte aligned, CAP % 128 == 0.
+// Run-time choice: W % 32 == 0, the pool 16-byte aligned, CAP % 128 == 0,
+// p 8-byte aligned.
 // CHECK-DAG: %[[W:.+]] = memref.dim %[[POOL]], %c1
 // CHECK-DAG: arith.remui %[[W]], %c32
 // CHECK-DAG: memref.extract_aligned_pointer_as_index %[[POOL]]
 // CHECK-DAG: arith.remui %{{.+}}, %c128
+// CHECK-DAG: %[[PADDR:.+]] = memref.extract_aligned_pointer_as_index %[[P]]
+// CHECK-DAG: arith.remui %[[PADDR]], %c8
 // CHECK: scf.if
 // The q̂ parts hi, mid, lo: [T, 3, heads padded to 32, W] bf16.
 // CHECK: %[[QS:.+]] = memref.alloc({{.*}}) {alignment = 16 : i64} : memref<?x3x?x?xbf16>
@@ -58,10 +61,18 @@
 // CHECK: scf.yield
 // The copies past the last step land before the block ends.
 // CHECK: nvgpu.device_async_wait %[[G1]] {numGroups = 0 : i32}
-// Scaled, stored for heads < NH and rows < n_i.
+// Scaled, stored for heads < NH and rows < n_i: a pair of rows in one
+// 8-byte store, the first alone where the second is past n_i (2 m tiles x
+// 4 n tiles x 2 heads).
+// CHECK: arith.mulf %{{.+}}, %[[SCALE]]
 // CHECK: arith.mulf %{{.+}}, %[[SCALE]]
 // CHECK: scf.if
+// CHECK: vector.store %{{.+}}, %[[P]]{{.*}} {alignment = 8 : i64} : memref<?x?x?xf32>, vector<2xf32>
+// CHECK: } else {
+// CHECK: scf.if
 // CHECK: memref.store %{{.+}}, %[[P]]
+// CHECK-COUNT-15: vector.store %{{.+}}, %[[P]]
+// CHECK-NOT: vector.store
 // Otherwise the CUDA-core body.
 // CHECK: } else {
 // CHECK: memref.store %[[SCALE]], %[[P]][%c0, %c0, %c0]
@@ -77,10 +88,12 @@ func.func @scores(%qt: memref<?x?x?xf32>, %pool: memref<?x?xbf16>, %rows: memref
 // @k3k_mla_wsum: p, pool, rows, ntk, partial [T, NH, S, R].
 // CHECK-LABEL: func.func @sums
 // CHECK-SAME: (%[[P:[^:]+]]: memref<?x?x?xf32>, %[[POOL:[^:]+]]: memref<?x?xbf16>, %[[ROWS:[^:]+]]: memref<?x?xindex>, %[[NTK:[^:]+]]: memref<?xindex>, %[[PART:[^:]+]]: memref<?x?x?x?xf32>)
-// Run-time choice: R % 64 == 0, W % 8 == 0, the pool aligned.
+// Run-time choice: R % 64 == 0, W % 8 == 0, the pool and the partial sums
+// aligned.
 // CHECK-DAG: %[[R:.+]] = memref.dim %[[PART]], %c3
 // CHECK-DAG: arith.remui %[[R]], %c64
 // CHECK-DAG: memref.extract_aligned_pointer_as_index %[[POOL]]
+// CHECK-DAG: memref.extract_aligned_pointer_as_index %[[PART]]
 // CHECK: scf.if
 // A block of 4 warps per (slice, column block), 32 heads, token; the
 // warps' rings and the step's A words (two stages) in workgroup memory.
@@ -136,7 +149,11 @@ func.func @scores(%qt: memref<?x?x?xf32>, %pool: memref<?x?xbf16>, %rows: memref
 // CHECK: scf.yield
 // The copies past the last step land before the block ends.
 // CHECK: nvgpu.device_async_wait %{{.+}} {numGroups = 0 : i32}
-// CHECK: memref.store %{{.+}}, %[[PART]]
+// Each (m tile, value) is 8 consecutive columns of one head: two 16-byte
+// stores.
+// CHECK-COUNT-16: vector.store %{{.+}}, %[[PART]]{{.*}} {alignment = 16 : i64} : memref<?x?x?x?xf32>, vector<4xf32>
+// CHECK-NOT: vector.store
+// CHECK-NOT: memref.store %{{.+}}, %[[PART]]
 // Three stages of the scores' ring (two steps in flight before the loop,
 // one group left pending in each step), two of the sums' (one step ahead).
 // ALT-LABEL: func.func @scores
