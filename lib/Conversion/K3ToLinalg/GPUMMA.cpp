@@ -473,32 +473,74 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
   // No copy outlives the kernel (the last groups only store zeros).
   nvgpu::DeviceAsyncWaitOp::create(b, loc, group, b.getI32IntegerAttr(0));
 
-  // C[m][n] += D (or the slice's partial tile = D), inside the bounds.
+  // C[m][n] += D (or the slice's partial tile = D), inside the bounds. A
+  // lane's values e = 0, 1 (and 2, 3) are columns n, n + 1 of one row: one
+  // store of the pair where both are inside and the rows keep its
+  // alignment, else one store per value.
+  Type cType = cast<MemRefType>(c.getType()).getElementType();
+  Value even = eq(rem(cols, 2), idx(0));
+  Value pairs = arith::SelectOp::create(
+      b, loc, split, both(even, aligned(partial, 8)),
+      both(even, aligned(c, 2 * cType.getIntOrFloatBitWidth() / 8)));
   for (int64_t mi = 0; mi < tilesM; ++mi)
     for (int64_t ni = 0; ni < tilesN; ++ni)
-      for (int64_t e = 0; e < 4; ++e) {
-        Value m = add(add(add(m0, wm), g), mi * 16 + (e >= 2 ? 8 : 0));
-        Value n = add(add(add(n0, wn), t2), ni * 8 + (e % 2));
-        Value in = arith::AndIOp::create(
-            b, loc,
-            arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, m, rows),
-            arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, n, cols));
-        Value d = loop.getResult((mi * tilesN + ni) * 4 + e);
-        scf::IfOp::create(b, loc, in, [&](OpBuilder &tb, Location l) {
-          scf::IfOp::create(
-              tb, l, split,
-              [&](OpBuilder &sb, Location sl) {
-                memref::StoreOp::create(sb, sl, d, partial,
-                                        ValueRange{slice, m, n});
-                scf::YieldOp::create(sb, sl);
-              },
-              [&](OpBuilder &cb, Location cl) {
-                memref::StoreOp::create(cb, cl, result(cb, cl, d, m, n), c,
-                                        ValueRange{m, n});
-                scf::YieldOp::create(cb, cl);
-              });
-          scf::YieldOp::create(tb, l);
-        });
+      for (int64_t h = 0; h < 2; ++h) {
+        Value m = add(add(add(m0, wm), g), mi * 16 + 8 * h);
+        Value n = add(add(add(n0, wn), t2), ni * 8);
+        Value d0 = loop.getResult((mi * tilesN + ni) * 4 + 2 * h);
+        Value d1 = loop.getResult((mi * tilesN + ni) * 4 + 2 * h + 1);
+        Value row = lt(m, rows);
+        auto pair = scf::IfOp::create(
+            b, loc, both(pairs, both(row, lt(add(n, 1), cols))),
+            /*withElse=*/true);
+        OpBuilder::InsertionGuard inner(b);
+        b.setInsertionPoint(pair.thenBlock()->getTerminator());
+        auto storePair = [&](Value v0, Value v1, Value m2, ValueRange at) {
+          Value v = vector::FromElementsOp::create(
+              b, loc, VectorType::get({2}, v0.getType()), ValueRange{v0, v1});
+          int64_t bytes = 2 * v0.getType().getIntOrFloatBitWidth() / 8;
+          vector::StoreOp::create(b, loc, v, m2, at, /*nontemporal=*/false,
+                                  llvm::MaybeAlign(bytes));
+        };
+        scf::IfOp::create(
+            b, loc, split,
+            [&](OpBuilder &sb, Location sl) {
+              OpBuilder::InsertionGuard in2(b);
+              b.setInsertionPoint(sb.getInsertionBlock(),
+                                  sb.getInsertionPoint());
+              storePair(d0, d1, partial, ValueRange{slice, m, n});
+              scf::YieldOp::create(b, loc);
+            },
+            [&](OpBuilder &cb, Location cl) {
+              OpBuilder::InsertionGuard in2(b);
+              b.setInsertionPoint(cb.getInsertionBlock(),
+                                  cb.getInsertionPoint());
+              storePair(result(b, loc, d0, m, n),
+                        result(b, loc, d1, m, add(n, 1)), c,
+                        ValueRange{m, n});
+              scf::YieldOp::create(b, loc);
+            });
+        b.setInsertionPoint(pair.elseBlock()->getTerminator());
+        for (int64_t e = 0; e < 2; ++e) {
+          Value ne = add(n, e);
+          Value d = e ? d1 : d0;
+          scf::IfOp::create(b, loc, both(row, lt(ne, cols)),
+                            [&](OpBuilder &tb, Location l) {
+            scf::IfOp::create(
+                tb, l, split,
+                [&](OpBuilder &sb, Location sl) {
+                  memref::StoreOp::create(sb, sl, d, partial,
+                                          ValueRange{slice, m, ne});
+                  scf::YieldOp::create(sb, sl);
+                },
+                [&](OpBuilder &cb, Location cl) {
+                  memref::StoreOp::create(cb, cl, result(cb, cl, d, m, ne), c,
+                                          ValueRange{m, ne});
+                  scf::YieldOp::create(cb, cl);
+                });
+            scf::YieldOp::create(tb, l);
+          });
+        }
       }
   if (counters) {
     auto fused = scf::IfOp::create(b, loc, split, /*withElse=*/false);

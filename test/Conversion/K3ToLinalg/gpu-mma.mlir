@@ -110,14 +110,27 @@ func.func private @widen(%a: bf16) -> f32 {
 // CHECK-NOT: nvvm.mma.sync
 // CHECK:   scf.yield
 // CHECK: nvgpu.device_async_wait %[[LAST]] {numGroups = 0 : i32}
-// Inside the bounds: the slice's partial tile = D with a split, else C += D.
+// Inside the bounds: the slice's partial tile = D with a split, else C +=
+// D; a lane's two adjacent columns in one 8-byte store where both are
+// inside, N is even and the buffer aligned, else one store each.
+// CHECK: arith.remui %[[N]], %c2
+// CHECK: memref.extract_aligned_pointer_as_index %[[C]]
+// CHECK: memref.extract_aligned_pointer_as_index %[[P]]
 // CHECK: scf.if
 // CHECK:   scf.if %[[SPLIT]] {
-// CHECK:     memref.store %{{.+}}, %[[P]][%[[Z]], {{.*}}]
+// CHECK:     vector.store %{{.+}}, %[[P]][%[[Z]], {{.*}}] {alignment = 8 : i64} : memref<?x?x?xf32>, vector<2xf32>
 // CHECK:   } else {
 // CHECK:     memref.load %[[C]]
-// CHECK:     arith.addf
-// CHECK:     memref.store %{{.+}}, %[[C]]
+// CHECK:     memref.load %[[C]]
+// CHECK:     vector.store %{{.+}}, %[[C]]{{.*}} {alignment = 8 : i64} : memref<?x?xf32>, vector<2xf32>
+// CHECK: } else {
+// CHECK:   scf.if
+// CHECK:     scf.if %[[SPLIT]] {
+// CHECK:       memref.store %{{.+}}, %[[P]][%[[Z]], {{.*}}]
+// CHECK:     } else {
+// CHECK:       memref.load %[[C]]
+// CHECK:       arith.addf
+// CHECK:       memref.store %{{.+}}, %[[C]]
 // CHECK: gpu.terminator
 // CHECK: } {k3.mma_shape = array<i64: 16, 8, 16>, k3.tile_sizes = array<i64: 64, 64, 64>}
 // With a split: C += the partial tiles, slice by slice in order.
@@ -265,6 +278,15 @@ func.func @transposed(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %c: memref<?x?
 // CHECK-NOT: linalg.fill
 // CHECK: %[[SPLIT:.+]] = arith.cmpi ugt
 // CHECK: gpu.launch
+// A pair of columns: two rounded values in one 4-byte store.
+// CHECK: scf.if %[[SPLIT]] {
+// CHECK:   vector.store %{{.+}} : memref<?x?x?xf32>, vector<2xf32>
+// CHECK: } else {
+// CHECK-NOT: memref.load %[[O]]
+// CHECK:   func.call @narrow(%{{.+}}) : (f32) -> bf16
+// CHECK:   func.call @narrow(%{{.+}}) : (f32) -> bf16
+// CHECK:   vector.store %{{.+}}, %[[O]]{{.*}} {alignment = 4 : i64} : memref<?x?xbf16>, vector<2xbf16>
+// One at a time.
 // CHECK: scf.if %[[SPLIT]] {
 // CHECK:   memref.store
 // CHECK: } else {
