@@ -502,24 +502,12 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
           vector::StoreOp::create(b, loc, v, m2, at, /*nontemporal=*/false,
                                   llvm::MaybeAlign(bytes));
         };
-        scf::IfOp::create(
-            b, loc, split,
-            [&](OpBuilder &sb, Location sl) {
-              OpBuilder::InsertionGuard in2(b);
-              b.setInsertionPoint(sb.getInsertionBlock(),
-                                  sb.getInsertionPoint());
-              storePair(d0, d1, partial, ValueRange{slice, m, n});
-              scf::YieldOp::create(b, loc);
-            },
-            [&](OpBuilder &cb, Location cl) {
-              OpBuilder::InsertionGuard in2(b);
-              b.setInsertionPoint(cb.getInsertionBlock(),
-                                  cb.getInsertionPoint());
-              storePair(result(b, loc, d0, m, n),
-                        result(b, loc, d1, m, add(n, 1)), c,
-                        ValueRange{m, n});
-              scf::YieldOp::create(b, loc);
-            });
+        auto where = scf::IfOp::create(b, loc, split, /*withElse=*/true);
+        b.setInsertionPoint(where.thenBlock()->getTerminator());
+        storePair(d0, d1, partial, ValueRange{slice, m, n});
+        b.setInsertionPoint(where.elseBlock()->getTerminator());
+        storePair(result(b, loc, d0, m, n), result(b, loc, d1, m, add(n, 1)),
+                  c, ValueRange{m, n});
         b.setInsertionPoint(pair.elseBlock()->getTerminator());
         for (int64_t e = 0; e < 2; ++e) {
           Value ne = add(n, e);
