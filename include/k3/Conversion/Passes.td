@@ -602,16 +602,11 @@ def K3GPUMLAMMAPass : Pass<"k3-gpu-mla-mma", "::mlir::ModuleOp"> {
     Option<"sm", "sm", "int64_t", "90",
            "Oldest compute capability the library targets (x10)">,
     Option<"scoreStages", "score-stages", "int64_t", "2",
-           "Stages of the scores' cp.async ring (2 or 3, 3 with "
-           "score-warps=4 only; on the H200 2 measured faster, "
-           "BENCHMARKS.md, nineteenth session)">,
+           "Stages of the scores' cp.async ring (2 or 3; on the H200 2 "
+           "measured faster, BENCHMARKS.md, nineteenth session)">,
     Option<"sumStages", "sum-stages", "int64_t", "4",
            "Stages of the weighted sums' cp.async rings (2 to 4; on the "
-           "H200 4 measured faster than 3)">,
-    Option<"scoreWarps", "score-warps", "int64_t", "8",
-           "Warps per block of the scores, 4 or 8 (32 cache rows each; the "
-           "block copies the q̂ parts of its 32 heads once for all of them, "
-           "so 8 halves those copies; 8 allows 2 stages at most)">
+           "H200 4 measured faster than 3)">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::arith::ArithDialect",

@@ -48,11 +48,9 @@
 // step's operands were carried in registers; nineteenth: the rings make
 // the scores 0.82 -> 0.61 ms and the sums 1.26 -> 1.20 ms at B=64, at the
 // same 4 blocks per SM). Scores: a block's ring holds per step 32 elements
-// of its 32 x `score-warps` cache rows and of its 32 heads' q̂ parts (each
-// part loaded once per block, not per warp), `score-stages` stages, one
-// barrier per step; with 8 warps (256 rows) instead of 4 the parts' copies,
-// 3 x 32 rows per block, are half as many per cache row (at B = 64 they
-// were 43% of the kernel's bytes from L2). Sums: each warp's ring holds per step 16 rows x 64 columns of the
+// of its 128 cache rows and of its 32 heads' q̂ parts (each part loaded
+// once per block, not per warp), `score-stages` stages, one barrier per
+// step. Sums: each warp's ring holds per step 16 rows x 64 columns of the
 // cache (16-byte pieces swizzled by row: lanes 2t read rows 32 banks apart
 // otherwise) and the 4 p each lane splits, `sum-stages` stages. A row past
 // the slice or the token's length is copied as zeros (its p is zero, its
@@ -98,6 +96,7 @@ constexpr int64_t kWarpHeads = 32; // two m16 tiles
 constexpr int64_t kTiles = 8;      // n8 tiles per warp
 constexpr int64_t kScoreRows = 32; // scores: cache rows per warp
 constexpr int64_t kScoreTiles = kScoreRows / 8;
+constexpr int64_t kScoreWarps = 4;  // scores: warps per block
 constexpr int64_t kSumColumns = 64; // weighted sums: columns per warp
 constexpr int64_t kSumWarps = 4;    // weighted sums: warps per block (a_0..a_3)
 constexpr int64_t kSumRows = 16;    // weighted sums: cache rows per step
@@ -202,9 +201,9 @@ void storeParts(OpBuilder &b, Location loc, Value x, Value buf, ValueRange ix) {
 }
 
 /// Scores: qt [T, W, HP] f32, pool [rows, W] bf16, rows [T, CAP] index,
-/// ntk [T] index, p [T, NH, CAP] f32, scale f32. `ring` [stages, 32 warps +
-/// 3 x 32, 32] bf16 is the block's cp.async ring: per step the block's
-/// cache rows' and the 32 heads' q̂ parts' 32 elements.
+/// ntk [T] index, p [T, NH, CAP] f32, scale f32. `ring` [stages, 128 + 3 x
+/// 32, 32] bf16 is the block's cp.async ring: per step the 128 cache rows'
+/// and the 32 heads' q̂ parts' 32 elements.
 void buildScores(OpBuilder &builder, Location loc, Block &body,
                  ArrayRef<Operation *> rest, memref::GlobalOp ringGlobal) {
   MLAKernel k{{builder, loc}};
@@ -213,11 +212,7 @@ void buildScores(OpBuilder &builder, Location loc, Block &body,
         rows = body.getArgument(2), ntk = body.getArgument(3),
         p = body.getArgument(4), scale = body.getArgument(5);
   int64_t stages = ringGlobal.getType().getDimSize(0);
-  // The ring holds the block's cache rows, then the 3 x 32 part rows.
-  const int64_t blockRows = ringGlobal.getType().getDimSize(1) - kParts * 32;
-  const int64_t warps = blockRows / kScoreRows, threads = 32 * warps;
-  // Ring rows one copy round covers (a thread brings 8 of a row's 32).
-  const int64_t copyRows = threads / 4;
+  constexpr int64_t blockRows = kScoreRows * kScoreWarps;
   Value c0 = k.idx(0), c1 = k.idx(1);
   Value tokens = memref::DimOp::create(b, loc, p, 0);
   Value heads = memref::DimOp::create(b, loc, p, 1);
@@ -246,7 +241,7 @@ void buildScores(OpBuilder &builder, Location loc, Block &body,
 
   auto launch = gpu::LaunchOp::create(b, loc, k.div(cap, blockRows),
                                       k.div(padded, kWarpHeads), tokens,
-                                      k.idx(threads), c1, c1);
+                                      k.idx(kScoreWarps * 32), c1, c1);
   launch->setAttr("k3.mma_shape", b.getDenseI64ArrayAttr({16, 8, 16}));
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&launch.getBody().front());
@@ -261,23 +256,15 @@ void buildScores(OpBuilder &builder, Location loc, Block &body,
   auto live = scf::IfOp::create(b, loc, k.lt(jb, n), /*withElse=*/false);
   b.setInsertionPoint(live.thenBlock()->getTerminator());
   // The copies of a step: thread x brings elements 8 (x % 4) .. + 7 of the
-  // step's 32 of the block's cache rows x / 4 + R c (c < 4, R = threads / 4;
-  // zeros past n) and of the 96 q̂ part rows x / 4 + R c of its heads (part
-  // row r: part r / 32, head r % 32; a thread past the last part row copies
-  // its first one again, the same bytes to the same place).
+  // step's 32 of ring rows x / 4 + 32 c (c < 7): the block's cache rows
+  // (c < 4; zeros past n) and the q̂ parts (c - 4) of its heads.
   Value tid = launch.getThreadIds().x;
   Value copyRow = k.div(tid, 4), copyPiece = k.mul(k.rem(tid, 4), 8);
-  SmallVector<Value> poolRow, rowLive, partRow;
-  for (int64_t c = 0; c < blockRows / copyRows; ++c) {
-    Value j = k.add(jb, k.add(copyRow, copyRows * c));
+  SmallVector<Value> poolRow, rowLive;
+  for (int64_t c = 0; c < 4; ++c) {
+    Value j = k.add(jb, k.add(copyRow, 32 * c));
     rowLive.push_back(k.lt(j, n));
     poolRow.push_back(k.load(rows, {i, k.min(j, k.sub(n, c1))}));
-  }
-  for (int64_t c = 0; c * copyRows < kParts * 32; ++c) {
-    Value r = k.add(copyRow, copyRows * c);
-    partRow.push_back((c + 1) * copyRows <= kParts * 32
-                          ? r
-                          : k.pick(k.lt(r, k.idx(kParts * 32)), r, copyRow));
   }
   Value steps = k.div(width, 32);
   auto issue = [&](Value s) {
@@ -286,16 +273,16 @@ void buildScores(OpBuilder &builder, Location loc, Block &body,
     Value inside = k.lt(s, steps);
     Value e = k.add(k.mul(k.min(s, k.sub(steps, c1)), 32), copyPiece);
     SmallVector<Value> copies;
-    for (auto [c, row] : llvm::enumerate(poolRow))
+    for (int64_t c = 0; c < 4; ++c)
+      copies.push_back(nvgpu::DeviceAsyncCopyOp::create(
+          b, loc, ring, ValueRange{stage, k.add(copyRow, 32 * c), copyPiece},
+          pool, ValueRange{poolRow[c], e}, b.getIndexAttr(8),
+          k.pick(k.both(inside, rowLive[c]), k.idx(8), c0), b.getUnitAttr()));
+    for (int64_t part = 0; part < kParts; ++part)
       copies.push_back(nvgpu::DeviceAsyncCopyOp::create(
           b, loc, ring,
-          ValueRange{stage, k.add(copyRow, copyRows * c), copyPiece}, pool,
-          ValueRange{row, e}, b.getIndexAttr(8),
-          k.pick(k.both(inside, rowLive[c]), k.idx(8), c0), b.getUnitAttr()));
-    for (Value r : partRow)
-      copies.push_back(nvgpu::DeviceAsyncCopyOp::create(
-          b, loc, ring, ValueRange{stage, k.add(r, blockRows), copyPiece}, qs,
-          ValueRange{i, k.div(r, 32), k.add(h0, k.rem(r, 32)), e},
+          ValueRange{stage, k.add(copyRow, blockRows + 32 * part), copyPiece},
+          qs, ValueRange{i, k.idx(part), k.add(h0, copyRow), e},
           b.getIndexAttr(8), k.pick(inside, k.idx(8), c0), b.getUnitAttr()));
     return nvgpu::DeviceAsyncCreateGroupOp::create(
         b, loc, nvgpu::DeviceAsyncTokenType::get(b.getContext()), copies);
@@ -614,24 +601,6 @@ struct K3GPUMLAMMAPass : k3::impl::K3GPUMLAMMAPassBase<K3GPUMLAMMAPass> {
             << "], got " << value;
         return signalPassFailure();
       }
-    if (scoreWarps != 4 && scoreWarps != 8) {
-      getOperation().emitError()
-          << "k3-gpu-mla-mma: score-warps must be 4 or 8, got "
-          << static_cast<int64_t>(scoreWarps);
-      return signalPassFailure();
-    }
-    int64_t ringBytes =
-        scoreStages * (kScoreRows * scoreWarps + kParts * 32) * 32 * 2;
-    if (ringBytes > 48 * 1024) {
-      getOperation().emitError()
-          << "k3-gpu-mla-mma: score-stages="
-          << static_cast<int64_t>(scoreStages)
-          << " with score-warps=" << static_cast<int64_t>(scoreWarps)
-          << " needs " << ringBytes
-          << " bytes of workgroup memory, more than the 49152 a kernel may "
-             "have statically";
-      return signalPassFailure();
-    }
     for (StringRef attr : {kScores, kSums})
       for (func::FuncOp f : k3::markedFunctions(getOperation(), attr))
         if (failed(rewrite(f, attr == kScores)))
@@ -677,9 +646,8 @@ struct K3GPUMLAMMAPass : k3::impl::K3GPUMLAMMAPassBase<K3GPUMLAMMAPass> {
           builder, f.getLoc(), body, rest,
           k3::workgroupBuffer(
               getOperation(),
-              "k3k_mla_scores_ring" + std::to_string(scoreStages) + "w" +
-                  std::to_string(scoreWarps),
-              {scoreStages, kScoreRows * scoreWarps + kParts * 32, 32}));
+              "k3k_mla_scores_ring" + std::to_string(scoreStages),
+              {scoreStages, kScoreRows * kScoreWarps + kParts * 32, 32}));
       return success();
     }
     // The rings' names carry the stage count: one global per shape.

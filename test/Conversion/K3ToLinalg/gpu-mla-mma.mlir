@@ -1,24 +1,20 @@
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-mla-mma,canonicalize,cse)' | FileCheck %s
-// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-mla-mma{score-stages=3 score-warps=4 sum-stages=2},canonicalize,cse)' | FileCheck %s --check-prefix=ALT
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-mla-mma{score-stages=3 sum-stages=2},canonicalize,cse)' | FileCheck %s --check-prefix=ALT
 // RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-mla-mma{sum-stages=5})' 2>&1 | FileCheck %s --check-prefix=BAD
 // RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-mla-mma{score-stages=4})' 2>&1 | FileCheck %s --check-prefix=BADSCORE
 // BAD: error: k3-gpu-mla-mma: sum-stages must be in [2, 4], got 5
 // BADSCORE: error: k3-gpu-mla-mma: score-stages must be in [2, 3], got 4
-// RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-mla-mma{score-warps=6})' 2>&1 | FileCheck %s --check-prefix=BADWARPS
-// BADWARPS: error: k3-gpu-mla-mma: score-warps must be 4 or 8, got 6
-// RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-mla-mma{score-stages=3})' 2>&1 | FileCheck %s --check-prefix=BADRING
-// BADRING: error: k3-gpu-mla-mma: score-stages=3 with score-warps=8 needs 67584 bytes of workgroup memory, more than the 49152 a kernel may have statically
 
 // @k3k_mla_scores after bufferization: q̂ transposed [T, W, HP], the cache
 // pool as rows [rows, W] (bf16), the token's rows, n_i, p [T, NH, CAP].
 // CHECK-LABEL: func.func @scores
 // CHECK-SAME: (%[[QT:[^:]+]]: memref<?x?x?xf32>, %[[POOL:[^:]+]]: memref<?x?xbf16>, %[[ROWS:[^:]+]]: memref<?x?xindex>, %[[NTK:[^:]+]]: memref<?xindex>, %[[P:[^:]+]]: memref<?x?x?xf32>, %[[SCALE:[^:]+]]: f32)
-// Run-time choice: W % 32 == 0, the pool 16-byte aligned, CAP % 256 == 0,
+// Run-time choice: W % 32 == 0, the pool 16-byte aligned, CAP % 128 == 0,
 // p 8-byte aligned.
 // CHECK-DAG: %[[W:.+]] = memref.dim %[[POOL]], %c1
 // CHECK-DAG: arith.remui %[[W]], %c32
 // CHECK-DAG: memref.extract_aligned_pointer_as_index %[[POOL]]
-// CHECK-DAG: arith.remui %{{.+}}, %c256
+// CHECK-DAG: arith.remui %{{.+}}, %c128
 // CHECK-DAG: %[[PADDR:.+]] = memref.extract_aligned_pointer_as_index %[[P]]
 // CHECK-DAG: arith.remui %[[PADDR]], %c8
 // CHECK: scf.if
@@ -27,17 +23,15 @@
 // CHECK: scf.parallel
 // CHECK: memref.load %[[QT]]
 // CHECK-COUNT-3: arith.truncf
-// A block of 8 warps, 256 cache rows.
-// CHECK: gpu.launch {{.*}} threads({{.*}}) in (%{{.+}} = %c256,
-// The block's ring: 2 stages of 256 cache rows and 3 x 32 part rows.
-// CHECK: %[[RING:.+]] = memref.get_global @k3k_mla_scores_ring2w8 : memref<2x352x32xbf16, #gpu.address_space<workgroup>>
+// CHECK: gpu.launch {{.*}} threads({{.*}}) in (%{{.+}} = %c128,
+// The block's ring: 2 stages of 128 cache rows and 3 x 32 part rows.
+// CHECK: %[[RING:.+]] = memref.get_global @k3k_mla_scores_ring2 : memref<2x224x32xbf16, #gpu.address_space<workgroup>>
 // The pool rows of the thread's 4 copies, loaded once.
 // CHECK-COUNT-4: memref.load %[[ROWS]]
 // Step 0 in flight before the loop: 4 cache copies (zeros past the
-// token's rows), 2 part copies of 16 bytes (96 part rows, 64 per round).
+// token's rows), 3 part copies of 16 bytes.
 // CHECK-COUNT-4: nvgpu.device_async_copy %[[POOL]]{{.*}}, %[[RING]]{{.*}}, 8, %{{.+}} {bypassL1}
-// CHECK-COUNT-2: nvgpu.device_async_copy %[[QS]]{{.*}}, %[[RING]]{{.*}}, 8, %{{.+}} {bypassL1}
-// CHECK-NOT: nvgpu.device_async_copy
+// CHECK-COUNT-3: nvgpu.device_async_copy %[[QS]]{{.*}}, %[[RING]]{{.*}}, 8, %{{.+}} {bypassL1}
 // CHECK: %[[G1:.+]] = nvgpu.device_async_create_group
 // CHECK-NOT: nvgpu.device_async_create_group
 // CHECK: scf.for
@@ -46,7 +40,7 @@
 // CHECK: nvgpu.device_async_wait %[[G1]] {numGroups = 0 : i32}
 // CHECK-NEXT: gpu.barrier
 // CHECK-COUNT-4: nvgpu.device_async_copy %[[POOL]]
-// CHECK-COUNT-2: nvgpu.device_async_copy %[[QS]]
+// CHECK-COUNT-3: nvgpu.device_async_copy %[[QS]]
 // CHECK: nvgpu.device_async_create_group
 // The lane's 4 cache rows and, per (m tile, part), two part rows from the
 // ring: 2 m tiles x 4 n tiles x 3 parts x 2 mma.
@@ -163,10 +157,7 @@ func.func @scores(%qt: memref<?x?x?xf32>, %pool: memref<?x?xbf16>, %rows: memref
 // Three stages of the scores' ring (two steps in flight before the loop,
 // one group left pending in each step), two of the sums' (one step ahead).
 // ALT-LABEL: func.func @scores
-// ALT: gpu.launch {{.*}} threads({{.*}}) in (%{{.+}} = %c128,
-// ALT: memref.get_global @k3k_mla_scores_ring3w4 : memref<3x224x32xbf16, #gpu.address_space<workgroup>>
-// ALT-COUNT-4: nvgpu.device_async_copy %{{.+}}, %{{.+}}, 8, %{{.+}} {bypassL1}
-// ALT-COUNT-3: nvgpu.device_async_copy %{{.+}}, %{{.+}}, 8, %{{.+}} {bypassL1}
+// ALT: memref.get_global @k3k_mla_scores_ring3 : memref<3x224x32xbf16, #gpu.address_space<workgroup>>
 // ALT: nvgpu.device_async_create_group
 // ALT: %[[G:.+]] = nvgpu.device_async_create_group
 // ALT-NOT: nvgpu.device_async_create_group
