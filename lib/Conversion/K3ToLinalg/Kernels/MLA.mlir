@@ -65,52 +65,11 @@ func.func private @k3k_mla_q8(%q: tensor<?x?x!act>, %i0: index, %tlast: index, %
   return %r : vector<8xf32>
 }
 
-// Four terms of q̂[i, h, e] (§5.3): %a + q[i, qi] W[row, e] + ... + q[i, qi
-// + 3] W[row + 3, e], added in that order. Its loads depend on nothing
-// before them, so that four calls in one loop body put sixteen terms' loads
-// in flight together.
-func.func private @k3k_mla_qk4(%q: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %i: index, %qi: index,
-                               %row: index, %e: index, %a: f32) -> f32 {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %c2 = arith.constant 2 : index
-  %c3 = arith.constant 3 : index
-  %qk0 = arith.addi %qi, %c0 : index
-  %qv0 = tensor.extract %q[%i, %qk0] : tensor<?x?x!act>
-  %qf0 = func.call @k3k_widen(%qv0) : (!act) -> f32
-  %rk0 = arith.addi %row, %c0 : index
-  %wv0 = tensor.extract %w[%rk0, %e] : tensor<?x?xbf16>
-  %wf0 = arith.extf %wv0 : bf16 to f32
-  %pr0 = arith.mulf %qf0, %wf0 : f32
-  %qk1 = arith.addi %qi, %c1 : index
-  %qv1 = tensor.extract %q[%i, %qk1] : tensor<?x?x!act>
-  %qf1 = func.call @k3k_widen(%qv1) : (!act) -> f32
-  %rk1 = arith.addi %row, %c1 : index
-  %wv1 = tensor.extract %w[%rk1, %e] : tensor<?x?xbf16>
-  %wf1 = arith.extf %wv1 : bf16 to f32
-  %pr1 = arith.mulf %qf1, %wf1 : f32
-  %qk2 = arith.addi %qi, %c2 : index
-  %qv2 = tensor.extract %q[%i, %qk2] : tensor<?x?x!act>
-  %qf2 = func.call @k3k_widen(%qv2) : (!act) -> f32
-  %rk2 = arith.addi %row, %c2 : index
-  %wv2 = tensor.extract %w[%rk2, %e] : tensor<?x?xbf16>
-  %wf2 = arith.extf %wv2 : bf16 to f32
-  %pr2 = arith.mulf %qf2, %wf2 : f32
-  %qk3 = arith.addi %qi, %c3 : index
-  %qv3 = tensor.extract %q[%i, %qk3] : tensor<?x?x!act>
-  %qf3 = func.call @k3k_widen(%qv3) : (!act) -> f32
-  %rk3 = arith.addi %row, %c3 : index
-  %wv3 = tensor.extract %w[%rk3, %e] : tensor<?x?xbf16>
-  %wf3 = arith.extf %wv3 : bf16 to f32
-  %pr3 = arith.mulf %qf3, %wf3 : f32
-  %s0 = arith.addf %a, %pr0 : f32
-  %s1 = arith.addf %s0, %pr1 : f32
-  %s2 = arith.addf %s1, %pr2 : f32
-  %s3 = arith.addf %s2, %pr3 : f32
-  return %s3 : f32
-}
-
-// The same for tokens %i0 .. %i0 + 7 (@k3k_mla_q8), each in its lane of %a.
+// Four terms of q̂[i, h, e] (§5.3) for tokens %i0 .. %i0 + 7 (@k3k_mla_q8),
+// each in its lane of %a: %a + q[., qi] W[row, e] + ... + q[., qi + 3]
+// W[row + 3, e], added in that order. Its loads depend on nothing before
+// them, so that four calls in one loop body put sixteen terms' loads in
+// flight together.
 func.func private @k3k_mla_qk4x8(%q: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %i0: index, %tlast: index,
                                  %qi: index, %row: index, %e: index, %a: vector<8xf32>) -> vector<8xf32> {
   %c0 = arith.constant 0 : index
@@ -1017,6 +976,9 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     %nhb = arith.ceildivui %nh, %hblk : index
     %nhp = arith.muli %nhb, %hblk : index
     %hlast = arith.subi %nh, %c1 : index
+    %c1q = arith.constant 1 : index
+    %c2q = arith.constant 2 : index
+    %c3q = arith.constant 3 : index
     %c4q = arith.constant 4 : index
     %qt = memref.alloc(%t, %w, %nhp) {alignment = 64 : i64} : memref<?x?x?xf32>
     %ob = memref.alloc(%t, %nh, %r) : memref<?x?x?xf32>
@@ -1032,28 +994,47 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
         %h = arith.minui %hp, %hlast : index
         %qbase = arith.muli %h, %dq : index
         %kvbase = arith.muli %h, %dkv : index
-        // Sixteen terms per iteration, their loads issued together (the sum
-        // still in d order; with four, batch 1 took 11 us for the 12.6 MB of
-        // K3's W_UK on the H200), then the rest one by one.
-        %c8q = arith.constant 8 : index
-        %c12q = arith.constant 12 : index
-        %c16q = arith.constant 16 : index
-        %dnr = arith.remui %dn, %c16q : index
+        // Four terms per iteration, their loads issued together (the sum
+        // still in d order), then the rest one by one.
+        %dnr = arith.remui %dn, %c4q : index
         %dn4 = arith.subi %dn, %dnr : index
-        %s4 = scf.for %d = %c0 to %dn4 step %c16q iter_args(%a = %zero) -> (f32) {
+        %s4 = scf.for %d = %c0 to %dn4 step %c4q iter_args(%a = %zero) -> (f32) {
           %qi0 = arith.addi %qbase, %d : index
+          %qv0 = tensor.extract %q[%i, %qi0] : tensor<?x?x!act>
+          %qf0 = func.call @k3k_widen(%qv0) : (!act) -> f32
           %row0 = arith.addi %kvbase, %d : index
-          %a1 = func.call @k3k_mla_qk4(%q, %wkvb, %i, %qi0, %row0, %e, %a) : (tensor<?x?x!act>, tensor<?x?xbf16>, index, index, index, index, f32) -> f32
-          %qi1 = arith.addi %qi0, %c4q : index
-          %row1 = arith.addi %row0, %c4q : index
-          %a2 = func.call @k3k_mla_qk4(%q, %wkvb, %i, %qi1, %row1, %e, %a1) : (tensor<?x?x!act>, tensor<?x?xbf16>, index, index, index, index, f32) -> f32
-          %qi2 = arith.addi %qi0, %c8q : index
-          %row2 = arith.addi %row0, %c8q : index
-          %a3 = func.call @k3k_mla_qk4(%q, %wkvb, %i, %qi2, %row2, %e, %a2) : (tensor<?x?x!act>, tensor<?x?xbf16>, index, index, index, index, f32) -> f32
-          %qi3 = arith.addi %qi0, %c12q : index
-          %row3 = arith.addi %row0, %c12q : index
-          %a4 = func.call @k3k_mla_qk4(%q, %wkvb, %i, %qi3, %row3, %e, %a3) : (tensor<?x?x!act>, tensor<?x?xbf16>, index, index, index, index, f32) -> f32
-          scf.yield %a4 : f32
+          %wv0 = tensor.extract %wkvb[%row0, %e] : tensor<?x?xbf16>
+          %wf0 = arith.extf %wv0 : bf16 to f32
+          %pr0 = arith.mulf %qf0, %wf0 : f32
+          %dk1 = arith.addi %d, %c1q : index
+          %qi1 = arith.addi %qbase, %dk1 : index
+          %qv1 = tensor.extract %q[%i, %qi1] : tensor<?x?x!act>
+          %qf1 = func.call @k3k_widen(%qv1) : (!act) -> f32
+          %row1 = arith.addi %kvbase, %dk1 : index
+          %wv1 = tensor.extract %wkvb[%row1, %e] : tensor<?x?xbf16>
+          %wf1 = arith.extf %wv1 : bf16 to f32
+          %pr1 = arith.mulf %qf1, %wf1 : f32
+          %dk2 = arith.addi %d, %c2q : index
+          %qi2 = arith.addi %qbase, %dk2 : index
+          %qv2 = tensor.extract %q[%i, %qi2] : tensor<?x?x!act>
+          %qf2 = func.call @k3k_widen(%qv2) : (!act) -> f32
+          %row2 = arith.addi %kvbase, %dk2 : index
+          %wv2 = tensor.extract %wkvb[%row2, %e] : tensor<?x?xbf16>
+          %wf2 = arith.extf %wv2 : bf16 to f32
+          %pr2 = arith.mulf %qf2, %wf2 : f32
+          %dk3 = arith.addi %d, %c3q : index
+          %qi3 = arith.addi %qbase, %dk3 : index
+          %qv3 = tensor.extract %q[%i, %qi3] : tensor<?x?x!act>
+          %qf3 = func.call @k3k_widen(%qv3) : (!act) -> f32
+          %row3 = arith.addi %kvbase, %dk3 : index
+          %wv3 = tensor.extract %wkvb[%row3, %e] : tensor<?x?xbf16>
+          %wf3 = arith.extf %wv3 : bf16 to f32
+          %pr3 = arith.mulf %qf3, %wf3 : f32
+          %s1 = arith.addf %a, %pr0 : f32
+          %s2 = arith.addf %s1, %pr1 : f32
+          %s3 = arith.addf %s2, %pr2 : f32
+          %s4n = arith.addf %s3, %pr3 : f32
+          scf.yield %s4n : f32
         }
         %s = scf.for %d = %dn4 to %dn step %c1 iter_args(%a = %s4) -> (f32) {
           %qi = arith.addi %qbase, %d : index
@@ -1083,7 +1064,11 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
         %kvbase = arith.muli %h, %dkv : index
         %i0 = arith.muli %ib, %tb : index
         // Sixteen terms per iteration, their loads issued together (the sum
-        // still in d order), then the rest one by one.
+        // still in d order), then the rest one by one. H200 against four:
+        // the MLA layer's small kernels 0.122 -> 0.116 ms at batch 8 and
+        // 0.683 -> 0.663 at batch 64; the loop above, with sixteen, went
+        // 0.043 -> 0.052 at batch 1 and keeps four (BENCHMARKS.md,
+        // twenty-fourth session).
         %c8q = arith.constant 8 : index
         %c12q = arith.constant 12 : index
         %c16q = arith.constant 16 : index
