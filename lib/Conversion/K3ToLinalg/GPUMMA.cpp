@@ -39,6 +39,14 @@
 // was much slower on the H200 (batch-64 products 7.76 against 4.97 ms,
 // BENCHMARKS.md twelfth session), so it is off.
 //
+// Stores: a lane's d0, d1 (and d2, d3) are two adjacent columns of one
+// row, stored together (8 bytes of a partial tile or of an f32 C, 4 of a
+// bf16 out(sum)) where both are inside, N is even and the buffer aligned,
+// else one by one. With a store per value each store instruction of a warp
+// wrote half of every 32-byte sector it touched: H200 batch-64 step, the
+// many-token products 2.359 -> 2.169 ms, the rounded logits 0.762 -> 0.743
+// (BENCHMARKS.md, twenty-fourth session).
+//
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16" with
 // .bf16): lane = 4 g + t; A (16 x 16, row) a0 = A[g][2t, 2t+1],
 // a1 = A[g+8][2t, 2t+1], a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9];
