@@ -502,40 +502,39 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
             b, loc, both(pairs, both(row, lt(add(n, 1), cols))),
             /*withElse=*/true);
         OpBuilder::InsertionGuard inner(b);
-        b.setInsertionPoint(pair.thenBlock()->getTerminator());
-        auto storePair = [&](Value v0, Value v1, Value m2, ValueRange at) {
-          Value v = vector::FromElementsOp::create(
-              b, loc, VectorType::get({2}, v0.getType()), ValueRange{v0, v1});
-          int64_t bytes = 2 * v0.getType().getIntOrFloatBitWidth() / 8;
-          vector::StoreOp::create(b, loc, v, m2, at, /*nontemporal=*/false,
-                                  llvm::MaybeAlign(bytes));
+        // Values d at (m, n), (m, n + 1), ...: the slice's partial tile or
+        // C, one vector store for a pair.
+        auto store = [&](ArrayRef<Value> d, Value n) {
+          auto put = [&](ArrayRef<Value> v, Value to, ValueRange at) {
+            if (v.size() == 1) {
+              memref::StoreOp::create(b, loc, v[0], to, at);
+              return;
+            }
+            Value pair = vector::FromElementsOp::create(
+                b, loc, VectorType::get({2}, v[0].getType()), v);
+            int64_t bytes = 2 * v[0].getType().getIntOrFloatBitWidth() / 8;
+            vector::StoreOp::create(b, loc, pair, to, at,
+                                    /*nontemporal=*/false,
+                                    llvm::MaybeAlign(bytes));
+          };
+          auto where = scf::IfOp::create(b, loc, split, /*withElse=*/true);
+          b.setInsertionPoint(where.thenBlock()->getTerminator());
+          put(d, partial, ValueRange{slice, m, n});
+          b.setInsertionPoint(where.elseBlock()->getTerminator());
+          SmallVector<Value> r;
+          for (auto [e, v] : llvm::enumerate(d))
+            r.push_back(result(b, loc, v, m, e ? add(n, e) : n));
+          put(r, c, ValueRange{m, n});
         };
-        auto where = scf::IfOp::create(b, loc, split, /*withElse=*/true);
-        b.setInsertionPoint(where.thenBlock()->getTerminator());
-        storePair(d0, d1, partial, ValueRange{slice, m, n});
-        b.setInsertionPoint(where.elseBlock()->getTerminator());
-        storePair(result(b, loc, d0, m, n), result(b, loc, d1, m, add(n, 1)),
-                  c, ValueRange{m, n});
-        b.setInsertionPoint(pair.elseBlock()->getTerminator());
+        b.setInsertionPoint(pair.thenBlock()->getTerminator());
+        store({d0, d1}, n);
         for (int64_t e = 0; e < 2; ++e) {
-          Value ne = add(n, e);
-          Value d = e ? d1 : d0;
-          scf::IfOp::create(b, loc, both(row, lt(ne, cols)),
-                            [&](OpBuilder &tb, Location l) {
-            scf::IfOp::create(
-                tb, l, split,
-                [&](OpBuilder &sb, Location sl) {
-                  memref::StoreOp::create(sb, sl, d, partial,
-                                          ValueRange{slice, m, ne});
-                  scf::YieldOp::create(sb, sl);
-                },
-                [&](OpBuilder &cb, Location cl) {
-                  memref::StoreOp::create(cb, cl, result(cb, cl, d, m, ne), c,
-                                          ValueRange{m, ne});
-                  scf::YieldOp::create(cb, cl);
-                });
-            scf::YieldOp::create(tb, l);
-          });
+          b.setInsertionPoint(pair.elseBlock()->getTerminator());
+          Value ne = e ? add(n, e) : n;
+          auto in = scf::IfOp::create(b, loc, both(row, lt(ne, cols)),
+                                      /*withElse=*/false);
+          b.setInsertionPoint(in.thenBlock()->getTerminator());
+          store({e ? d1 : d0}, ne);
         }
       }
   if (counters) {
