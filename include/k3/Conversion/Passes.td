@@ -324,7 +324,8 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma", "::mlir::ModuleOp"> {
     expert stage over the (token, slot) entries of a step in expert order
     (`Kernels/MoE.mlir`): its arguments are the activations (bf16
     `[T, K]`, or `[T, topk, K]`: one row per entry), the selected experts
-    `idx [T, topk]`, the entries in expert order `order [T * topk]`, one or
+    `idx [T, topk]`, the entries in expert order `order [T * topk]`, each
+    position's rank among its expert's entries `rank [T * topk]`, one or
     two MXFP4 matrices as (packed `[E, N, K/2]`, scales `[E, N, K/32]`) i8
     pairs, scalars, and the output `[T, topk, N]`. Output element
     `[t, s, n]` is `o(acc_1, ..., scalars)`, `acc_m` the f32 sum of row n of
@@ -336,7 +337,9 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma", "::mlir::ModuleOp"> {
     aligned, K % 32 == 0, N % (16 x tiles) == 0, at least one entry): a
     `gpu.launch` with a block of four warps per (segment, 64 x tiles rows), a
     segment being up to 8 consecutive entries of `order` with one expert
-    that start at a multiple of 8 or at an expert change. Each warp computes
+    that start where `rank` is a multiple of 8 (cut at multiples of 8 of
+    the position instead, an expert whose entries straddle one was read
+    twice: 8% more weight bytes at a batch of 64). Each warp computes
     16 x tiles rows x 8 entries with `nvvm.mma.sync` m16n8k16 (bf16
     operands, f32 accumulators), its `tiles` m tiles (`up-tiles` of a
     two-matrix stage, `down-tiles` of a one-matrix stage, 2 by default)

@@ -126,7 +126,7 @@ constexpr llvm::StringLiteral kAttr = "k3.mxfp4_experts";
 
 /// The operands of a marked stage function (see the pass description).
 struct Stage {
-  Value src, idx, order, out;
+  Value src, idx, order, rank, out;
   SmallVector<std::pair<Value, Value>> matrices; // (packed, scales)
   SmallVector<Value> scalars;
   func::FuncOp scale, outFn;
@@ -142,22 +142,26 @@ FailureOr<Stage> readStage(func::FuncOp func, DictionaryAttr spec) {
   Block &body = func.getBody().front();
   ArrayRef<BlockArgument> args = body.getArguments();
   auto memref = [](Value v) { return dyn_cast<MemRefType>(v.getType()); };
-  if (args.size() < 6)
-    return fail("expected (activations, idx, order, packed, scales, ..., "
-                "output) arguments");
+  if (args.size() < 7)
+    return fail("expected (activations, idx, order, rank, packed, scales, "
+                "..., output) arguments");
   st.src = args[0];
   st.idx = args[1];
   st.order = args[2];
+  st.rank = args[3];
   st.out = args.back();
-  auto src = memref(st.src), idx = memref(st.idx), order = memref(st.order),
-       out = memref(st.out);
+  auto src = memref(st.src), idx = memref(st.idx), out = memref(st.out);
+  auto entries = [&](Value v) {
+    auto t = memref(v);
+    return t && t.getRank() == 1 && t.getElementType().isInteger(64);
+  };
   if (!src || (src.getRank() != 2 && src.getRank() != 3) || !idx ||
-      idx.getRank() != 2 || !idx.getElementType().isInteger(64) || !order ||
-      order.getRank() != 1 || !order.getElementType().isInteger(64) || !out ||
-      out.getRank() != 3)
+      idx.getRank() != 2 || !idx.getElementType().isInteger(64) ||
+      !entries(st.order) || !entries(st.rank) || !out || out.getRank() != 3)
     return fail("expected memrefs activations [T, K] or [T, topk, K], "
-                "idx [T, topk] i64, order [T*topk] i64, output [T, topk, N]");
-  size_t a = 3;
+                "idx [T, topk] i64, order and rank [T*topk] i64, output "
+                "[T, topk, N]");
+  size_t a = 4;
   auto isCodes = [&](Value v) {
     auto t = memref(v);
     return t && t.getRank() == 3 && t.getElementType().isInteger(8) &&
@@ -229,6 +233,16 @@ private:
         .getResult(0);
   }
 
+  /// Whether position `p` of `order` starts a segment: an expert's entries
+  /// are consecutive in `order` (sorted by expert), and its segments are
+  /// their first kEntries, the next kEntries, and so on, by the entry's
+  /// `rank` among them. (Cut at multiples of kEntries of the position
+  /// instead, an expert whose entries straddle one was read twice: 8% more
+  /// weight bytes at a batch of 64 tokens, 28% in a 512-token prefill
+  /// chunk. Counting the entries before p in the kernel instead of reading
+  /// the rank made the blocks that find no segment, most of the grid in a
+  /// prefill, live longer: slower, BENCHMARKS.md twenty-fifth session.)
+  Value segmentStart(Value p);
   /// (token, slot, expert) of the entry at position `q` of `order`.
   std::array<Value, 3> entry(Value q);
   /// The bf16 pairs of elements (8t+j, 8t+j+4), j = 0..3, of a lane's word
@@ -330,6 +344,12 @@ std::array<Value, 3> ExpertsKernel::entry(Value q) {
   Value e = memref::LoadOp::create(b, loc, st.idx, ValueRange{token, slot});
   e = arith::IndexCastOp::create(b, loc, b.getIndexType(), e);
   return {token, slot, e};
+}
+
+Value ExpertsKernel::segmentStart(Value p) {
+  Value rank = memref::LoadOp::create(b, loc, st.rank, p);
+  return rem0(arith::IndexCastOp::create(b, loc, b.getIndexType(), rank),
+              kEntries);
 }
 
 std::array<Value, 4> ExpertsKernel::decodeWord(Value word, Value scale) {
@@ -926,26 +946,18 @@ void ExpertsKernel::buildLaunch(Value entries, Value rows, Value depth) {
   lane = arith::RemUIOp::create(b, loc, tid, idx(32));
   g = arith::DivUIOp::create(b, loc, lane, idx(4));
   t = arith::RemUIOp::create(b, loc, lane, idx(4));
-  auto [token, slot, e] = entry(p);
-  expert = e;
-  // A segment starts at a multiple of kEntries or where the expert changes
-  // (order is sorted by expert), and ends at the next such position.
-  Value first = cmp(arith::CmpIPredicate::eq, p, idx(0));
-  Value before =
-      entry(pick(first, p, arith::SubIOp::create(b, loc, p, c1)))[2];
-  Value starts = arith::OrIOp::create(
-      b, loc, rem0(p, kEntries),
-      cmp(arith::CmpIPredicate::ne, before, expert));
+  // Most blocks start no segment (a decode batch of 64 tokens: 40%; a
+  // 512-token prefill chunk: 80%): they read the rank alone and end.
+  Value starts = segmentStart(p);
   rowBase = add(mul(launch.getBlockIds().y, idx(kWarps * kRowsPerWarp * tiles)),
                 mul(warp, idx(kRowsPerWarp * tiles)));
   Value active =
       both(starts, cmp(arith::CmpIPredicate::ult, rowBase, rows));
   auto body = scf::IfOp::create(b, loc, active, /*withElseRegion=*/false);
   b.setInsertionPoint(body.thenBlock()->getTerminator());
-  Value end = arith::MinUIOp::create(
-      b, loc, entries,
-      mul(add(arith::DivUIOp::create(b, loc, p, idx(kEntries)), 1),
-          idx(kEntries)));
+  auto [token, slot, e] = entry(p);
+  expert = e;
+  Value end = arith::MinUIOp::create(b, loc, entries, add(p, kEntries));
   // Entry p + n of the segment, if it is one (n < kEntries).
   auto member = [&](Value n) {
     Value q = add(p, n);

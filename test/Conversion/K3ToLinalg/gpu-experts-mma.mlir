@@ -71,9 +71,9 @@
 // WIDE: scf.for %[[C0:[^ ]+]] = %{{.+}} iter_args(%[[A0:[^ ]+]] = %cst,
 // WIDE: %[[G:.+]] = arith.addi %[[C0]], %[[T:[^ ]+]] : index
 // WIDE-COUNT-4: vector.load %arg0[{{.+}}] {alignment = 16 : i64} : memref<?x?xbf16>, vector<8xbf16>
-// WIDE: vector.load %arg3[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<16xi8>
-// WIDE: vector.load %arg4[{{.+}}, %[[C0]]] {alignment = 4 : i64} : memref<?x?x?xi8>, vector<4xi8>
-// WIDE: vector.load %arg3[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<16xi8>
+// WIDE: vector.load %arg4[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<16xi8>
+// WIDE: vector.load %arg5[{{.+}}, %[[C0]]] {alignment = 4 : i64} : memref<?x?x?xi8>, vector<4xi8>
+// WIDE: vector.load %arg4[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<16xi8>
 // WIDE: %[[TI:.+]] = arith.index_cast %[[T]] : index to i32
 // WIDE: arith.muli %c4112_i32, %[[TI]] : i32
 // WIDE: llvm.inline_asm "prmt.b32 $0, $1, $2, $3;"
@@ -118,9 +118,9 @@
 // LANES2: %[[MOST:.+]] = arith.muli %{{.+}}, %c8{{.*}} : index
 // LANES2: scf.for %{{.+}} = %{{.+}} to %[[MOST]] step %c8{{.*}} iter_args(
 // LANES2-COUNT-8: vector.load %arg0[{{.+}}] {alignment = 16 : i64} : memref<?x?xbf16>, vector<8xbf16>
-// LANES2: vector.load %arg3[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<32xi8>
-// LANES2: vector.load %arg4[{{.+}}] {alignment = 4 : i64} : memref<?x?x?xi8>, vector<4xi8>
-// LANES2: vector.load %arg3[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<32xi8>
+// LANES2: vector.load %arg4[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<32xi8>
+// LANES2: vector.load %arg5[{{.+}}] {alignment = 4 : i64} : memref<?x?x?xi8>, vector<4xi8>
+// LANES2: vector.load %arg4[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<32xi8>
 // LANES2-COUNT-32: nvvm.mma.sync
 // LANES2: scf.for %{{.+}} = %[[MOST]] to %{{.+}} step %c4{{.*}} iter_args(
 // LANES2-NOT: vector<32xi8>
@@ -135,10 +135,10 @@
 // PREFETCH-LABEL: func.func @up
 // PREFETCH: nvvm.vote.sync  all
 // PREFETCH: scf.if %{{.+}} -> (f32, f32, f32, f32, f32, f32, f32, f32) {
-// PREFETCH: vector.load %arg3[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<16xi8>
+// PREFETCH: vector.load %arg4[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<16xi8>
 // PREFETCH: scf.for %{{.+}} = %{{.+}} to %{{.+}} step %c4{{.*}} -> (f32, f32, f32, f32, f32, f32, f32, f32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32) {
 // PREFETCH: %[[NEXT:.+]] = arith.minui
-// PREFETCH: vector.load %arg3[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<16xi8>
+// PREFETCH: vector.load %arg4[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<16xi8>
 // PREFETCH: vector.load %arg0[{{.+}}] {alignment = 16 : i64} : memref<?x?xbf16>, vector<8xbf16>
 // PREFETCH: nvvm.mma.sync
 // PREFETCH: scf.yield
@@ -149,7 +149,7 @@
 // STAGED-DAG: memref.global "private" @k3k_experts_codes2 : memref<4x4x2x16x64xi8, #gpu.address_space<workgroup>> {alignment = 16 : i64}
 // STAGED-DAG: memref.global "private" @k3k_experts_scales2 : memref<4x4x2x16x4xi8, #gpu.address_space<workgroup>> {alignment = 16 : i64}
 // STAGED-LABEL: func.func @up
-// STAGED-SAME: (%[[X:[^:]+]]: memref<?x?xbf16>, %{{[^:]+}}: memref<?x?xi64>, %{{[^:]+}}: memref<?xi64>, %[[W1:[^:]+]]: memref<?x?x?xi8>
+// STAGED-SAME: (%[[X:[^:]+]]: memref<?x?xbf16>, %{{[^:]+}}: memref<?x?xi64>, %{{[^:]+}}: memref<?xi64>, %{{[^:]+}}: memref<?xi64>, %[[W1:[^:]+]]: memref<?x?x?xi8>
 // STAGED: gpu.launch
 // Units of four groups when 4 divides the groups, through each warp's ring:
 // per unit and matrix two 16-byte cp.async of codes per lane (16 rows x 64
@@ -161,8 +161,8 @@
 // STAGED: %[[SCALES:.+]] = memref.get_global @k3k_experts_scales2 : memref<4x4x2x16x4xi8, #gpu.address_space<workgroup>>
 // STAGED: nvgpu.device_async_copy %[[W1]][{{.+}}], %[[CODES]][{{.+}}], 16, %{{.+}} {bypassL1}
 // STAGED: nvgpu.device_async_copy %[[W1]]
-// STAGED: nvgpu.device_async_copy %arg5
-// STAGED: nvgpu.device_async_copy %arg5
+// STAGED: nvgpu.device_async_copy %arg6
+// STAGED: nvgpu.device_async_copy %arg6
 // STAGED: nvgpu.device_async_copy %{{.+}}, %[[SCALES]][{{.+}}], 4, %{{.+}} :
 // STAGED-NEXT: nvgpu.device_async_create_group
 // STAGED-COUNT-2: nvgpu.device_async_create_group
@@ -192,7 +192,7 @@
 // The first expert stage (Kernels/MoE.mlir after bufferization): activations
 // [T, K], two MXFP4 matrices, three scalars, output [T, topk, N].
 // CHECK-LABEL: func.func @up
-// CHECK-SAME: (%[[X:[^:]+]]: memref<?x?xbf16>, %[[IDX:[^:]+]]: memref<?x?xi64>, %[[ORDER:[^:]+]]: memref<?xi64>, %[[W1:[^:]+]]: memref<?x?x?xi8>
+// CHECK-SAME: (%[[X:[^:]+]]: memref<?x?xbf16>, %[[IDX:[^:]+]]: memref<?x?xi64>, %[[ORDER:[^:]+]]: memref<?xi64>, %[[RANKS:[^:]+]]: memref<?xi64>, %[[W1:[^:]+]]: memref<?x?x?xi8>
 // Run-time choice: K % 32, N % 16, some entries, 16-byte aligned activations
 // and packed weights, 4-byte aligned scales.
 // CHECK-DAG: %[[N:.+]] = memref.dim %[[W1]], %c1
@@ -202,23 +202,27 @@
 // CHECK-DAG: arith.remui %[[N]], %c16
 // CHECK-DAG: memref.extract_aligned_pointer_as_index %[[X]]
 // CHECK-DAG: memref.extract_aligned_pointer_as_index %[[W1]]
-// CHECK-DAG: %[[S1:.+]] = memref.extract_aligned_pointer_as_index %arg4
+// CHECK-DAG: %[[S1:.+]] = memref.extract_aligned_pointer_as_index %arg5
 // CHECK-DAG: arith.remui %[[S1]], %c4
-// CHECK-DAG: memref.extract_aligned_pointer_as_index %arg6
+// CHECK-DAG: memref.extract_aligned_pointer_as_index %arg7
 // CHECK: scf.if
 // One block per (entry position, 64 rows), four warps.
 // CHECK: %[[GY:.+]] = arith.ceildivui %[[N]], %c64
 // CHECK: gpu.launch blocks(%{{.+}}, %{{.+}}, %{{.+}}) in (%{{.+}} = %[[Q]], %{{.+}} = %[[GY]], %{{.+}} = %c1{{.*}}) threads(%{{.+}}, %{{.+}}, %{{.+}}) in (%{{.+}} = %c128
-// A segment starts at a multiple of 8 or where the expert changes.
-// CHECK-DAG: arith.cmpi ne
-// CHECK-DAG: arith.remui %{{.+}}, %c8
+// A segment starts where the entry's rank among its expert's entries is a
+// multiple of 8, and ends 8 positions on or where the expert does.
+// CHECK: %[[RANK:.+]] = memref.load %[[RANKS]][%[[P:[a-zA-Z0-9_]+]]] : memref<?xi64>
+// CHECK: %[[R:.+]] = arith.index_cast %[[RANK]] : i64 to index
+// CHECK: arith.remui %[[R]], %c8
+// CHECK: %[[END:.+]] = arith.addi %[[P]], %c8
+// CHECK: arith.minui %{{.+}}, %[[END]]
 // Units of four groups: a lane's word of each row and group, the row's four
 // scales in one load; the activations paired (0, 4), (1, 5), ...
 // CHECK: scf.for
 // CHECK: vector.load %[[X]]{{.*}} : memref<?x?xbf16>, vector<8xbf16>
 // CHECK: vector.shuffle {{.*}} [0, 4, 1, 5, 2, 6, 3, 7]
 // CHECK: vector.load %[[W1]]{{.*}} {alignment = 4 : i64} : memref<?x?x?xi8>, vector<4xi8>
-// CHECK: vector.load %arg4{{.*}} {alignment = 4 : i64} : memref<?x?x?xi8>, vector<4xi8>
+// CHECK: vector.load %arg5{{.*}} {alignment = 4 : i64} : memref<?x?x?xi8>, vector<4xi8>
 // Codes to bf16 pairs (E2M1 · 2^-126, then × 2^126 exactly), two mma steps
 // from zero per group, then the group's scale.
 // CHECK-DAG: arith.constant 570434048 : i32
@@ -239,13 +243,13 @@
 // CHECK: memref.load {{.*}} : memref<?x?x?xi8>
 // Outputs through the stage's own function, inside the segment only.
 // CHECK: scf.if
-// CHECK: func.call @h(%{{.+}}, %{{.+}}, %arg7, %arg8, %arg9) : (f32, f32, i1, f32, f32) -> bf16
+// CHECK: func.call @h(%{{.+}}, %{{.+}}, %arg8, %arg9, %arg10) : (f32, f32, i1, f32, f32) -> bf16
 // CHECK: memref.store
 // CHECK: gpu.terminator
 // CHECK-NEXT: } {k3.mma_shape = array<i64: 16, 8, 16>}
 // Otherwise the stage's own body.
 // CHECK: } else {
-// CHECK: memref.store %{{.+}}, %arg10
+// CHECK: memref.store %{{.+}}, %arg11
 // CHECK: return
 
 func.func private @e8m0(%s: i8) -> f32 {
@@ -257,7 +261,7 @@ func.func private @h(%g: f32, %u: f32, %silu: i1, %b1: f32, %b2: f32) -> bf16 {
   %r = arith.truncf %s : f32 to bf16
   return %r : bf16
 }
-func.func @up(%xi: memref<?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64>,
+func.func @up(%xi: memref<?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64>, %rank: memref<?xi64>,
               %w1p: memref<?x?x?xi8>, %w1s: memref<?x?x?xi8>, %w3p: memref<?x?x?xi8>, %w3s: memref<?x?x?xi8>,
               %silu: i1, %b1: f32, %b2: f32, %hid: memref<?x?x?xbf16>)
     attributes {k3.mxfp4_experts = {scale = @e8m0, out = @h}} {
@@ -284,8 +288,8 @@ func.func @up(%xi: memref<?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64
 // LANES2: arith.ceildivui %{{.+}}, %c128 : index
 // LANES2: scf.for {{.+}} -> (f32, f32, f32, f32, f32, f32, f32, f32) {
 // LANES2-COUNT-8: vector.load %arg0[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xbf16>, vector<8xbf16>
-// LANES2-COUNT-4: vector.load %arg3[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<32xi8>
-// LANES2-NOT: vector.load %arg3{{.+}}vector<32xi8>
+// LANES2-COUNT-4: vector.load %arg4[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<32xi8>
+// LANES2-NOT: vector.load %arg4{{.+}}vector<32xi8>
 // LANES2-COUNT-32: nvvm.mma.sync
 // LANES2-NOT: nvvm.mma.sync
 // LANES2: scf.yield
@@ -302,8 +306,8 @@ func.func @up(%xi: memref<?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64
 // TILES: arith.ceildivui %{{.+}}, %c128 : index
 // TILES: scf.for {{.+}} -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32)
 // TILES-COUNT-8: vector.load %arg0[{{.+}}] {alignment = 16 : i64} : memref<?x?xbf16>, vector<8xbf16>
-// TILES-COUNT-4: vector.load %arg3[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<32xi8>
-// TILES-COUNT-4: vector.load %arg5[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<32xi8>
+// TILES-COUNT-4: vector.load %arg4[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<32xi8>
+// TILES-COUNT-4: vector.load %arg6[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<32xi8>
 // TILES-COUNT-64: nvvm.mma.sync
 // TILES-NOT: nvvm.mma.sync
 // TILES: scf.yield
@@ -316,8 +320,8 @@ func.func @up(%xi: memref<?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64
 // TILES4: arith.ceildivui %{{.+}}, %c256 : index
 // TILES4: scf.for {{.+}} -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32) {
 // TILES4-COUNT-8: vector.load %arg0[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xbf16>, vector<8xbf16>
-// TILES4-COUNT-8: vector.load %arg3[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<32xi8>
-// TILES4-NOT: vector.load %arg3{{.+}}vector<32xi8>
+// TILES4-COUNT-8: vector.load %arg4[{{.+}}] {alignment = 16 : i64} : memref<?x?x?xi8>, vector<32xi8>
+// TILES4-NOT: vector.load %arg4{{.+}}vector<32xi8>
 // TILES4-COUNT-64: nvvm.mma.sync
 // TILES4-NOT: nvvm.mma.sync
 // TILES4: scf.yield
@@ -332,7 +336,7 @@ func.func @up(%xi: memref<?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64
 // CHECK: vector.load %arg0[{{.+}}, {{.+}}, {{.+}}] {alignment = 16 : i64} : memref<?x?x?xbf16>, vector<8xbf16>
 // CHECK: nvvm.mma.sync
 // CHECK: func.call @y(%{{.+}}) : (f32) -> f32
-// CHECK: memref.store %{{.+}}, %arg5[%{{.+}}, %{{.+}}, %{{.+}}] : memref<?x?x?xf32>
+// CHECK: memref.store %{{.+}}, %arg6[%{{.+}}, %{{.+}}, %{{.+}}] : memref<?x?x?xf32>
 func.func private @e8m0(%s: i8) -> f32 {
   %r = arith.uitofp %s : i8 to f32
   return %r : f32
@@ -340,7 +344,7 @@ func.func private @e8m0(%s: i8) -> f32 {
 func.func private @y(%a: f32) -> f32 {
   return %a : f32
 }
-func.func @down(%hid: memref<?x?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64>,
+func.func @down(%hid: memref<?x?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64>, %rank: memref<?xi64>,
                 %w2p: memref<?x?x?xi8>, %w2s: memref<?x?x?xi8>, %ys: memref<?x?x?xf32>)
     attributes {k3.mxfp4_experts = {scale = @e8m0, out = @y}} {
   return
@@ -359,7 +363,7 @@ func.func private @e8m0(%s: i8) -> f32 {
 func.func private @y(%a: f32) -> f32 {
   return %a : f32
 }
-func.func @f32_stage(%hid: memref<?x?x?xf32>, %idx: memref<?x?xi64>, %order: memref<?xi64>,
+func.func @f32_stage(%hid: memref<?x?x?xf32>, %idx: memref<?x?xi64>, %order: memref<?xi64>, %rank: memref<?xi64>,
                      %w2p: memref<?x?x?xi8>, %w2s: memref<?x?x?xi8>, %ys: memref<?x?x?xf32>)
     attributes {k3.mxfp4_experts = {scale = @e8m0, out = @y}} {
   return
@@ -371,7 +375,7 @@ func.func private @y(%a: f32) -> f32 {
   return %a : f32
 }
 // expected-error @+1 {{k3.mxfp4_experts: 'scale' must name a function (i8) -> f32}}
-func.func @no_scale(%hid: memref<?x?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64>,
+func.func @no_scale(%hid: memref<?x?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64>, %rank: memref<?xi64>,
                     %w2p: memref<?x?x?xi8>, %w2s: memref<?x?x?xi8>, %ys: memref<?x?x?xf32>)
     attributes {k3.mxfp4_experts = {scale = @missing, out = @y}} {
   return
@@ -387,7 +391,7 @@ func.func private @y(%a: f32) -> f32 {
   return %a : f32
 }
 // expected-error @+1 {{k3.mxfp4_experts: 'out' must name a function of one f32 sum per matrix and the scalars, returning the output's element type}}
-func.func @two_matrices_one_sum(%x: memref<?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64>,
+func.func @two_matrices_one_sum(%x: memref<?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64>, %rank: memref<?xi64>,
                                 %w1p: memref<?x?x?xi8>, %w1s: memref<?x?x?xi8>, %w3p: memref<?x?x?xi8>, %w3s: memref<?x?x?xi8>,
                                 %ys: memref<?x?x?xf32>)
     attributes {k3.mxfp4_experts = {scale = @e8m0, out = @y}} {
@@ -404,8 +408,40 @@ func.func private @y(%a: f32) -> f32 {
   return %a : f32
 }
 // expected-error @+1 {{k3.mxfp4_experts: expected at least one (packed, scales) pair of i8 memrefs}}
-func.func @no_weights(%hid: memref<?x?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64>,
+func.func @no_weights(%hid: memref<?x?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64>, %rank: memref<?xi64>,
                       %w2p: memref<?x?x?xf32>, %w2s: memref<?x?x?xi8>, %ys: memref<?x?x?xf32>)
+    attributes {k3.mxfp4_experts = {scale = @e8m0, out = @y}} {
+  return
+}
+
+// -----
+
+func.func private @e8m0(%s: i8) -> f32 {
+  %r = arith.uitofp %s : i8 to f32
+  return %r : f32
+}
+func.func private @y(%a: f32) -> f32 {
+  return %a : f32
+}
+// expected-error @+1 {{k3.mxfp4_experts: expected memrefs activations [T, K] or [T, topk, K], idx [T, topk] i64, order and rank [T*topk] i64, output [T, topk, N]}}
+func.func @rank_i32(%hid: memref<?x?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64>, %rank: memref<?xi32>,
+                    %w2p: memref<?x?x?xi8>, %w2s: memref<?x?x?xi8>, %ys: memref<?x?x?xf32>)
+    attributes {k3.mxfp4_experts = {scale = @e8m0, out = @y}} {
+  return
+}
+
+// -----
+
+func.func private @e8m0(%s: i8) -> f32 {
+  %r = arith.uitofp %s : i8 to f32
+  return %r : f32
+}
+func.func private @y(%a: f32) -> f32 {
+  return %a : f32
+}
+// expected-error @+1 {{k3.mxfp4_experts: expected (activations, idx, order, rank, packed, scales, ..., output) arguments}}
+func.func @no_rank(%hid: memref<?x?x?xbf16>, %idx: memref<?x?xi64>, %order: memref<?xi64>,
+                   %w2p: memref<?x?x?xi8>, %w2s: memref<?x?x?xi8>, %ys: memref<?x?x?xf32>)
     attributes {k3.mxfp4_experts = {scale = @e8m0, out = @y}} {
   return
 }

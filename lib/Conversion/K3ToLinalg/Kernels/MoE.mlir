@@ -356,8 +356,10 @@ func.func private @k3k_route(%scores: tensor<?x?xf32>, %bias: tensor<?xf32>, %to
 // (read from memory once per group instead of once per token in a prefill);
 // each output element is computed exactly as before. Parallel over entries:
 // entry q goes to position #{q' : e_q' < e_q, or e_q' = e_q and q' < q},
-// a count (in f32, exact below 2^24 entries) that a warp splits.
-func.func private @k3k_group_by_expert(%idx: memref<?x?xi64>) -> memref<?xi64> {
+// a count (in f32, exact below 2^24 entries) that a warp splits. rank[p] is
+// the second term, the entry's place among its expert's: the expert stages'
+// tensor-core kernels cut an expert's entries into segments of 8 by it.
+func.func private @k3k_group_by_expert(%idx: memref<?x?xi64>) -> (memref<?xi64>, memref<?xi64>) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %zero = arith.constant 0.0 : f32
@@ -366,11 +368,12 @@ func.func private @k3k_group_by_expert(%idx: memref<?x?xi64>) -> memref<?xi64> {
   %topk = memref.dim %idx, %c1 : memref<?x?xi64>
   %nq = arith.muli %t, %topk : index
   %order = memref.alloc(%nq) : memref<?xi64>
+  %rank = memref.alloc(%nq) : memref<?xi64>
   scf.parallel (%q) = (%c0) to (%nq) step (%c1) {
     %qi = arith.divui %q, %topk : index
     %qs = arith.remui %q, %topk : index
     %eq = memref.load %idx[%qi, %qs] : memref<?x?xi64>
-    %before = scf.for %r = %c0 to %nq step %c1 iter_args(%a = %zero) -> (f32) {
+    %below, %ties = scf.for %r = %c0 to %nq step %c1 iter_args(%a = %zero, %b = %zero) -> (f32, f32) {
       %i = arith.divui %r, %topk : index
       %s = arith.remui %r, %topk : index
       %v = memref.load %idx[%i, %s] : memref<?x?xi64>
@@ -378,21 +381,26 @@ func.func private @k3k_group_by_expert(%idx: memref<?x?xi64>) -> memref<?xi64> {
       %same = arith.cmpi eq, %v, %eq : i64
       %earlier = arith.cmpi ult, %r, %q : index
       %tie = arith.andi %same, %earlier : i1
-      %goes = arith.ori %lt, %tie : i1
-      %inc = arith.select %goes, %one, %zero : f32
+      %inc = arith.select %lt, %one, %zero : f32
+      %tinc = arith.select %tie, %one, %zero : f32
       %a2 = arith.addf %a, %inc : f32
-      scf.yield %a2 : f32
+      %b2 = arith.addf %b, %tinc : f32
+      scf.yield %a2, %b2 : f32, f32
     }
-    %pos = arith.fptoui %before : f32 to i64
+    %lower = arith.fptoui %below : f32 to i64
+    %r64 = arith.fptoui %ties : f32 to i64
+    %pos = arith.addi %lower, %r64 : i64
     %p = arith.index_cast %pos : i64 to index
     %q64 = arith.index_cast %q : index to i64
     memref.store %q64, %order[%p] : memref<?xi64>
+    memref.store %r64, %rank[%p] : memref<?xi64>
   }
-  return %order : memref<?xi64>
+  return %order, %rank : memref<?xi64>, memref<?xi64>
 }
 
 // The two MXFP4 expert stages below run over the (token, slot) entries in
-// expert order (`order`, from @k3k_group_by_expert). Each is a function of
+// expert order (`order` and `rank`, from @k3k_group_by_expert; `rank` is
+// only for the tensor-core kernels' segments). Each is a function of
 // its own that `k3.mxfp4_experts` describes to k3-gpu-experts-mma, which
 // gives it a tensor-core kernel on the GPU: the attribute names the stage's
 // scale decoding and the function that makes an output from the f32 row
@@ -415,7 +423,7 @@ func.func private @k3k_experts_y(%y: f32) -> f32 {
 }
 
 //   h[t,s,n] = round(act(round(W1_e ξ_t), round(W3_e ξ_t)))   (n, entry) in parallel
-func.func private @k3k_experts_up_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>, %order: memref<?xi64>,
+func.func private @k3k_experts_up_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>, %order: memref<?xi64>, %rank: memref<?xi64>,
                                         %w1p: tensor<?x?x?xi8>, %w1s: tensor<?x?x?xi8>,
                                         %w3p: tensor<?x?x?xi8>, %w3s: tensor<?x?x?xi8>,
                                         %silu: i1, %b1: f32, %b2: f32, %hid: memref<?x?x?x!act>)
@@ -465,7 +473,7 @@ func.func private @k3k_experts_up_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?x
 //   y[t,s,j] = round(W2_e h[t,s])                             (j, entry) in parallel
 // Two output rows (j, j + L/2) per entry and iteration: each h group is
 // read once for both.
-func.func private @k3k_experts_down_mxfp4(%hid: memref<?x?x?x!act>, %idx: memref<?x?xi64>, %order: memref<?xi64>,
+func.func private @k3k_experts_down_mxfp4(%hid: memref<?x?x?x!act>, %idx: memref<?x?xi64>, %order: memref<?xi64>, %rank: memref<?xi64>,
                                           %w2p: tensor<?x?x?xi8>, %w2s: tensor<?x?x?xi8>, %ys: memref<?x?x?xf32>)
     attributes {k3.mxfp4_experts = {scale = @k3k_e8m0, out = @k3k_experts_y}} {
   %c0 = arith.constant 0 : index
@@ -529,12 +537,12 @@ func.func private @k3k_experts_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64
   %l = tensor.dim %xi, %c1 : tensor<?x?x!act>
   %ni = tensor.dim %w1p, %c1 : tensor<?x?x?xi8>
   %topk = memref.dim %idx, %c1 : memref<?x?xi64>
-  %order = func.call @k3k_group_by_expert(%idx) : (memref<?x?xi64>) -> memref<?xi64>
+  %order, %rank = func.call @k3k_group_by_expert(%idx) : (memref<?x?xi64>) -> (memref<?xi64>, memref<?xi64>)
   // h is rounded to the activation type, so it is stored in it.
   %hid = memref.alloc(%t, %topk, %ni) : memref<?x?x?x!act>
-  func.call @k3k_experts_up_mxfp4(%xi, %idx, %order, %w1p, %w1s, %w3p, %w3s, %silu, %b1, %b2, %hid) : (tensor<?x?x!act>, memref<?x?xi64>, memref<?xi64>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, i1, f32, f32, memref<?x?x?x!act>) -> ()
+  func.call @k3k_experts_up_mxfp4(%xi, %idx, %order, %rank, %w1p, %w1s, %w3p, %w3s, %silu, %b1, %b2, %hid) : (tensor<?x?x!act>, memref<?x?xi64>, memref<?xi64>, memref<?xi64>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, i1, f32, f32, memref<?x?x?x!act>) -> ()
   %ys = memref.alloc(%t, %topk, %l) : memref<?x?x?xf32>
-  func.call @k3k_experts_down_mxfp4(%hid, %idx, %order, %w2p, %w2s, %ys) : (memref<?x?x?x!act>, memref<?x?xi64>, memref<?xi64>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, memref<?x?x?xf32>) -> ()
+  func.call @k3k_experts_down_mxfp4(%hid, %idx, %order, %rank, %w2p, %w2s, %ys) : (memref<?x?x?x!act>, memref<?x?xi64>, memref<?xi64>, memref<?xi64>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, memref<?x?x?xf32>) -> ()
   %out = memref.alloc(%t, %l) : memref<?x?x!act>
   scf.parallel (%i, %j) = (%c0, %c0) to (%t, %l) step (%c1, %c1) {
     %acc = scf.for %s = %c0 to %topk step %c1 iter_args(%a = %zero) -> (f32) {
@@ -565,7 +573,7 @@ func.func private @k3k_experts_bf16(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>
   %l = tensor.dim %xi, %c1 : tensor<?x?x!act>
   %ni = tensor.dim %w1, %c1 : tensor<?x?x?xbf16>
   %topk = memref.dim %idx, %c1 : memref<?x?xi64>
-  %order = func.call @k3k_group_by_expert(%idx) : (memref<?x?xi64>) -> memref<?xi64>
+  %order, %rank = func.call @k3k_group_by_expert(%idx) : (memref<?x?xi64>) -> (memref<?xi64>, memref<?xi64>)
   %nq = arith.muli %t, %topk : index
   %hid = memref.alloc(%t, %topk, %ni) : memref<?x?x?xf32>
   scf.parallel (%n, %q) = (%c0, %c0) to (%ni, %nq) step (%c1, %c1) {
