@@ -1007,7 +1007,7 @@ void ExpertsKernel::buildLaunch(Value entries, Value rows, Value depth) {
   lane = arith::RemUIOp::create(b, loc, tid, idx(32));
   g = arith::DivUIOp::create(b, loc, lane, idx(4));
   t = arith::RemUIOp::create(b, loc, lane, idx(4));
-  // Most blocks start no segment (a decode batch of 64 tokens: 40%; a
+  // Many blocks start no segment (a decode batch of 64 tokens: 40%; a
   // 512-token prefill chunk: 80%): they read the rank alone and end.
   Value starts = segmentStart(p);
   rowBase = add(mul(launch.getBlockIds().y, idx(kWarps * kRowsPerWarp * tiles)),
