@@ -429,11 +429,6 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma", "::mlir::ModuleOp"> {
            "-> 4.83, B = 1 0.163 -> 0.150, sixteenth session; 4, 142 "
            "registers, was slower: B = 8 0.956, B = 64 4.60 against 0.866, "
            "4.49, seventeenth session)">,
-    Option<"l2Ahead", "l2-ahead", "int64_t", "0",
-           "With wide-groups and lane-groups=2: each iteration of the folded "
-           "loop prefetches into L2 (prefetch.global.L2, no registers held) "
-           "the line of each of the warp's rows that the loop reads this many "
-           "iterations later (0 to 8; 0: none)">,
     Option<"groupsInFlight", "groups-in-flight", "int64_t", "8",
            "Without staged: groups whose loads a warp issues together, "
            "over the matrices (a multiple of 4 from 4 to 32; the same sums; "

@@ -206,12 +206,11 @@ public:
   ExpertsKernel(OpBuilder &b, Location loc, const Stage &st,
                 memref::GlobalOp codesGlobal, memref::GlobalOp scalesGlobal,
                 bool fold, bool wide, bool prefetch, int64_t laneGroups,
-                int64_t inFlight, int64_t minBlocks, int64_t tiles,
-                int64_t l2Ahead)
+                int64_t inFlight, int64_t minBlocks, int64_t tiles)
       : IndexMath{b, loc}, st(st), codesGlobal(codesGlobal),
         scalesGlobal(scalesGlobal), fold(fold), wide(wide), prefetch(prefetch),
         laneGroups(laneGroups), inFlight(inFlight), minBlocks(minBlocks),
-        tiles(tiles), l2Ahead(l2Ahead) {}
+        tiles(tiles) {}
 
   /// scf.if (runnable) { kernel } else { `rest` }: `rest` is moved there.
   void build(SmallVectorImpl<Operation *> &rest);
@@ -333,20 +332,7 @@ private:
   /// m tiles per warp (1, 2 or 4) and the sums' slots: (matrix, tile) pairs,
   /// slot m * tiles + tile, 4 accumulators each.
   int64_t tiles;
-  /// `l2-ahead`: iterations of the wide folded loop whose rows' next lines
-  /// are prefetched into L2 (0: none), and each lane's rows to prefetch:
-  /// the byte address of their first code (see prefetchRows).
-  int64_t l2Ahead;
-  SmallVector<Value> prefetchBase;
-  Value rowBytes;
   size_t slots() const { return st.matrices.size() * tiles; }
-  /// The (slot, row) pairs of the warp's rows, 4 per lane at most: lane t
-  /// of a quad takes pairs t, t + 4, ... of its rows g (+ 8): their first
-  /// code's address in prefetchBase.
-  void prefetchRows(Value depth);
-  /// `prefetch.global.L2` of the line `groups` groups into each of the
-  /// lane's prefetch rows (the row's last line past its end).
-  void prefetchAt(Value groups);
 };
 
 std::array<Value, 3> ExpertsKernel::entry(Value q) {
@@ -358,51 +344,6 @@ std::array<Value, 3> ExpertsKernel::entry(Value q) {
   Value e = memref::LoadOp::create(b, loc, st.idx, ValueRange{token, slot});
   e = arith::IndexCastOp::create(b, loc, b.getIndexType(), e);
   return {token, slot, e};
-}
-
-void ExpertsKernel::prefetchRows(Value depth) {
-  auto i64 = b.getI64Type();
-  auto asI64 = [&](Value v) {
-    return arith::IndexCastOp::create(b, loc, i64, v).getResult();
-  };
-  rowBytes = div(depth, 2);
-  SmallVector<Value> bases;
-  for (auto [packed, scales] : st.matrices)
-    bases.push_back(memref::ExtractAlignedPointerAsIndexOp::create(b, loc,
-                                                                   packed));
-  Value n = memref::DimOp::create(b, loc, st.matrices.front().first, 1);
-  int64_t pairs = 2 * slots();
-  for (int64_t j = 0; j < (pairs + 3) / 4; ++j) {
-    // Pair i = 4j + t (the last one again past the end): slot i / 2, row
-    // g + 8 (i % 2) of its tile.
-    Value i = arith::MinUIOp::create(b, loc, add(t, 4 * j), idx(pairs - 1));
-    Value slot = div(i, 2), upper = rem(i, 2);
-    Value m = div(slot, tiles), tile = rem(slot, tiles);
-    Value base = bases[0];
-    for (size_t k = 1; k < bases.size(); ++k)
-      base = pick(cmp(arith::CmpIPredicate::eq, m, idx(k)), bases[k], base);
-    Value row = tileRows[0][0];
-    for (int64_t k = 1; k < tiles; ++k)
-      row = pick(cmp(arith::CmpIPredicate::eq, tile, idx(k)), tileRows[k][0],
-                 row);
-    row = add(row, mul(upper, idx(8)));
-    Value first = add(base, mul(add(mul(expert, n), row), rowBytes));
-    prefetchBase.push_back(asI64(first));
-  }
-}
-
-void ExpertsKernel::prefetchAt(Value groups) {
-  Value byte = arith::MinUIOp::create(b, loc, mul(groups, idx(16)),
-                                      sub(rowBytes, idx(1)));
-  Value offset =
-      arith::IndexCastOp::create(b, loc, b.getI64Type(), byte).getResult();
-  for (Value base : prefetchBase)
-    LLVM::InlineAsmOp::create(
-        b, loc, TypeRange{}, ValueRange{arith::AddIOp::create(b, loc, base,
-                                                              offset)},
-        "prefetch.global.L2 [$0];", "l", /*has_side_effects=*/true,
-        /*is_align_stack=*/false, LLVM::tailcallkind::TailCallKind::None,
-        /*asm_dialect=*/LLVM::AsmDialectAttr(), /*operand_attrs=*/ArrayAttr());
 }
 
 Value ExpertsKernel::segmentStart(Value p) {
@@ -892,8 +833,6 @@ ExpertsKernel::units4(Value groups, ValueRange acc) {
                      b.setInsertionPoint(fb.getInsertionBlock(),
                                          fb.getInsertionPoint());
                      llvm::SaveAndRestore<int64_t> lanes(laneGroups, each);
-                     if (folded && wide && l2Ahead && step > 1)
-                       prefetchAt(add(c0, 4 * step * l2Ahead));
                      SmallVector<Loaded, 4> in;
                      for (int64_t u = 0; u < step; u += each)
                        in.push_back(folded && wide
@@ -1047,8 +986,6 @@ void ExpertsKernel::buildLaunch(Value entries, Value rows, Value depth) {
       arith::ConstantFloatOp::create(b, loc, b.getF32Type(), APFloat(0.0f));
   SmallVector<Value> acc(4 * slots(), zero);
   Value groups = arith::DivUIOp::create(b, loc, depth, idx(32));
-  if (l2Ahead)
-    prefetchRows(depth);
   auto [sums, whole] = units4(groups, acc);
   auto tail = scf::ForOp::create(
       b, loc, whole, groups, c1, sums,
@@ -1095,12 +1032,6 @@ struct K3GPUExpertsMMAPass
       getOperation().emitError()
           << "k3-gpu-experts-mma: prefetch needs lane-groups=1, not "
           << static_cast<int64_t>(laneGroups);
-      return signalPassFailure();
-    }
-    if (l2Ahead < 0 || l2Ahead > 8) {
-      getOperation().emitError()
-          << "k3-gpu-experts-mma: l2-ahead must be 0 to 8, not "
-          << static_cast<int64_t>(l2Ahead);
       return signalPassFailure();
     }
     if (upMinBlocks < 0 || upMinBlocks > 16) {
@@ -1167,7 +1098,7 @@ struct K3GPUExpertsMMAPass
       }
       ExpertsKernel(b, f.getLoc(), *st, codes, scales, foldScales, wideGroups,
                     prefetchWords, laneGroups, groupsInFlight, upMinBlocks,
-                    st->matrices.size() > 1 ? upTiles : downTiles, l2Ahead)
+                    st->matrices.size() > 1 ? upTiles : downTiles)
           .build(rest);
     }
   }

@@ -6,15 +6,12 @@
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{lane-groups=1 up-tiles=1})' | FileCheck %s --check-prefix=WIDE
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{lane-groups=1 prefetch=1 up-tiles=1})' | FileCheck %s --check-prefix=PREFETCH
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{lane-groups=1 groups-in-flight=16 up-tiles=1})' | FileCheck %s --check-prefix=FLIGHT
-// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{l2-ahead=2})' | FileCheck %s --check-prefix=AHEAD
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{up-tiles=1 up-min-blocks=6})' | FileCheck %s --check-prefix=LANES2
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{up-min-blocks=0})' | FileCheck %s --check-prefix=NOBOUND
 // RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-experts-mma{prefetch=1})' 2>&1 | FileCheck %s --check-prefix=BADPREFETCH
 // BADPREFETCH: error: k3-gpu-experts-mma: prefetch needs lane-groups=1, not 2
 // RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-experts-mma{lane-groups=0})' 2>&1 | FileCheck %s --check-prefix=BADLANES
 // BADLANES: error: k3-gpu-experts-mma: lane-groups must be 1 or 2, not 0
-// RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-experts-mma{l2-ahead=9})' 2>&1 | FileCheck %s --check-prefix=BADAHEAD
-// BADAHEAD: error: k3-gpu-experts-mma: l2-ahead must be 0 to 8, not 9
 // RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-experts-mma{groups-in-flight=6})' 2>&1 | FileCheck %s --check-prefix=BADFLIGHT
 // BADFLIGHT: error: k3-gpu-experts-mma: groups-in-flight must be a multiple of 4 from 4 to 32, not 6
 // RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-experts-mma{up-min-blocks=17})' 2>&1 | FileCheck %s --check-prefix=BADBLOCKS
@@ -255,29 +252,6 @@
 // CHECK: memref.store %{{.+}}, %arg11
 // CHECK: return
 
-// With `l2-ahead=2`, each lane keeps the first code's address of two of
-// its warp's 8 (matrix, tile, row) rows (one of 4 for a one-matrix stage),
-// and each iteration of the folded loop (8 groups, 128 bytes of a row)
-// prefetches into L2 the line 2 iterations on, 16 groups later (the row's
-// last byte past its end), before its loads.
-// AHEAD-LABEL: func.func @up
-// AHEAD: gpu.launch
-// AHEAD-DAG: memref.extract_aligned_pointer_as_index %arg4 : memref<?x?x?xi8> -> index
-// AHEAD-DAG: memref.extract_aligned_pointer_as_index %arg6 : memref<?x?x?xi8> -> index
-// AHEAD: nvvm.vote.sync  all
-// AHEAD: scf.for %[[C0:[^ ]+]] = %c0{{[_0-9]*}} to %{{.+}} step %c8
-// AHEAD: %[[G:.+]] = arith.addi %[[C0]], %c16
-// AHEAD: arith.muli %[[G]], %c16
-// AHEAD: arith.minui
-// AHEAD-COUNT-2: llvm.inline_asm has_side_effects "prefetch.global.L2 [$0];", "l"
-// AHEAD-NOT: prefetch.global.L2
-// AHEAD: vector.load %arg4{{.*}}vector<32xi8>
-// AHEAD: scf.yield
-// AHEAD-LABEL: func.func @down
-// AHEAD: scf.for %{{.+}} step %c8
-// AHEAD-COUNT-1: llvm.inline_asm has_side_effects "prefetch.global.L2 [$0];", "l"
-// AHEAD-NOT: prefetch.global.L2
-// AHEAD: vector.load %arg4{{.*}}vector<32xi8>
 func.func private @e8m0(%s: i8) -> f32 {
   %r = arith.uitofp %s : i8 to f32
   return %r : f32
