@@ -210,10 +210,15 @@
 // CHECK: %[[GY:.+]] = arith.ceildivui %[[N]], %c64
 // CHECK: gpu.launch blocks(%{{.+}}, %{{.+}}, %{{.+}}) in (%{{.+}} = %[[Q]], %{{.+}} = %[[GY]], %{{.+}} = %c1{{.*}}) threads(%{{.+}}, %{{.+}}, %{{.+}}) in (%{{.+}} = %c128
 // A segment starts where the entry's rank among its expert's entries is a
-// multiple of 8, and ends 8 positions on or where the expert does.
+// multiple of 8, and ends 8 positions on or where the expert does; a block
+// that starts none reads only the rank (the entry's order and idx loads are
+// inside the test).
 // CHECK: %[[RANK:.+]] = memref.load %[[RANKS]][%[[P:[a-zA-Z0-9_]+]]] : memref<?xi64>
 // CHECK: %[[R:.+]] = arith.index_cast %[[RANK]] : i64 to index
 // CHECK: arith.remui %[[R]], %c8
+// CHECK-NOT: memref.load %[[ORDER]]
+// CHECK: scf.if
+// CHECK: memref.load %[[ORDER]][%[[P]]] : memref<?xi64>
 // CHECK: %[[END:.+]] = arith.addi %[[P]], %c8
 // CHECK: arith.minui %{{.+}}, %[[END]]
 // Units of four groups: a lane's word of each row and group, the row's four
