@@ -20,10 +20,13 @@
 #           every PyTorch peer in one process, per-kernel profile and
 #           the launch trace of a batch-1 step                        ~330 s
 #   f32     agreement of the f32 library with the f32 peer            ~40 s
-#   trace64 the launch trace of a batch-64 step                       ~30 s
+#   trace64 the launch trace of a batch-64 step (TRACEB=B: of batch B) ~30 s
 #   prof    per-kernel profile of batch-1 and batch-8 steps (PROFB="1,8"),
-#           no peers, of each variant in PROF="new ..." (LIB or
-#           LIB-ordinary, as in ab); PROFP=T adds a prefill of T tokens
+#           no peers, of each variant in PROF="new ..." (LIB, LIB-ordinary
+#           as in ab, LIB-chain: each graph one chain of kernels,
+#           K3RT_CUDA_GRAPH_DAG=0, or LIB-unordered: no launch-order
+#           edges, K3RT_CUDA_GRAPH_ORDER=0), each in a file of its own;
+#           PROFP=T adds a prefill of T tokens
 #           (chunks of 512)                                         ~40 s each
 #   same    whether the A/B pair computes the same bits: for each LIB of
 #           k3-group and k3-wide with build/gpu-bench/LIB-base.so and
@@ -110,14 +113,21 @@ fi
 
 if has prof; then
   say prof
+  run=0
   for v in ${PROF:-new}; do
-    so=$gb/k3-group-${v%-ordinary}.so
-    [ "${v%-ordinary}" = new ] && so=$gb/k3-group.so
-    dependent=1
+    lib=${v%-ordinary}
+    lib=${lib%-chain}
+    lib=${lib%-unordered}
+    so=$gb/k3-group-$lib.so
+    [ "$lib" = new ] && so=$gb/k3-group.so
+    dependent=1 dag=1 order=1
     [[ $v == *-ordinary ]] && dependent=0
+    [[ $v == *-chain ]] && dag=0
+    [[ $v == *-unordered ]] && order=0
     [ -f "$so" ] || continue
-    f=profile-$v-b${PROFB:-1,8}
-    K3RT_CUDA_DEPENDENT_LAUNCH=$dependent timeout 100 "${bench[@]}" --lib "$so" --batches "${PROFB:-1,8}" \
+    f=profile-$v-b${PROFB:-1,8}-$((++run))
+    K3RT_CUDA_DEPENDENT_LAUNCH=$dependent K3RT_CUDA_GRAPH_DAG=$dag K3RT_CUDA_GRAPH_ORDER=$order \
+      timeout 100 "${bench[@]}" --lib "$so" --batches "${PROFB:-1,8}" \
       --prefill "${PROFP:-}" --prefill-chunk 512 --reps 3 \
       --compare-prompt 0 --profile --json "$out/$f.json" > "$out/$f.txt" 2>&1
     echo "$v rc=$?"; grep "median\|kernels:\|Error" "$out/$f.txt"
@@ -186,8 +196,8 @@ fi
 
 if has trace64; then
   say trace64
-  timeout 60 "${bench[@]}" --lib "$gb/k3-group.so" --batches 64 --prefill "" --reps 3 \
-    --compare-prompt 0 --profile --trace "$out/decode-trace-b64.json" --trace-batch 64 \
+  timeout 60 "${bench[@]}" --lib "$gb/k3-group.so" --batches "${TRACEB:-64}" --prefill "" --reps 3 \
+    --compare-prompt 0 --profile --trace "$out/decode-trace-b64.json" --trace-batch "${TRACEB:-64}" \
     --json "$out/profile-b64.json" > "$out/profile-b64.txt" 2>&1
   echo "rc=$?"; grep "median\|kernels:\|Error" "$out/profile-b64.txt"
 fi

@@ -133,6 +133,8 @@ LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
                                pm)))
     return failure();
   pm.addPass(createK3GPULaunchBoundsPass());
+  // What each kernel reads and writes, for the runtime's graphs.
+  pm.addPass(createK3GPUKernelAccessPass());
   // Off by default: on the H200 it measured no faster (BENCHMARKS.md,
   // thirteenth session).
   if (dependentLaunch) {

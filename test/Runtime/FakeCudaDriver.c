@@ -14,16 +14,31 @@
  *                     stream waits that found kernels still queued (the
  *                     host round trips between kernels)
  *                     and, on a second line, the graphs instantiated and
- *                     launched, the kernel nodes updated in place and the
+ *                     launched, the kernel nodes updated in place, the
  *                     programmatic edges added (graphs with a programmatic
  *                     edge into a kernel of a module without the
  *                     k3_dependent_launch global, which would race on a
- *                     GPU, fail to instantiate with 1, invalid value)
+ *                     GPU, fail to instantiate with 1, invalid value), the
+ *                     launch-order edges added (programmatic edges from
+ *                     port 2, which order when kernels start, not what
+ *                     they see) and the pairs of kernel nodes of launched
+ *                     graphs that no path of other edges orders (that a
+ *                     GPU may run side by side)
  *   FAKE_CUDA_GUARD   set: device memory is mapped without access rights
  *                     except inside the driver's own copies and fills, so
  *                     host code that reads or writes a device buffer (a
  *                     library's host part reading what only its kernels
  *                     may) faults at once, as it would with a real device
+ *
+ * A graph launch fails with 1, invalid value, when two of its kernel nodes
+ * that no path of edges orders touch one buffer, one of them writing it:
+ * the same pointer in parameters that their kernels' `<kernel>_k3_access`
+ * constants (k3c's k3-gpu-kernel-access, read here from the module's PTX)
+ * mark `w` in one and `r` or `w` in the other, or both kernels of one
+ * module marked `g`; a kernel without the constant conflicts with every
+ * other. It names the two nodes on stderr. FAKE_CUDA_UNORDERED=1 makes
+ * the check ignore every edge (it then finds the races a graph without
+ * edges would have).
  *
  * A context is current per thread, as with the real driver (calls from a
  * thread that did not make it current fail with 201, invalid context), and
@@ -48,6 +63,7 @@ typedef int CUresult;
 static size_t used, limit;
 static long launches, waitsQueued, filledFF, lookups;
 static long graphsBuilt, graphLaunches, nodeUpdates, programmaticEdges;
+static long launchOrderEdges, unorderedPairs;
 static int queued, faulted;
 
 static long envInt(const char *name, long fallback) {
@@ -101,11 +117,47 @@ static size_t imageBytes(const unsigned char *image) {
   return header + body;
 }
 /* A module's device global: found if the image holds its name, 4 bytes. */
+/* A byte array's initializer in the module's PTX, ".b8 NAME[N] = {v, ...}":
+ * its N bytes (the caller frees them), or NULL. */
+static unsigned char *ptxBytes(void *module, const char *name, size_t *n) {
+  char key[600];
+  snprintf(key, sizeof(key), ".b8 %s[", name);
+  const char *at = memmem(module, imageBytes(module), key, strlen(key));
+  if (!at)
+    return NULL;
+  char *end;
+  *n = strtoul(at + strlen(key), &end, 10);
+  if (strncmp(end, "] = {", 5) != 0 || !*n)
+    return NULL;
+  unsigned char *v = malloc(*n);
+  const char *c = end + 5;
+  for (size_t i = 0; v && i < *n; ++i) {
+    v[i] = (unsigned char)strtoul(c, &end, 10);
+    c = end + strspn(end, ", ");
+  }
+  return v;
+}
 static CUresult moduleGetGlobal(uint64_t *ptr, size_t *bytes, void *module,
                                 const char *name) {
   NEED_CONTEXT;
   if (!memmem(module, imageBytes(module), name, strlen(name)))
     return 500; /* CUDA_ERROR_NOT_FOUND */
+  /* An initialized array is kept for the process, as the module's global
+   * would be. */
+  static struct Kept {
+    unsigned char *bytes;
+    struct Kept *next;
+  } *kept;
+  size_t n;
+  unsigned char *v = ptxBytes(module, name, &n);
+  struct Kept *k = v ? malloc(sizeof(*k)) : NULL;
+  if (k) {
+    k->bytes = v, k->next = kept, kept = k;
+    *ptr = (uint64_t)(uintptr_t)v;
+    *bytes = n;
+    return 0;
+  }
+  free(v);
   static uint32_t storage;
   *ptr = (uint64_t)(uintptr_t)&storage;
   *bytes = sizeof(storage);
@@ -122,6 +174,7 @@ static struct FakeFunction {
   void *module;
   char *name;
   unsigned dynamicShared; /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
+  char *access; /* its `<name>_k3_access`, NUL-terminated, or NULL */
   struct FakeFunction *next;
 } *functions;
 static CUresult moduleGetFunction(void **f, void *module, const char *name) {
@@ -137,6 +190,13 @@ static CUresult moduleGetFunction(void **f, void *module, const char *name) {
     return 2;
   k->module = module;
   k->dynamicShared = 48 * 1024;
+  char global[600];
+  size_t n = 0;
+  snprintf(global, sizeof(global), "%s_k3_access", name);
+  unsigned char *access = ptxBytes(module, global, &n);
+  k->access = access ? realloc(access, n + 1) : NULL;
+  if (k->access)
+    k->access[n] = 0;
   k->next = functions;
   functions = k;
   *f = k;
@@ -199,8 +259,10 @@ __attribute__((destructor)) static void report(void) {
           launches, waitsQueued, filledFF, lookups);
   fprintf(stderr,
           "fake cuda graphs: %ld instantiated, %ld launched, %ld kernel "
-          "nodes updated, %ld programmatic edges\n",
-          graphsBuilt, graphLaunches, nodeUpdates, programmaticEdges);
+          "nodes updated, %ld programmatic edges, %ld launch-order edges, "
+          "%ld kernel node pairs unordered\n",
+          graphsBuilt, graphLaunches, nodeUpdates, programmaticEdges,
+          launchOrderEdges, unorderedPairs);
 }
 
 /* Graphs: a chain of kernel nodes; a launch runs (counts) each as
@@ -210,6 +272,8 @@ typedef struct {
   void *fn;
   unsigned grid[3], smem;
   int programmatic; /* an incoming programmatic edge */
+  size_t *dep, ndeps;  /* the nodes it waits for */
+  uint64_t *arg;       /* its parameters, when its kernel has an access */
 } FakeNode;
 typedef struct {
   FakeNode *node;
@@ -235,18 +299,41 @@ static CUresult graphCreate(FakeGraph **g, unsigned flags) {
   return *g ? 0 : 2;
 }
 static CUresult graphDestroy(FakeGraph *g) {
+  for (size_t i = 0; g && i < g->n; ++i)
+    free(g->node[i].dep), free(g->node[i].arg);
   if (g)
     free(g->node);
   free(g);
   return 0;
 }
+/* The parameters of `p` that `f`'s access string covers (8 bytes each, as
+ * funcGetParamInfo says). */
+static uint64_t *nodeArgs(struct FakeFunction *f, void **params) {
+  if (!f->access || !params)
+    return NULL;
+  size_t n = strlen(f->access) - 1;
+  uint64_t *arg = malloc((n ? n : 1) * sizeof(uint64_t));
+  for (size_t a = 0; arg && a < n; ++a)
+    memcpy(&arg[a], params[a], 8);
+  return arg;
+}
+static int addNodeDep(FakeNode *n, size_t d) {
+  size_t *dep = realloc(n->dep, (n->ndeps + 1) * sizeof(size_t));
+  if (!dep)
+    return 0;
+  n->dep = dep;
+  n->dep[n->ndeps++] = d;
+  return 1;
+}
 /* Each node is a number: its position in the graph. */
 static CUresult graphAddKernelNode(void **node, FakeGraph *g,
                                    void *const *deps, size_t ndeps,
                                    const NodeParams *p) {
-  (void)deps, (void)ndeps;
   if (!sharedFits(p->fn, p->smem))
     return 1;
+  for (size_t k = 0; k < ndeps; ++k)
+    if ((size_t)(uintptr_t)deps[k] >= g->n)
+      return 1;
   if (g->n == g->cap) {
     size_t cap = g->cap ? 2 * g->cap : 64;
     FakeNode *n = realloc(g->node, cap * sizeof(FakeNode));
@@ -254,8 +341,14 @@ static CUresult graphAddKernelNode(void **node, FakeGraph *g,
       return 2;
     g->node = n, g->cap = cap;
   }
-  g->node[g->n].fn = p->fn;
-  g->node[g->n].programmatic = 0;
+  FakeNode *added = &g->node[g->n];
+  added->fn = p->fn;
+  added->programmatic = 0;
+  added->dep = NULL, added->ndeps = 0;
+  added->arg = nodeArgs(p->fn, p->params);
+  for (size_t k = 0; k < ndeps; ++k)
+    if (!addNodeDep(added, (size_t)(uintptr_t)deps[k]))
+      return 2;
   g->node[g->n].smem = p->smem;
   memcpy(g->node[g->n].grid, p->grid, sizeof(p->grid));
   *node = (void *)(uintptr_t)g->n++;
@@ -273,12 +366,22 @@ static CUresult graphAddDependencies(FakeGraph *g, void *const *from,
     size_t a = (size_t)(uintptr_t)from[e], b = (size_t)(uintptr_t)to[e];
     if (a >= g->n || b >= g->n || a == b || edge[e].toPort)
       return 1;
+    /* A launch-order edge (port 2) orders dispatch, not memory. */
+    int launchOrder = edge[e].type == 1 && edge[e].fromPort == 2;
     if (edge[e].type == 1) {
       if (edge[e].fromPort != 1 && edge[e].fromPort != 2)
         return 1;
-      g->node[b].programmatic = 1;
-      ++programmaticEdges;
+      if (launchOrder) {
+        ++launchOrderEdges;
+      } else {
+        g->node[b].programmatic = 1;
+        ++programmaticEdges;
+      }
     }
+    if (a >= b)
+      return 1;
+    if (!launchOrder && !addNodeDep(&g->node[b], a))
+      return 2;
   }
   return 0;
 }
@@ -299,6 +402,19 @@ static CUresult graphInstantiate(FakeGraph **exec, FakeGraph *g,
     return 2;
   memcpy(e->node, g->node, g->n * sizeof(FakeNode));
   e->n = e->cap = g->n;
+  for (size_t i = 0; i < g->n; ++i) { /* its own copies */
+    FakeNode *n = &e->node[i];
+    struct FakeFunction *f = n->fn;
+    size_t nargs = f->access ? strlen(f->access) - 1 : 0;
+    n->dep = malloc((n->ndeps ? n->ndeps : 1) * sizeof(size_t));
+    n->arg = g->node[i].arg ? malloc((nargs ? nargs : 1) * 8) : NULL;
+    if (!n->dep || (g->node[i].arg && !n->arg))
+      return 2;
+    if (n->ndeps)
+      memcpy(n->dep, g->node[i].dep, n->ndeps * sizeof(size_t));
+    if (n->arg)
+      memcpy(n->arg, g->node[i].arg, nargs * 8);
+  }
   ++graphsBuilt;
   *exec = e;
   return 0;
@@ -311,12 +427,74 @@ static CUresult graphExecSetParams(FakeGraph *exec, void *node,
     return 1; /* CUDA_ERROR_INVALID_VALUE */
   memcpy(exec->node[i].grid, p->grid, sizeof(p->grid));
   exec->node[i].smem = p->smem;
+  free(exec->node[i].arg);
+  exec->node[i].arg = nodeArgs(p->fn, p->params);
   ++nodeUpdates;
   return 0;
+}
+/* Whether nodes x and y of a graph touch one buffer, one of them writing
+ * it (the header); 0 or the buffer (1 for a module's globals or a kernel
+ * without an access string). */
+static uint64_t conflict(const FakeNode *x, const FakeNode *y) {
+  const struct FakeFunction *f = x->fn, *h = y->fn;
+  if (!x->arg || !y->arg)
+    return 1;
+  if (f->access[0] == 'g' && h->access[0] == 'g' && f->module == h->module)
+    return 1;
+  for (size_t a = 0; f->access[1 + a]; ++a) {
+    char ca = f->access[1 + a];
+    if ((ca != 'r' && ca != 'w') || !x->arg[a])
+      continue;
+    for (size_t b = 0; h->access[1 + b]; ++b) {
+      char cb = h->access[1 + b];
+      if ((cb == 'r' || cb == 'w') && (ca == 'w' || cb == 'w') &&
+          x->arg[a] == y->arg[b])
+        return x->arg[a];
+    }
+  }
+  return 0;
+}
+/* Orders every two nodes that conflict, or fails (the header). */
+static CUresult checkOrder(const FakeGraph *g) {
+  size_t n = g->n, words = (n + 63) / 64;
+  uint64_t *before = calloc(n * words + 1, sizeof(uint64_t));
+  if (!before)
+    return 2;
+  CUresult r = 0;
+  int unordered = getenv("FAKE_CUDA_UNORDERED") != NULL;
+  for (size_t j = 0; j < n && !r; ++j) {
+    uint64_t *bj = before + j * words;
+    for (size_t k = 0; k < g->node[j].ndeps; ++k) {
+      size_t d = g->node[j].dep[k];
+      for (size_t w = 0; w < words; ++w)
+        bj[w] |= before[d * words + w];
+      bj[d / 64] |= 1ull << (d % 64);
+    }
+    for (size_t i = 0; i < j && !r; ++i) {
+      if (bj[i / 64] >> (i % 64) & 1 && !unordered)
+        continue;
+      ++unorderedPairs;
+      uint64_t buffer = conflict(&g->node[i], &g->node[j]);
+      if (buffer) {
+        fprintf(stderr,
+                "fake cuda: graph kernel nodes %zu (%s) and %zu (%s) race on "
+                "%#llx\n",
+                i, ((struct FakeFunction *)g->node[i].fn)->name, j,
+                ((struct FakeFunction *)g->node[j].fn)->name,
+                (unsigned long long)buffer);
+        r = 1;
+      }
+    }
+  }
+  free(before);
+  return r;
 }
 static CUresult graphLaunch(FakeGraph *exec, void *stream) {
   NEED_CONTEXT;
   ++graphLaunches;
+  CUresult order = checkOrder(exec);
+  if (order)
+    return order;
   for (size_t i = 0; i < exec->n; ++i) {
     const FakeNode *n = &exec->node[i];
     CUresult r = launchKernel(n->fn, n->grid[0], n->grid[1], n->grid[2], 64,
@@ -445,6 +623,9 @@ static CUresult memcpyAsync(uint64_t dst, uint64_t src, size_t n, void *s) {
   setRights(from, PROT_NONE);
   return 0;
 }
+static CUresult memcpyDtoH(void *dst, uint64_t src, size_t n) {
+  return memcpyAsync((uint64_t)(uintptr_t)dst, src, n, NULL);
+}
 static CUresult memsetD8Async(uint64_t dst, unsigned char v, size_t n,
                               void *s) {
   NEED_CONTEXT;
@@ -486,6 +667,7 @@ EXPORT CUresult cuGetProcAddress_v2(const char *name, void **fn, int version,
       {"cuDeviceGetName", (void *)deviceGetName},
       {"cuMemGetInfo", (void *)memGetInfo},
       {"cuMemcpyAsync", (void *)memcpyAsync},
+      {"cuMemcpyDtoH", (void *)memcpyDtoH},
       {"cuMemsetD8Async", (void *)memsetD8Async},
       {"cuFuncGetParamInfo", (void *)funcGetParamInfo},
       {"cuGraphCreate", (void *)graphCreate},

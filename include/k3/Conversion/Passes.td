@@ -660,6 +660,40 @@ def K3GPULaunchBoundsPass : Pass<"k3-gpu-launch-bounds", "::mlir::ModuleOp"> {
 }];
 }
 
+def K3GPUKernelAccessPass : Pass<"k3-gpu-kernel-access", "::mlir::ModuleOp"> {
+  let summary = "Tell the runtime which buffers each kernel reads and writes";
+  let description = [{
+    A decode step's kernels form chains with side branches (a MoE layer's
+    shared experts beside its routed ones); the runtime (libk3rt_cuda)
+    replays a call's launches as CUDA graphs and can let independent
+    kernels run side by side, if it knows what each kernel touches. After
+    outlining, this pass defines for each kernel `@k` of each `gpu.module`
+    the device constant `k_k3_access`: a string with one character for
+    the kernel's module, then one per parameter of the kernel as launched
+    (a memref of rank R is 3 + 2R parameters: its two pointers, offset,
+    sizes and strides):
+
+    - first: `g` if the kernel writes a global of its module in global
+      memory (k3-gpu-skinny-mma's and k3-gpu-mma's split-K counters, so two
+      launches of it must not overlap), else `-`;
+    - a memref's two pointers: `w` if the kernel may write through it, `r`
+      if it only reads, `-` if it does not use it; every other parameter
+      `-`.
+
+    A memref is followed through view-like ops (subview, cast,
+    reinterpret_cast, collapse/expand_shape, extract_strided_metadata's
+    base); a use whose effects are not known (a call, a pointer taken
+    with extract_aligned_pointer_as_index) counts as a write.
+
+    ```mlir
+    gpu.func @k(%x: memref<?xf32>, %y: memref<?xf32>, %n: index) kernel
+    // gets, beside it,
+    llvm.mlir.global external constant @k_k3_access("-rr---ww----") {addr_space = 1 : i32}
+    ```
+  }];
+  let dependentDialects = ["::mlir::LLVM::LLVMDialect"];
+}
+
 def K3GPUDependentLaunchPass : Pass<"k3-gpu-dependent-launch", "::mlir::ModuleOp"> {
   let summary = "Let each kernel launch while the kernel before it finishes";
   let description = [{

@@ -66,6 +66,7 @@ typedef struct {
 } GraphEdgeData;
 enum {
   kPortProgrammatic = 1, /* CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC */
+  kPortLaunchOrder = 2,  /* CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER */
   kEdgeProgrammatic = 1, /* CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC */
 };
 
@@ -114,7 +115,10 @@ static struct {
   CUresult (*graphAddDependencies)(CUgraph, const CUgraphNode *,
                                    const CUgraphNode *, const GraphEdgeData *,
                                    size_t);
+  CUresult (*memcpyDtoH)(void *, CUdeviceptr, size_t);
   int graphs;   /* replay each call's kernels as a CUDA graph */
+  int dag;      /* join a graph's kernels by the buffers they share */
+  int order;    /* ... and dispatch them in program order */
   int dependentLaunch; /* programmatic edges into kernels that wait */
   CUdevice device;
   CUdeviceptr arena;
@@ -225,6 +229,7 @@ static int load(void) {
   GET_OPTIONAL(graphLaunch, "cuGraphLaunch", 12000);
   GET_OPTIONAL(moduleGetGlobal, "cuModuleGetGlobal", 12000);
   GET_OPTIONAL(graphAddDependencies, "cuGraphAddDependencies", 12030);
+  GET_OPTIONAL(memcpyDtoH, "cuMemcpyDtoH", 3020);
 #undef GET_OPTIONAL
 #undef GET
   CUdevice dev = 0;
@@ -254,6 +259,14 @@ static int load(void) {
   cu.dependentLaunch = cu.graphs && cu.moduleGetGlobal &&
                        cu.graphAddDependencies &&
                        !(dependent && !strcmp(dependent, "0"));
+  /* K3RT_CUDA_GRAPH_DAG=0: each graph one chain (for comparisons). */
+  const char *dag = getenv("K3RT_CUDA_GRAPH_DAG");
+  cu.dag = cu.graphs && cu.moduleGetGlobal && cu.memcpyDtoH &&
+           !(dag && !strcmp(dag, "0"));
+  /* K3RT_CUDA_GRAPH_ORDER=0: no launch-order edges (for comparisons). */
+  const char *order = getenv("K3RT_CUDA_GRAPH_ORDER");
+  cu.order = cu.dag && cu.graphAddDependencies &&
+             !(order && !strcmp(order, "0"));
   if (cu.poison && !cu.error[0]) {
     CHECK(cu.memsetD8Async(cu.arena, 0xFF, cu.arenaSize, NULL),
           "cuMemsetD8Async");
@@ -299,6 +312,25 @@ static CUstream theStream(void) {
  * 0.2 ms, which the GPU waited for when the call was one graph), and each
  * segment is queued before the GPU reaches it. The cuts depend only on the
  * count of launches, so a replayed call cuts where it did before.
+ *
+ * Within a graph, a kernel waits only for the kernels it must (the DAG;
+ * K3RT_CUDA_GRAPH_DAG=0 chains them all, for comparisons): k3c gives each
+ * kernel a constant `<kernel>_k3_access` (k3-gpu-kernel-access) that says
+ * which of its parameters are buffers it reads (`r`) or may write (`w`),
+ * and whether it writes a global of its module (`g`: split-K counters, so
+ * two launches of it may not overlap). A buffer is a workspace allocation
+ * of the call (any pointer into it) or else the pointer's value (weights,
+ * state pools, logits: k3rt's buffers, whose descriptors keep the base
+ * pointer; docs/ABI.md). A kernel that reads a buffer waits for the last
+ * kernel that wrote it, one that writes it also for the kernels that read
+ * it since; a kernel without the constant waits for every kernel before it,
+ * and every kernel after it for it. A kernel that need not wait for the
+ * kernel before it is still dispatched after it: a launch-order edge (CUDA
+ * 12.3: activated once every block of that kernel has started) keeps the
+ * library's program order as the order in which the GPU takes up their
+ * blocks, so that side work issued after a long kernel fills the end of
+ * it rather than delaying its start (K3RT_CUDA_GRAPH_ORDER=0 drops these
+ * edges). Graphs of different segments, and any copy, run in stream order.
  */
 
 enum {
@@ -312,10 +344,14 @@ enum {
 typedef struct {
   CUfunction fn;
   int waits; /* it waits for the kernel before it (see dependentLaunch) */
+  int succeeded; /* a later launch of the segment waits for it */
+  int ordered;   /* dispatched after the launch before it has started */
   unsigned grid[3], block[3], smem;
   uint32_t nparams;
   const uint16_t *size; /* each argument's bytes */
   size_t at, bytes;     /* its arguments' first byte in `values`, length */
+  size_t depAt;         /* the launches it waits for: deps[depAt ..] */
+  uint32_t ndeps;
 } Launch;
 
 typedef struct {
@@ -323,6 +359,8 @@ typedef struct {
   size_t n, cap;
   unsigned char *values; /* arguments, each in 8-byte aligned slots */
   size_t bytes, valueCap;
+  uint32_t *deps; /* earlier launches of the segment, by index */
+  size_t ndeps, depCap;
 } Recording;
 
 typedef struct {
@@ -334,6 +372,7 @@ typedef struct {
 } Graph;
 
 static Recording pending; /* the current segment's launches */
+static void clearPending(void);
 /* Launches recorded in the current call, and the count at which its next
  * segment is queued. */
 static size_t callLaunches, nextCut = kFirstCut;
@@ -443,6 +482,251 @@ static int waits(CUfunction fn) {
   return found;
 }
 
+/*--- What each kernel touches (see "Within a graph" above) ----------------*/
+
+/* Each kernel's access string, read from its module once, at its first
+ * lookup (mgpuModuleGetFunction); NULL: the kernel has none. Guarded by
+ * functionsLock. */
+static struct {
+  CUfunction fn;
+  void *module;
+  char *access; /* 1 + the kernel's parameter count characters */
+  uint32_t n;
+} accessInfo[kParamCache];
+
+static size_t accessSlot(CUfunction fn) {
+  return ((uintptr_t)fn >> 4) % kParamCache;
+}
+
+/* Reads `<name>_k3_access` of `module` for `fn`; caller holds the lock. */
+static void readAccess(CUfunction fn, CUmodule module, const char *name) {
+  if (!cu.dag)
+    return;
+  char global[512];
+  CUdeviceptr at = 0;
+  size_t bytes = 0;
+  if (snprintf(global, sizeof(global), "%s_k3_access", name) >=
+          (int)sizeof(global) ||
+      cu.moduleGetGlobal(&at, &bytes, module, global) != 0 || bytes < 1 ||
+      bytes > kMaxParams + 1)
+    return;
+  char *access = malloc(bytes);
+  if (!access)
+    return;
+  if (cu.memcpyDtoH(access, at, bytes) != 0) {
+    free(access);
+    return;
+  }
+  for (size_t probe = 0, i = accessSlot(fn); probe < kParamCache;
+       ++probe, i = (i + 1) % kParamCache) {
+    if (accessInfo[i].fn && accessInfo[i].fn != fn)
+      continue;
+    free(accessInfo[i].access);
+    accessInfo[i].fn = fn, accessInfo[i].module = module;
+    accessInfo[i].access = access, accessInfo[i].n = (uint32_t)bytes - 1;
+    return;
+  }
+  free(access);
+}
+
+/* `fn`'s access string if it has one for `n` parameters, and its module. */
+static const char *accessOf(CUfunction fn, uint32_t n, void **module) {
+  const char *access = NULL;
+  pthread_mutex_lock(&functionsLock);
+  for (size_t probe = 0, i = accessSlot(fn); probe < kParamCache;
+       ++probe, i = (i + 1) % kParamCache) {
+    if (!accessInfo[i].fn)
+      break;
+    if (accessInfo[i].fn == fn) {
+      if (accessInfo[i].n == n)
+        access = accessInfo[i].access, *module = accessInfo[i].module;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&functionsLock);
+  return access;
+}
+
+/* Forgets the kernels of `module`, keeping the probe chains of the rest
+ * (their entries move up); caller holds the lock. */
+static void dropAccess(void *module) {
+  for (int again = 1; again;) {
+    again = 0;
+    for (size_t i = 0; i < kParamCache; ++i) {
+      if (!accessInfo[i].fn || accessInfo[i].module != module)
+        continue;
+      free(accessInfo[i].access);
+      accessInfo[i].fn = NULL, accessInfo[i].module = NULL;
+      accessInfo[i].access = NULL, accessInfo[i].n = 0;
+      /* Re-insert the entries after it in its chain. */
+      for (size_t j = (i + 1) % kParamCache; accessInfo[j].fn;
+           j = (j + 1) % kParamCache) {
+        size_t k = accessSlot(accessInfo[j].fn);
+        while (accessInfo[k].fn && k != j)
+          k = (k + 1) % kParamCache;
+        if (k != j) {
+          accessInfo[k] = accessInfo[j];
+          accessInfo[j].fn = NULL, accessInfo[j].module = NULL;
+          accessInfo[j].access = NULL, accessInfo[j].n = 0;
+          again = 1;
+        }
+      }
+    }
+  }
+}
+
+/* The call's workspace allocations, by offset (ascending: the arena is a
+ * bump allocator), so that any pointer into one names it. */
+static size_t *allocAt, nAllocs, allocCap;
+
+static uint64_t bufferOf(uint64_t ptr) {
+  if (ptr < cu.arena || ptr >= cu.arena + cu.arenaUsed || !nAllocs)
+    return ptr;
+  size_t lo = 0, hi = nAllocs; /* the last allocation at or before ptr */
+  while (hi - lo > 1) {
+    size_t mid = (lo + hi) / 2;
+    if (cu.arena + allocAt[mid] <= ptr)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return cu.arena + allocAt[lo];
+}
+
+/* The buffers the segment's launches touched: the last launch that wrote
+ * each and the launches that read it since (a list in `readers`). Open
+ * addressing; an entry of an older segment (`gen`) is free. */
+enum { kTouchSlots = 1 << 16 };
+static struct {
+  uint64_t buffer;
+  int32_t writer, readers;
+  uint32_t gen;
+} touched[kTouchSlots];
+static uint32_t touchGen = 1;
+static size_t nTouched;
+static struct {
+  int32_t launch, next;
+} *readers;
+static size_t nReaders, readerCap;
+static int32_t barrier = -1; /* the last launch that waited for all */
+
+/* The segment's entry of `buffer`, or -1 when the table is full. */
+static long touchOf(uint64_t buffer) {
+  uint64_t h = buffer * 0x9E3779B97F4A7C15ull;
+  for (size_t probe = 0, i = (size_t)(h >> 48); probe < kTouchSlots / 2;
+       ++probe, i = (i + 1) % kTouchSlots) {
+    if (touched[i].gen != touchGen) {
+      if (nTouched >= kTouchSlots / 2)
+        return -1;
+      ++nTouched;
+      touched[i].gen = touchGen, touched[i].buffer = buffer;
+      touched[i].writer = -1, touched[i].readers = -1;
+      return (long)i;
+    }
+    if (touched[i].buffer == buffer)
+      return (long)i;
+  }
+  return -1;
+}
+
+/* Makes the last launch wait for launch `d` (once; not for itself). */
+static int addDep(int32_t d) {
+  size_t me = pending.n - 1;
+  Launch *l = &pending.launch[me];
+  if (d < 0 || (size_t)d == me)
+    return 1;
+  for (uint32_t k = 0; k < l->ndeps; ++k)
+    if (pending.deps[l->depAt + k] == (uint32_t)d)
+      return 1;
+  if (pending.ndeps == pending.depCap) {
+    size_t cap = pending.depCap ? 2 * pending.depCap : 4096;
+    uint32_t *deps = realloc(pending.deps, cap * sizeof(uint32_t));
+    if (!deps)
+      return 0;
+    pending.deps = deps, pending.depCap = cap;
+  }
+  pending.deps[pending.ndeps++] = (uint32_t)d;
+  ++l->ndeps;
+  pending.launch[d].succeeded = 1;
+  return 1;
+}
+
+/* The last launch reads (write = 0) or writes `buffer`. */
+static int touch(uint64_t buffer, int write) {
+  int32_t me = (int32_t)pending.n - 1;
+  long t = touchOf(buffer);
+  if (t < 0)
+    return 0;
+  if (!addDep(touched[t].writer))
+    return 0;
+  if (write) {
+    for (int32_t r = touched[t].readers; r >= 0; r = readers[r].next)
+      if (!addDep(readers[r].launch))
+        return 0;
+    touched[t].writer = me, touched[t].readers = -1;
+    return 1;
+  }
+  if (touched[t].readers >= 0 && readers[touched[t].readers].launch == me)
+    return 1;
+  if (nReaders == readerCap) {
+    size_t cap = readerCap ? 2 * readerCap : 4096;
+    void *grown = realloc(readers, cap * sizeof(*readers));
+    if (!grown)
+      return 0;
+    readers = grown, readerCap = cap;
+  }
+  readers[nReaders].launch = me, readers[nReaders].next = touched[t].readers;
+  touched[t].readers = (int32_t)nReaders++;
+  return 1;
+}
+
+/* The launches the last recorded one waits for. Without the DAG, the one
+ * before it; without an access string (or when the tables run out), every
+ * launch no other waits for yet, and it becomes the barrier every later
+ * launch waits for. */
+static int findDeps(void) {
+  int32_t me = (int32_t)pending.n - 1;
+  Launch *l = &pending.launch[me];
+  l->depAt = pending.ndeps, l->ndeps = 0, l->succeeded = 0, l->ordered = 0;
+  if (!cu.dag)
+    return addDep(me - 1);
+  void *module = NULL;
+  const char *access = accessOf(l->fn, l->nparams, &module);
+  int ok = access && addDep(barrier);
+  if (ok && access[0] == 'g')
+    ok = touch((uint64_t)(uintptr_t)module, 1);
+  size_t at = l->at;
+  for (uint32_t a = 0; ok && a < l->nparams; ++a) {
+    char c = access[1 + a];
+    if ((c == 'r' || c == 'w') && l->size[a] == 8) {
+      uint64_t ptr;
+      memcpy(&ptr, pending.values + at, 8);
+      if (ptr)
+        ok = touch(bufferOf(ptr), c == 'w');
+    }
+    at += slotBytes(l->size[a]);
+  }
+  if (ok) {
+    l->ordered = cu.order && me > 0;
+    for (uint32_t k = 0; l->ordered && k < l->ndeps; ++k)
+      if (pending.deps[l->depAt + k] == (uint32_t)me - 1)
+        l->ordered = 0;
+    return 1;
+  }
+  /* A barrier: the dependencies found so far are kept (all of them
+   * earlier launches), the rest are every launch nothing waits for. */
+  for (int32_t d = 0; d < me; ++d)
+    if (!pending.launch[d].succeeded && !addDep(d))
+      return 0;
+  barrier = me;
+  if (++touchGen == 0) {
+    memset(touched, 0, sizeof(touched));
+    touchGen = 1;
+  }
+  nTouched = 0, nReaders = 0;
+  return 1;
+}
+
 /* Appends a launch to the current call's; 0 if it cannot be recorded. */
 static int record(CUfunction fn, const unsigned grid[3],
                   const unsigned block[3], unsigned smem, void **params,
@@ -483,6 +767,11 @@ static int record(CUfunction fn, const unsigned grid[3],
     memcpy(pending.values + pending.bytes, params[a], size[a]);
     pending.bytes += slotBytes(size[a]);
   }
+  if (!findDeps()) {
+    /* Not recorded: the caller queues the segment, then this launch. */
+    pending.bytes = l->at, pending.ndeps = l->depAt, --pending.n;
+    return 0;
+  }
   return 1;
 }
 
@@ -508,10 +797,13 @@ static uint64_t shapeKey(const Recording *r) {
   uint64_t h = 0xcbf29ce484222325ull ^ r->n;
   for (size_t i = 0; i < r->n; ++i) {
     const Launch *l = &r->launch[i];
-    uint64_t v[5] = {(uintptr_t)l->fn, l->block[0], l->block[1],
-                     ((uint64_t)l->block[2] << 32) | l->smem, l->nparams};
-    for (int k = 0; k < 5; ++k)
+    uint64_t v[6] = {(uintptr_t)l->fn, l->block[0], l->block[1],
+                     ((uint64_t)l->block[2] << 32) | l->smem, l->nparams,
+                     ((uint64_t)l->ordered << 32) | l->ndeps};
+    for (int k = 0; k < 6; ++k)
       h = (h ^ v[k]) * 0x100000001b3ull;
+    for (uint32_t k = 0; k < l->ndeps; ++k)
+      h = (h ^ r->deps[l->depAt + k]) * 0x100000001b3ull;
   }
   return h;
 }
@@ -522,7 +814,10 @@ static int sameShape(const Recording *a, const Recording *b) {
   for (size_t i = 0; i < a->n; ++i) {
     const Launch *x = &a->launch[i], *y = &b->launch[i];
     if (x->fn != y->fn || x->smem != y->smem || x->nparams != y->nparams ||
-        memcmp(x->block, y->block, sizeof(x->block)))
+        memcmp(x->block, y->block, sizeof(x->block)) ||
+        x->ndeps != y->ndeps || x->ordered != y->ordered ||
+        memcmp(a->deps + x->depAt, b->deps + y->depAt,
+               x->ndeps * sizeof(uint32_t)))
       return 0;
   }
   return 1;
@@ -535,36 +830,55 @@ static void dropGraph(Graph *g) {
     cu.graphDestroy(g->graph);
   free(g->node);
   g->exec = NULL, g->graph = NULL, g->node = NULL, g->key = 0, g->used = 0;
-  g->rec.n = g->rec.bytes = 0;
+  g->rec.n = g->rec.bytes = g->rec.ndeps = 0;
 }
 
-/* Builds `g` from the pending launches: one kernel node after another, a
- * kernel that waits for its predecessor joined to it by a programmatic edge
- * (dispatched once every block of the predecessor has started and executed
+/* Builds `g` from the pending launches: each kernel node after the nodes
+ * it waits for (findDeps). When a kernel waits for its predecessor in the
+ * kernel (griddepcontrol), the segment is one chain instead, that kernel
+ * joined to its predecessor by a programmatic edge (dispatched once every
+ * block of the predecessor has started and executed
  * griddepcontrol.launch_dependents, or ended), any other by an ordinary
  * one. */
 static int buildGraph(Graph *g) {
   void *ptrs[kMaxParams];
   g->node = malloc(pending.n * sizeof(CUgraphNode));
-  if (!g->node) {
+  CUgraphNode *deps = malloc(pending.n * sizeof(CUgraphNode));
+  if (!g->node || !deps) {
+    free(deps);
     fail("graph nodes (host memory)", 2);
     return 0;
   }
   CHECK(cu.graphCreate(&g->graph, 0), "cuGraphCreate");
   const GraphEdgeData programmatic = {kPortProgrammatic, 0, kEdgeProgrammatic,
                                       {0}};
+  const GraphEdgeData launchOrder = {kPortLaunchOrder, 0, kEdgeProgrammatic,
+                                     {0}};
+  int chain = 0;
+  for (size_t i = 0; i < pending.n; ++i)
+    chain |= pending.launch[i].waits;
   for (size_t i = 0; i < pending.n && !cu.error[0]; ++i) {
     KernelNodeParams p = nodeParams(&pending, i, ptrs);
-    int early = i && pending.launch[i].waits;
-    int after = i && !early;
-    CHECK(cu.graphAddKernelNode(&g->node[i], g->graph,
-                                after ? &g->node[i - 1] : NULL, after, &p),
+    const Launch *l = &pending.launch[i];
+    int early = chain && i && l->waits;
+    size_t n = 0;
+    if (chain && i && !early)
+      deps[n++] = g->node[i - 1];
+    for (uint32_t k = 0; !chain && k < l->ndeps; ++k)
+      deps[n++] = g->node[pending.deps[l->depAt + k]];
+    CHECK(cu.graphAddKernelNode(&g->node[i], g->graph, n ? deps : NULL, n,
+                                &p),
           "cuGraphAddKernelNode");
     if (early && !cu.error[0])
       CHECK(cu.graphAddDependencies(g->graph, &g->node[i - 1], &g->node[i],
                                     &programmatic, 1),
             "cuGraphAddDependencies");
+    if (!chain && l->ordered && !cu.error[0])
+      CHECK(cu.graphAddDependencies(g->graph, &g->node[i - 1], &g->node[i],
+                                    &launchOrder, 1),
+            "cuGraphAddDependencies (launch order)");
   }
+  free(deps);
   if (!cu.error[0])
     CHECK(cu.graphInstantiate(&g->exec, g->graph, 0), "cuGraphInstantiate");
   ++stats[0];
@@ -577,7 +891,7 @@ static void flush(void) {
   if (!pending.n)
     return;
   if (cu.error[0]) {
-    pending.n = pending.bytes = 0;
+    clearPending();
     return;
   }
   CUstream stream = theStream();
@@ -591,7 +905,7 @@ static void flush(void) {
             "cuLaunchKernel");
       ++stats[3];
     }
-    pending.n = pending.bytes = 0;
+    clearPending();
     return;
   }
   uint64_t key = shapeKey(&pending);
@@ -632,7 +946,17 @@ static void flush(void) {
     CHECK(cu.graphLaunch(g->exec, stream), "cuGraphLaunch");
     ++stats[1];
   }
-  pending.n = pending.bytes = 0;
+  clearPending();
+}
+
+/* Empties the segment and what its launches touched. */
+static void clearPending(void) {
+  pending.n = pending.bytes = pending.ndeps = 0;
+  if (++touchGen == 0) {
+    memset(touched, 0, sizeof(touched));
+    touchGen = 1;
+  }
+  nTouched = 0, nReaders = 0, barrier = -1;
 }
 
 /* Drops every graph (their kernels' module is going away). */
@@ -656,8 +980,9 @@ K3_EXPORT void k3rt_cuda_graph_stats(uint64_t out[4]) {
 K3_EXPORT void k3rt_cuda_workspace_reset(void) {
   if (cu.ready && !cu.error[0])
     flush();
-  pending.n = pending.bytes = 0;
+  clearPending();
   callLaunches = 0, nextCut = kFirstCut;
+  nAllocs = 0;
   if (cu.ready && !cu.error[0])
     CHECK(cu.streamSynchronize(theStream()), "cuStreamSynchronize");
   /* K3RT_CUDA_POISON=1 (debugging): the workspace a call used is filled
@@ -823,6 +1148,7 @@ K3_EXPORT void mgpuModuleUnload(void *module) {
       functions[i].module = NULL, functions[i].name = NULL;
   memset(sharedOptIns, 0, sizeof(sharedOptIns));
   dropWaiting(module);
+  dropAccess(module);
   pthread_mutex_unlock(&functionsLock);
   if (load()) {
     /* Graphs name the module's kernels: queue what is recorded, wait, and
@@ -854,6 +1180,8 @@ K3_EXPORT void *mgpuModuleGetFunction(void *module, const char *name) {
     CHECK(cu.moduleGetFunction(&f, module, name), "cuModuleGetFunction");
     if (f && isWaiting(module))
       addWaiting(f, module);
+    if (f)
+      readAccess(f, module, name);
     if (f && free != kFunctionCache) {
       functions[free].module = module;
       functions[free].name = name;
@@ -939,6 +1267,16 @@ K3_EXPORT void *mgpuMemAlloc(uint64_t size, void *stream, int8_t hostShared) {
     fail("workspace (raise K3RT_CUDA_WORKSPACE_MB)", 2 /* out of memory */);
     return NULL;
   }
+  if (nAllocs == allocCap) {
+    size_t cap = allocCap ? 2 * allocCap : 1024;
+    size_t *grown = realloc(allocAt, cap * sizeof(size_t));
+    if (!grown) {
+      fail("workspace allocation list (host memory)", 2);
+      return NULL;
+    }
+    allocAt = grown, allocCap = cap;
+  }
+  allocAt[nAllocs++] = cu.arenaUsed;
   void *p = (void *)(uintptr_t)(cu.arena + cu.arenaUsed);
   cu.arenaUsed += aligned;
   return p;
