@@ -23,9 +23,8 @@
 #   trace64 the launch trace of a batch-64 step (TRACEB=B: of batch B) ~30 s
 #   prof    per-kernel profile of batch-1 and batch-8 steps (PROFB="1,8"),
 #           no peers, of each variant in PROF="new ..." (LIB, LIB-ordinary
-#           as in ab, LIB-chain: each graph one chain of kernels,
-#           K3RT_CUDA_GRAPH_DAG=0, or LIB-unordered: no launch-order
-#           edges, K3RT_CUDA_GRAPH_ORDER=0), each in a file of its own;
+#           as in ab, or LIB-chain: each graph one chain of kernels,
+#           K3RT_CUDA_GRAPH_DAG=0), each in a file of its own;
 #           PROFP=T adds a prefill of T tokens
 #           (chunks of 512)                                         ~40 s each
 #   same    whether the A/B pair computes the same bits: for each LIB of
@@ -117,16 +116,14 @@ if has prof; then
   for v in ${PROF:-new}; do
     lib=${v%-ordinary}
     lib=${lib%-chain}
-    lib=${lib%-unordered}
     so=$gb/k3-group-$lib.so
     [ "$lib" = new ] && so=$gb/k3-group.so
-    dependent=1 dag=1 order=1
+    dependent=1 dag=1
     [[ $v == *-ordinary ]] && dependent=0
     [[ $v == *-chain ]] && dag=0
-    [[ $v == *-unordered ]] && order=0
     [ -f "$so" ] || continue
     f=profile-$v-b${PROFB:-1,8}-$((++run))
-    K3RT_CUDA_DEPENDENT_LAUNCH=$dependent K3RT_CUDA_GRAPH_DAG=$dag K3RT_CUDA_GRAPH_ORDER=$order \
+    K3RT_CUDA_DEPENDENT_LAUNCH=$dependent K3RT_CUDA_GRAPH_DAG=$dag \
       timeout 100 "${bench[@]}" --lib "$so" --batches "${PROFB:-1,8}" \
       --prefill "${PROFP:-}" --prefill-chunk 512 --reps 3 \
       --compare-prompt 0 --profile --json "$out/$f.json" > "$out/$f.txt" 2>&1

@@ -18,12 +18,11 @@
  *                     programmatic edges added (graphs with a programmatic
  *                     edge into a kernel of a module without the
  *                     k3_dependent_launch global, which would race on a
- *                     GPU, fail to instantiate with 1, invalid value), the
- *                     launch-order edges added (programmatic edges from
- *                     port 2, which order when kernels start, not what
- *                     they see) and the pairs of kernel nodes of launched
- *                     graphs that no path of other edges orders (that a
- *                     GPU may run side by side)
+ *                     GPU, fail to instantiate with 1, invalid value) and
+ *                     the pairs of kernel nodes of launched graphs that
+ *                     no path of edges orders (that a GPU may run side by
+ *                     side; a launch-order edge, from port 2, orders when
+ *                     kernels start, not what they see)
  *   FAKE_CUDA_GUARD   set: device memory is mapped without access rights
  *                     except inside the driver's own copies and fills, so
  *                     host code that reads or writes a device buffer (a
@@ -63,7 +62,7 @@ typedef int CUresult;
 static size_t used, limit;
 static long launches, waitsQueued, filledFF, lookups;
 static long graphsBuilt, graphLaunches, nodeUpdates, programmaticEdges;
-static long launchOrderEdges, unorderedPairs;
+static long unorderedPairs;
 static int queued, faulted;
 
 static long envInt(const char *name, long fallback) {
@@ -259,10 +258,10 @@ __attribute__((destructor)) static void report(void) {
           launches, waitsQueued, filledFF, lookups);
   fprintf(stderr,
           "fake cuda graphs: %ld instantiated, %ld launched, %ld kernel "
-          "nodes updated, %ld programmatic edges, %ld launch-order edges, "
-          "%ld kernel node pairs unordered\n",
+          "nodes updated, %ld programmatic edges, %ld kernel node pairs "
+          "unordered\n",
           graphsBuilt, graphLaunches, nodeUpdates, programmaticEdges,
-          launchOrderEdges, unorderedPairs);
+          unorderedPairs);
 }
 
 /* Graphs: a chain of kernel nodes; a launch runs (counts) each as
@@ -371,12 +370,9 @@ static CUresult graphAddDependencies(FakeGraph *g, void *const *from,
     if (edge[e].type == 1) {
       if (edge[e].fromPort != 1 && edge[e].fromPort != 2)
         return 1;
-      if (launchOrder) {
-        ++launchOrderEdges;
-      } else {
+      if (!launchOrder)
         g->node[b].programmatic = 1;
-        ++programmaticEdges;
-      }
+      ++programmaticEdges;
     }
     if (a >= b)
       return 1;

@@ -10,9 +10,10 @@
  * Temporaries come from a per-process workspace arena in device memory that
  * k3rt_cuda_workspace_reset() rewinds after each forward call.
  *
- * One stream: every kernel of a forward call, and k3rt's copies, run in
- * order on the caller's stream (k3rt_cuda_set_stream) or else on one stream
- * of this runtime. The library's host code waits for its stream at the end
+ * One stream: every kernel of a forward call, and k3rt's copies, are
+ * queued in order on the caller's stream (k3rt_cuda_set_stream) or else on
+ * one stream of this runtime (within one graph, kernels that share no
+ * buffer may overlap: "Graphs" below). The library's host code waits for its stream at the end
  * of every function that launches kernels (MLIR's gpu-async-region); on the
  * one stream nothing needs that (the host code never reads device memory,
  * and the arena is only reused after the reset), so those waits are skipped
@@ -66,7 +67,6 @@ typedef struct {
 } GraphEdgeData;
 enum {
   kPortProgrammatic = 1, /* CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC */
-  kPortLaunchOrder = 2,  /* CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER */
   kEdgeProgrammatic = 1, /* CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC */
 };
 
@@ -118,7 +118,6 @@ static struct {
   CUresult (*memcpyDtoH)(void *, CUdeviceptr, size_t);
   int graphs;   /* replay each call's kernels as a CUDA graph */
   int dag;      /* join a graph's kernels by the buffers they share */
-  int order;    /* ... and dispatch them in program order */
   int dependentLaunch; /* programmatic edges into kernels that wait */
   CUdevice device;
   CUdeviceptr arena;
@@ -263,10 +262,6 @@ static int load(void) {
   const char *dag = getenv("K3RT_CUDA_GRAPH_DAG");
   cu.dag = cu.graphs && cu.moduleGetGlobal && cu.memcpyDtoH &&
            !(dag && !strcmp(dag, "0"));
-  /* K3RT_CUDA_GRAPH_ORDER=0: no launch-order edges (for comparisons). */
-  const char *order = getenv("K3RT_CUDA_GRAPH_ORDER");
-  cu.order = cu.dag && cu.graphAddDependencies &&
-             !(order && !strcmp(order, "0"));
   if (cu.poison && !cu.error[0]) {
     CHECK(cu.memsetD8Async(cu.arena, 0xFF, cu.arenaSize, NULL),
           "cuMemsetD8Async");
@@ -324,13 +319,8 @@ static CUstream theStream(void) {
  * pointer; docs/ABI.md). A kernel that reads a buffer waits for the last
  * kernel that wrote it, one that writes it also for the kernels that read
  * it since; a kernel without the constant waits for every kernel before it,
- * and every kernel after it for it. A kernel that need not wait for the
- * kernel before it is still dispatched after it: a launch-order edge (CUDA
- * 12.3: activated once every block of that kernel has started) keeps the
- * library's program order as the order in which the GPU takes up their
- * blocks, so that side work issued after a long kernel fills the end of
- * it rather than delaying its start (K3RT_CUDA_GRAPH_ORDER=0 drops these
- * edges). Graphs of different segments, and any copy, run in stream order.
+ * and every kernel after it for it. Graphs of different segments, and any
+ * copy, run in stream order.
  */
 
 enum {
@@ -345,7 +335,6 @@ typedef struct {
   CUfunction fn;
   int waits; /* it waits for the kernel before it (see dependentLaunch) */
   int succeeded; /* a later launch of the segment waits for it */
-  int ordered;   /* dispatched after the launch before it has started */
   unsigned grid[3], block[3], smem;
   uint32_t nparams;
   const uint16_t *size; /* each argument's bytes */
@@ -596,7 +585,7 @@ static uint64_t bufferOf(uint64_t ptr) {
 /* The buffers the segment's launches touched: the last launch that wrote
  * each and the launches that read it since (a list in `readers`). Open
  * addressing; an entry of an older segment (`gen`) is free. */
-enum { kTouchSlots = 1 << 16 };
+enum { kTouchSlots = 1 << 13 };
 static struct {
   uint64_t buffer;
   int32_t writer, readers;
@@ -613,7 +602,7 @@ static int32_t barrier = -1; /* the last launch that waited for all */
 /* The segment's entry of `buffer`, or -1 when the table is full. */
 static long touchOf(uint64_t buffer) {
   uint64_t h = buffer * 0x9E3779B97F4A7C15ull;
-  for (size_t probe = 0, i = (size_t)(h >> 48); probe < kTouchSlots / 2;
+  for (size_t probe = 0, i = (size_t)(h >> 51); probe < kTouchSlots / 2;
        ++probe, i = (i + 1) % kTouchSlots) {
     if (touched[i].gen != touchGen) {
       if (nTouched >= kTouchSlots / 2)
@@ -687,7 +676,7 @@ static int touch(uint64_t buffer, int write) {
 static int findDeps(void) {
   int32_t me = (int32_t)pending.n - 1;
   Launch *l = &pending.launch[me];
-  l->depAt = pending.ndeps, l->ndeps = 0, l->succeeded = 0, l->ordered = 0;
+  l->depAt = pending.ndeps, l->ndeps = 0, l->succeeded = 0;
   if (!cu.dag)
     return addDep(me - 1);
   void *module = NULL;
@@ -706,13 +695,8 @@ static int findDeps(void) {
     }
     at += slotBytes(l->size[a]);
   }
-  if (ok) {
-    l->ordered = cu.order && me > 0;
-    for (uint32_t k = 0; l->ordered && k < l->ndeps; ++k)
-      if (pending.deps[l->depAt + k] == (uint32_t)me - 1)
-        l->ordered = 0;
+  if (ok)
     return 1;
-  }
   /* A barrier: the dependencies found so far are kept (all of them
    * earlier launches), the rest are every launch nothing waits for. */
   for (int32_t d = 0; d < me; ++d)
@@ -799,7 +783,7 @@ static uint64_t shapeKey(const Recording *r) {
     const Launch *l = &r->launch[i];
     uint64_t v[6] = {(uintptr_t)l->fn, l->block[0], l->block[1],
                      ((uint64_t)l->block[2] << 32) | l->smem, l->nparams,
-                     ((uint64_t)l->ordered << 32) | l->ndeps};
+                     l->ndeps};
     for (int k = 0; k < 6; ++k)
       h = (h ^ v[k]) * 0x100000001b3ull;
     for (uint32_t k = 0; k < l->ndeps; ++k)
@@ -815,7 +799,7 @@ static int sameShape(const Recording *a, const Recording *b) {
     const Launch *x = &a->launch[i], *y = &b->launch[i];
     if (x->fn != y->fn || x->smem != y->smem || x->nparams != y->nparams ||
         memcmp(x->block, y->block, sizeof(x->block)) ||
-        x->ndeps != y->ndeps || x->ordered != y->ordered ||
+        x->ndeps != y->ndeps ||
         memcmp(a->deps + x->depAt, b->deps + y->depAt,
                x->ndeps * sizeof(uint32_t)))
       return 0;
@@ -852,8 +836,6 @@ static int buildGraph(Graph *g) {
   CHECK(cu.graphCreate(&g->graph, 0), "cuGraphCreate");
   const GraphEdgeData programmatic = {kPortProgrammatic, 0, kEdgeProgrammatic,
                                       {0}};
-  const GraphEdgeData launchOrder = {kPortLaunchOrder, 0, kEdgeProgrammatic,
-                                     {0}};
   int chain = 0;
   for (size_t i = 0; i < pending.n; ++i)
     chain |= pending.launch[i].waits;
@@ -873,10 +855,6 @@ static int buildGraph(Graph *g) {
       CHECK(cu.graphAddDependencies(g->graph, &g->node[i - 1], &g->node[i],
                                     &programmatic, 1),
             "cuGraphAddDependencies");
-    if (!chain && l->ordered && !cu.error[0])
-      CHECK(cu.graphAddDependencies(g->graph, &g->node[i - 1], &g->node[i],
-                                    &launchOrder, 1),
-            "cuGraphAddDependencies (launch order)");
   }
   free(deps);
   if (!cu.error[0])

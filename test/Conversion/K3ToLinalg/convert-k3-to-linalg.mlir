@@ -265,7 +265,7 @@ func.func @mla_caller(%x: tensor<?x16xbf16>, %qa: tensor<8x16xbf16>, %qan: tenso
 // CHECK: call @k3k_latent_moe_mxfp4(
 // CHECK-SAME: %false
 // CHECK: func.func private @k3k_mxfp4_group(%{{.*}}: vector<16xi8>, %{{.*}}: i8, %{{.*}}: vector<32xf32>) -> f32
-// CHECK: func.func private @k3k_experts_mxfp4_up(
+// CHECK: func.func private @k3k_experts_mxfp4(
 func.func @moe(%x: tensor<?x32xbf16>, %wr: tensor<4x32xbf16>, %br: tensor<4xf32>,
     %w1: !k3.mxfp4<4x32x32>, %w3: !k3.mxfp4<4x32x32>, %w2: !k3.mxfp4<4x32x32>, %ln: tensor<32xbf16>) -> tensor<?x32xbf16> {
   %y = k3.latent_moe %x router %wr, %br experts %w1, %w3, %w2 norm %ln

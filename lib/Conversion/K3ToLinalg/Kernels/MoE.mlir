@@ -521,41 +521,26 @@ func.func private @k3k_experts_down_mxfp4(%hid: memref<?x?x?x!act>, %idx: memref
   return
 }
 
-// The selected experts in latent space (§6.2), with MXFP4 experts
-// dequantised on the fly (§7.2): w1, w3 [E, I, L], w2 [E, L, I]. Two
-// functions, so that a MoE layer can issue its shared experts between the
-// stages (@k3k_latent_moe_mxfp4). The first:
+// Weighted sum of the selected experts in latent space (§6.2), with MXFP4 experts dequantised on the fly (§7.2): w1, w3 [E, I, L], w2 [E, L, I]:
 //   h[t,s] = round(act(round(W1_e ξ_t), round(W3_e ξ_t)))   (n, entry) in parallel
-// returning h and the entries' expert order.
-func.func private @k3k_experts_mxfp4_up(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>,
-                                        %w1p: tensor<?x?x?xi8>, %w1s: tensor<?x?x?xi8>,
-                                        %w3p: tensor<?x?x?xi8>, %w3s: tensor<?x?x?xi8>,
-                                        %silu: i1, %b1: f32, %b2: f32)
-    -> (memref<?x?x?x!act>, memref<?xi64>, memref<?xi64>) {
+//   y[t,s] = round(W2_e h[t,s])                             (j, entry) in parallel
+//   r[t]   = round(Σ_s ω[t,s] y[t,s])                       (t, j) in parallel
+func.func private @k3k_experts_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>,
+                                     %w1p: tensor<?x?x?xi8>, %w1s: tensor<?x?x?xi8>,
+                                     %w3p: tensor<?x?x?xi8>, %w3s: tensor<?x?x?xi8>,
+                                     %w2p: tensor<?x?x?xi8>, %w2s: tensor<?x?x?xi8>,
+                                     %silu: i1, %b1: f32, %b2: f32) -> tensor<?x?x!act> {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
+  %zero = arith.constant 0.0 : f32
   %t = tensor.dim %xi, %c0 : tensor<?x?x!act>
+  %l = tensor.dim %xi, %c1 : tensor<?x?x!act>
   %ni = tensor.dim %w1p, %c1 : tensor<?x?x?xi8>
   %topk = memref.dim %idx, %c1 : memref<?x?xi64>
   %order, %rank = func.call @k3k_group_by_expert(%idx) : (memref<?x?xi64>) -> (memref<?xi64>, memref<?xi64>)
   // h is rounded to the activation type, so it is stored in it.
   %hid = memref.alloc(%t, %topk, %ni) : memref<?x?x?x!act>
   func.call @k3k_experts_up_mxfp4(%xi, %idx, %order, %rank, %w1p, %w1s, %w3p, %w3s, %silu, %b1, %b2, %hid) : (tensor<?x?x!act>, memref<?x?xi64>, memref<?xi64>, memref<?xi64>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, i1, f32, f32, memref<?x?x?x!act>) -> ()
-  return %hid, %order, %rank : memref<?x?x?x!act>, memref<?xi64>, memref<?xi64>
-}
-
-// The second stage and the weighted sum (§6.2):
-//   y[t,s] = round(W2_e h[t,s])                             (j, entry) in parallel
-//   r[t]   = round(Σ_s ω[t,s] y[t,s])                       (t, j) in parallel
-func.func private @k3k_experts_mxfp4_down(%hid: memref<?x?x?x!act>, %order: memref<?xi64>, %rank: memref<?xi64>,
-                                          %idx: memref<?x?xi64>, %wts: memref<?x?xf32>,
-                                          %w2p: tensor<?x?x?xi8>, %w2s: tensor<?x?x?xi8>) -> tensor<?x?x!act> {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %zero = arith.constant 0.0 : f32
-  %t = memref.dim %idx, %c0 : memref<?x?xi64>
-  %topk = memref.dim %idx, %c1 : memref<?x?xi64>
-  %l = tensor.dim %w2p, %c1 : tensor<?x?x?xi8>
   %ys = memref.alloc(%t, %topk, %l) : memref<?x?x?xf32>
   func.call @k3k_experts_down_mxfp4(%hid, %idx, %order, %rank, %w2p, %w2s, %ys) : (memref<?x?x?x!act>, memref<?x?xi64>, memref<?xi64>, memref<?xi64>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, memref<?x?x?xf32>) -> ()
   %out = memref.alloc(%t, %l) : memref<?x?x!act>
@@ -692,11 +677,9 @@ func.func private @k3k_moe_front(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf16>, %b
 }
 
 // The shared experts' output Sh (§6.3) from their gate and up products a
-// and b (a when there are none: [T, 0]). Independent of the routed
-// experts: on a GPU the runtime's graphs run the two side by side
-// (k3-gpu-kernel-access), each kernel dispatched in program order, so a
-// MoE layer issues Sh between the experts' stages, where its kernels fill
-// the end of the first stage instead of delaying its start.
+// and b (a when there are none: [T, 0]). Called right after the front: it
+// does not need the routed experts, and on a GPU the runtime's graphs run
+// the two side by side (k3-gpu-kernel-access).
 func.func private @k3k_moe_shared(%sa: tensor<?x?x!act>, %sb: tensor<?x?x!act>,
     %sd: tensor<?x?xbf16>, %hasshared: i1, %silu: i1, %b1: f32, %b2: f32) -> tensor<?x?x!act> {
   %sh = scf.if %hasshared -> (tensor<?x?x!act>) {
@@ -722,8 +705,7 @@ func.func private @k3k_moe_back(%r: tensor<?x?x!act>, %norm: tensor<?xbf16>, %ha
   return %y : tensor<?x?x!act>
 }
 
-// k3.latent_moe with mxfp4 experts (§6.1–6.3): out = round(R + Sh), Sh
-// issued between the experts' stages (@k3k_moe_shared).
+// k3.latent_moe with mxfp4 experts (§6.1–6.3): out = round(R + Sh).
 func.func private @k3k_latent_moe_mxfp4(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf16>, %bias: tensor<?xf32>,
     %down: tensor<?x?xbf16>, %up: tensor<?x?xbf16>, %haslatent: i1,
     %w1p: tensor<?x?x?xi8>, %w1s: tensor<?x?x?xi8>, %w3p: tensor<?x?x?xi8>, %w3s: tensor<?x?x?xi8>, %w2p: tensor<?x?x?xi8>, %w2s: tensor<?x?x?xi8>,
@@ -731,9 +713,8 @@ func.func private @k3k_latent_moe_mxfp4(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf
     %sg: tensor<?x?xbf16>, %su: tensor<?x?xbf16>, %sd: tensor<?x?xbf16>, %hasshared: i1,
     %topk: index, %renorm: i1, %scaling: f32, %silu: i1, %b1: f32, %b2: f32) -> tensor<?x?x!act> {
   %idx, %wts, %xi, %sa, %sb = func.call @k3k_moe_front(%x, %wr, %bias, %down, %haslatent, %sg, %su, %topk, %renorm, %scaling) : (tensor<?x?x!act>, tensor<?x?xbf16>, tensor<?xf32>, tensor<?x?xbf16>, i1, tensor<?x?xbf16>, tensor<?x?xbf16>, index, i1, f32) -> (memref<?x?xi64>, memref<?x?xf32>, tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?x!act>)
-  %hid, %order, %rank = func.call @k3k_experts_mxfp4_up(%xi, %idx, %w1p, %w1s, %w3p, %w3s, %silu, %b1, %b2) : (tensor<?x?x!act>, memref<?x?xi64>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, i1, f32, f32) -> (memref<?x?x?x!act>, memref<?xi64>, memref<?xi64>)
   %sh = func.call @k3k_moe_shared(%sa, %sb, %sd, %hasshared, %silu, %b1, %b2) : (tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?xbf16>, i1, i1, f32, f32) -> tensor<?x?x!act>
-  %r = func.call @k3k_experts_mxfp4_down(%hid, %order, %rank, %idx, %wts, %w2p, %w2s) : (memref<?x?x?x!act>, memref<?xi64>, memref<?xi64>, memref<?x?xi64>, memref<?x?xf32>, tensor<?x?x?xi8>, tensor<?x?x?xi8>) -> tensor<?x?x!act>
+  %r = func.call @k3k_experts_mxfp4(%xi, %idx, %wts, %w1p, %w1s, %w3p, %w3s, %w2p, %w2s, %silu, %b1, %b2) : (tensor<?x?x!act>, memref<?x?xi64>, memref<?x?xf32>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, i1, f32, f32) -> tensor<?x?x!act>
   %y = func.call @k3k_moe_back(%r, %norm, %hasnorm, %eps, %up, %haslatent, %sh, %hasshared) : (tensor<?x?x!act>, tensor<?xbf16>, i1, f32, tensor<?x?xbf16>, i1, tensor<?x?x!act>, i1) -> tensor<?x?x!act>
   return %y : tensor<?x?x!act>
 }
