@@ -683,7 +683,9 @@ def K3GPUKernelAccessPass : Pass<"k3-gpu-kernel-access", "::mlir::ModuleOp"> {
     A memref is followed through view-like ops (subview, cast,
     reinterpret_cast, collapse/expand_shape, extract_strided_metadata's
     base); a use whose effects are not known (a call, a pointer taken
-    with extract_aligned_pointer_as_index) counts as a write.
+    with extract_aligned_pointer_as_index) counts as a write. A kernel
+    with an argument that is neither a ranked memref nor a number gets no
+    constant (the runtime then orders it after every kernel before it).
 
     ```mlir
     gpu.func @k(%x: memref<?xf32>, %y: memref<?xf32>, %n: index) kernel

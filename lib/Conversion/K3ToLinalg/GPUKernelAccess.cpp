@@ -18,6 +18,8 @@
 #include "mlir/Interfaces/ViewLikeInterface.h"
 #include "llvm/ADT/DenseSet.h"
 
+#include <optional>
+
 namespace mlir::k3 {
 #define GEN_PASS_DEF_K3GPUKERNELACCESSPASS
 #include "k3/Conversion/Passes.h.inc"
@@ -109,12 +111,17 @@ bool writesModuleGlobal(gpu::GPUFuncOp func, gpu::GPUModuleOp module) {
   return writes;
 }
 
-/// The access string of `func` (Passes.td).
-std::string accessOf(gpu::GPUFuncOp func, gpu::GPUModuleOp module) {
+/// The access string of `func` (Passes.td), or none when an argument is
+/// neither a ranked memref nor a number (the runtime then orders the kernel
+/// after every kernel before it).
+std::optional<std::string> accessOf(gpu::GPUFuncOp func,
+                                    gpu::GPUModuleOp module) {
   std::string access(1, writesModuleGlobal(func, module) ? 'g' : '-');
   for (BlockArgument arg : func.getArguments()) {
     auto memref = dyn_cast<MemRefType>(arg.getType());
     if (!memref) {
+      if (!isa<IntegerType, IndexType, FloatType>(arg.getType()))
+        return std::nullopt;
       access += '-';
       continue;
     }
@@ -140,12 +147,14 @@ struct K3GPUKernelAccessPass
         std::string name = (func.getName() + kSuffix).str();
         if (module.lookupSymbol(name))
           continue;
-        std::string access = accessOf(func, module);
-        auto type = LLVM::LLVMArrayType::get(b.getI8Type(), access.size());
+        std::optional<std::string> access = accessOf(func, module);
+        if (!access)
+          continue;
+        auto type = LLVM::LLVMArrayType::get(b.getI8Type(), access->size());
         b.setInsertionPointToEnd(module.getBody());
         LLVM::GlobalOp::create(
             b, func.getLoc(), type, /*isConstant=*/true,
-            LLVM::Linkage::External, name, b.getStringAttr(access),
+            LLVM::Linkage::External, name, b.getStringAttr(*access),
             /*alignment=*/1,
             static_cast<unsigned>(NVVM::NVVMMemorySpace::Global));
       }

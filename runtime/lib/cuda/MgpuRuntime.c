@@ -800,8 +800,8 @@ static int sameShape(const Recording *a, const Recording *b) {
     if (x->fn != y->fn || x->smem != y->smem || x->nparams != y->nparams ||
         memcmp(x->block, y->block, sizeof(x->block)) ||
         x->ndeps != y->ndeps ||
-        memcmp(a->deps + x->depAt, b->deps + y->depAt,
-               x->ndeps * sizeof(uint32_t)))
+        (x->ndeps && memcmp(a->deps + x->depAt, b->deps + y->depAt,
+                            x->ndeps * sizeof(uint32_t))))
       return 0;
   }
   return 1;

@@ -73,3 +73,18 @@ module attributes {gpu.container_module} {
     }
   }
 }
+
+// -----
+
+// A kernel with an argument that is neither a memref nor a number (a raw
+// pointer) gets no constant: the runtime orders it after every kernel
+// before it.
+// CHECK-LABEL: gpu.module @raw
+// CHECK-NOT: k3_access
+module attributes {gpu.container_module} {
+  gpu.module @raw {
+    gpu.func @r(%p: !llvm.ptr<1>) kernel {
+      gpu.return
+    }
+  }
+}
