@@ -378,6 +378,20 @@ static uint64_t stats[4];
 
 static size_t slotBytes(size_t bytes) { return (bytes + 7) & ~(size_t)7; }
 
+/* `array` (`*cap` elements of `size` bytes) with room for element `n`:
+ * doubled (first `first` elements) when full; NULL when out of host memory
+ * (`array` stays as it was). */
+static void *grow(void *array, size_t *cap, size_t n, size_t size,
+                  size_t first) {
+  if (n < *cap)
+    return array;
+  size_t more = *cap ? 2 * *cap : first;
+  void *p = realloc(array, more * size);
+  if (p)
+    *cap = more;
+  return p;
+}
+
 /* The byte size of each of `fn`'s `n` arguments, asked once; NULL if the
  * driver does not tell. */
 static const uint16_t *paramSizes(CUfunction fn, uint32_t n) {
@@ -627,13 +641,11 @@ static int addDep(int32_t d) {
   for (uint32_t k = 0; k < l->ndeps; ++k)
     if (pending.deps[l->depAt + k] == (uint32_t)d)
       return 1;
-  if (pending.ndeps == pending.depCap) {
-    size_t cap = pending.depCap ? 2 * pending.depCap : 4096;
-    uint32_t *deps = realloc(pending.deps, cap * sizeof(uint32_t));
-    if (!deps)
-      return 0;
-    pending.deps = deps, pending.depCap = cap;
-  }
+  uint32_t *deps = grow(pending.deps, &pending.depCap, pending.ndeps,
+                        sizeof(uint32_t), 4096);
+  if (!deps)
+    return 0;
+  pending.deps = deps;
   pending.deps[pending.ndeps++] = (uint32_t)d;
   ++l->ndeps;
   pending.launch[d].succeeded = 1;
@@ -657,13 +669,10 @@ static int touch(uint64_t buffer, int write) {
   }
   if (touched[t].readers >= 0 && readers[touched[t].readers].launch == me)
     return 1;
-  if (nReaders == readerCap) {
-    size_t cap = readerCap ? 2 * readerCap : 4096;
-    void *grown = realloc(readers, cap * sizeof(*readers));
-    if (!grown)
-      return 0;
-    readers = grown, readerCap = cap;
-  }
+  void *more = grow(readers, &readerCap, nReaders, sizeof(*readers), 4096);
+  if (!more)
+    return 0;
+  readers = more;
   readers[nReaders].launch = me, readers[nReaders].next = touched[t].readers;
   touched[t].readers = (int32_t)nReaders++;
   return 1;
@@ -721,13 +730,11 @@ static int record(CUfunction fn, const unsigned grid[3],
   size_t bytes = 0;
   for (uint32_t a = 0; a < n; ++a)
     bytes += slotBytes(size[a]);
-  if (pending.n == pending.cap) {
-    size_t cap = pending.cap ? 2 * pending.cap : 512;
-    Launch *l = realloc(pending.launch, cap * sizeof(Launch));
-    if (!l)
-      return 0;
-    pending.launch = l, pending.cap = cap;
-  }
+  Launch *launches =
+      grow(pending.launch, &pending.cap, pending.n, sizeof(Launch), 512);
+  if (!launches)
+    return 0;
+  pending.launch = launches;
   if (pending.bytes + bytes > pending.valueCap) {
     size_t cap = pending.valueCap ? 2 * pending.valueCap : 1 << 16;
     while (cap < pending.bytes + bytes)
@@ -1245,15 +1252,12 @@ K3_EXPORT void *mgpuMemAlloc(uint64_t size, void *stream, int8_t hostShared) {
     fail("workspace (raise K3RT_CUDA_WORKSPACE_MB)", 2 /* out of memory */);
     return NULL;
   }
-  if (nAllocs == allocCap) {
-    size_t cap = allocCap ? 2 * allocCap : 1024;
-    size_t *grown = realloc(allocAt, cap * sizeof(size_t));
-    if (!grown) {
-      fail("workspace allocation list (host memory)", 2);
-      return NULL;
-    }
-    allocAt = grown, allocCap = cap;
+  size_t *at = grow(allocAt, &allocCap, nAllocs, sizeof(size_t), 1024);
+  if (!at) {
+    fail("workspace allocation list (host memory)", 2);
+    return NULL;
   }
+  allocAt = at;
   allocAt[nAllocs++] = cu.arenaUsed;
   void *p = (void *)(uintptr_t)(cu.arena + cu.arenaUsed);
   cu.arenaUsed += aligned;
