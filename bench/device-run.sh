@@ -20,7 +20,8 @@
 #           every PyTorch peer in one process, per-kernel profile and
 #           the launch trace of a batch-1 step                        ~330 s
 #   f32     agreement of the f32 library with the f32 peer            ~40 s
-#   trace64 the launch trace of a batch-64 step (TRACEB=B: of batch B) ~30 s
+#   trace64 the launch trace of a batch-64 step (TRACEB=B: of batch B,
+#           in the same files)                                        ~30 s
 #   prof    per-kernel profile of batch-1 and batch-8 steps (PROFB="1,8"),
 #           no peers, of each variant in PROF="new ..." (LIB, LIB-ordinary
 #           as in ab, or LIB-chain: each graph one chain of kernels,
