@@ -477,7 +477,15 @@ def K3GPUAttnResNormPass : Pass<"k3-gpu-attn-res-norm", "::mlir::ModuleOp"> {
     output `[T, D]` computes RMSNorm(x) (§2) in four launches of the generic
     kernels; it gets the same block per token (D a multiple of 16 bytes,
     x, γ and the output aligned for 16-byte loads): the block's sum of
-    squares, then round(round(x · inv) · γ) of each thread's pieces.
+    squares, then round(round(x · inv) · γ) of each thread's pieces. With
+    arguments y `[T, k, D]` (f32) and ω `[T, k]` in place of x
+    (`Kernels/MoE.mlir`: @k3k_experts_combine_norm_rows, the latent RMSNorm
+    of the MoE's weighted sum, §6.2) x is r = round(Σ_s ω_s y_s): each
+    thread first makes its pieces of r (the sum from 0, s ascending, as the
+    generic weighted sum) and stores them into the output, where the norm
+    reads them back, so the weighted sum needs no kernel of its own (y
+    aligned for loads of as many f32 as a 16-byte piece of activations
+    holds: 32 bytes for bf16).
   }];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::arith::ArithDialect",

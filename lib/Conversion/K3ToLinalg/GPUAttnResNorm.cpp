@@ -28,7 +28,12 @@
 // launches of one block each at batch 1 (the sum of squares' fill,
 // reduction and copy, then the norm: 5.2 us on the H200, BENCHMARKS.md
 // fifteenth session's trace) and gets the same block per token: the sum
-// of squares, then the norm of the thread's pieces.
+// of squares, then the norm of the thread's pieces. The MoE's latent
+// RMSNorm of the experts' weighted sum (§6.2; @k3k_experts_combine_norm_rows,
+// marked alike, with the experts' y [T, k, D] f32 and weights ω [T, k]
+// instead of x) makes its pieces of r = round(Σ_s ω_s y_s) first, in slot
+// order as the sum's own kernel did, and stores them where the norm then
+// reads them: the weighted sum's kernel goes.
 //
 //===----------------------------------------------------------------------===//
 
@@ -92,12 +97,21 @@ public:
   }
 
   /// RMSNorm rows (`k3.rms_norm`): x [T, D], γ [D], eps, output [T, D].
+  /// (x, γ, eps, output), or the weighted sum's (y, ω, γ, eps, output).
   AttnResNormKernel(OpBuilder &b, Location loc, Block &body, Conversions fns,
                     memref::GlobalOp sums)
-      : IndexMath{b, loc}, v(body.getArgument(0)), gn(body.getArgument(1)),
-        eps2(body.getArgument(2)), out(body.getArgument(3)), fns(fns),
-        sumsGlobal(sums) {
-    act = cast<MemRefType>(v.getType()).getElementType();
+      : IndexMath{b, loc}, fns(fns), sumsGlobal(sums) {
+    unsigned k = body.getNumArguments() == 5;
+    if (k) {
+      ys = body.getArgument(0);
+      wts = body.getArgument(1);
+    } else {
+      v = body.getArgument(0);
+    }
+    gn = body.getArgument(1 + k);
+    eps2 = body.getArgument(2 + k);
+    out = body.getArgument(3 + k);
+    act = cast<MemRefType>(out.getType()).getElementType();
     per = 16 / (act.getIntOrFloatBitWidth() / 8);
   }
 
@@ -188,9 +202,10 @@ private:
   }
 
   // attn_res_norm: v = the blocks [n - 1, T, D], last [1, T, D] (with a
-  // residual sum: a, b [1, T, D] and last their sum); rms_norm: v = x [T, D],
-  // and last, g, p, eps unset.
-  Value v, last, addA, addB, g, p, eps, gn, eps2, out;
+  // residual sum: a, b [1, T, D] and last their sum); rms_norm: v = x [T, D]
+  // or, of the experts' weighted sum, ys [T, k, D] and wts [T, k]; and
+  // last, g, p, eps unset.
+  Value v, last, addA, addB, g, p, eps, gn, eps2, out, ys, wts;
   Conversions fns;
   memref::GlobalOp sumsGlobal, scoresGlobal;
   Type act;
@@ -226,12 +241,20 @@ void AttnResNormKernel::build(SmallVectorImpl<Operation *> &rest) {
 }
 
 void AttnResNormKernel::buildNorm(SmallVectorImpl<Operation *> &rest) {
-  Value c0 = idx(0), c1 = idx(1);
-  Value tokens = memref::DimOp::create(b, loc, v, c0);
-  Value dim = memref::DimOp::create(b, loc, v, c1);
+  Value c0 = idx(0), c1 = idx(1), c2 = idx(2);
+  Value src = ys ? ys : v;
+  Value tokens = memref::DimOp::create(b, loc, src, c0);
+  Value dim = memref::DimOp::create(b, loc, src, ys ? c2 : c1);
   Value ok = both(rem0(dim, per), lt(c0, tokens));
-  ok = both(ok, both(aligned(v), aligned(out)));
+  // (y's pieces are per f32 elements: 4 x per bytes.)
+  ok = both(ok, both(aligned(src, ys ? 4 * per : 16), aligned(out)));
   ok = both(ok, aligned(gn, 2 * per));
+  ok = both(ok, both(eq(memref::DimOp::create(b, loc, out, c0), tokens),
+                     eq(memref::DimOp::create(b, loc, out, c1), dim)));
+  if (ys)
+    for (int64_t i = 0; i < 2; ++i)
+      ok = both(ok, eq(memref::DimOp::create(b, loc, wts, i),
+                       memref::DimOp::create(b, loc, ys, i)));
   k3::guardBody(b, loc, rest, ok);
   normKernel(tokens, dim);
 }
@@ -270,15 +293,36 @@ void AttnResNormKernel::normKernel(Value tokens, Value dim) {
   launchPerToken(tokens, dim);
   // The row's sum of squares (a block sum), then the norm of each piece:
   // the generic kernels' element operations, another order of the sum.
+  // Of the experts' weighted sum: the thread's pieces of r = round(Σ_s ω_s
+  // y_s) first (from 0, s ascending, a product then a sum, as
+  // @k3k_experts_combine), stored in the output for the norm to read.
+  Value entries = ys ? memref::DimOp::create(b, loc, ys, idx(1)) : Value();
   auto squares = pieces({f32(0.0)}, [&](Value j0, ValueRange acc) {
     Value ss = acc[0];
-    for (Value x : load(v, {token, j0})) {
+    SmallVector<Value> xs;
+    if (ys) {
+      scf::ForOp sum = loop(
+          idx(0), entries, idx(1), SmallVector<Value>(per, f32(0.0)),
+          [&](Value s, ValueRange part) {
+            Value w = memref::LoadOp::create(b, loc, wts, ValueRange{token, s});
+            SmallVector<Value> y = load(ys, {token, s, j0}), next;
+            for (int64_t e = 0; e < per; ++e)
+              next.push_back(fadd(part[e], fmul(w, y[e])));
+            return next;
+          });
+      for (Value r : sum.getResults())
+        xs.push_back(call(fns.narrow, r));
+      store(xs, out, {token, j0});
+    } else {
+      xs = load(v, {token, j0});
+    }
+    for (Value x : xs) {
       Value a = call(fns.widen, x);
       ss = fadd(ss, fmul(a, a));
     }
     return SmallVector<Value>{ss};
   });
-  normalise(v, invRMS(blockSums(squares.getResults())[0], eps2));
+  normalise(ys ? out : v, invRMS(blockSums(squares.getResults())[0], eps2));
   gpu::TerminatorOp::create(b, loc);
 }
 
@@ -483,14 +527,22 @@ struct K3GPUAttnResNormPass
       return f.emitError() << kNormAttr << ": " << why;
     };
     Block &body = f.getBody().front();
-    if (body.getNumArguments() != 4)
-      return fail("expected (x [T, D], γ [D], eps, output [T, D]) arguments");
-    MemRefType x = memref(body, 0, 2), g = memref(body, 1, 1),
-               out = memref(body, 3, 2);
-    if (!x || !g || !out || !body.getArgument(2).getType().isF32())
-      return fail("expected identity-layout memrefs x [T, D], γ [D], output "
-                  "[T, D] and f32 eps");
-    Type act = x.getElementType();
+    // Of the experts' weighted sum (5 arguments): y and ω instead of x.
+    unsigned n = body.getNumArguments(), k = n == 5;
+    if (n != 4 && n != 5)
+      return fail("expected (x [T, D], γ [D], eps, output [T, D]) or (y [T, "
+                  "k, D], ω [T, k], γ [D], eps, output [T, D]) arguments");
+    MemRefType x = memref(body, 0, k ? 3 : 2), g = memref(body, 1 + k, 1),
+               out = memref(body, 3 + k, 2);
+    MemRefType w = k ? memref(body, 1, 2) : nullptr;
+    if (!x || !g || !out || !body.getArgument(2 + k).getType().isF32() ||
+        (k && (!w || !x.getElementType().isF32() ||
+               !w.getElementType().isF32())))
+      return fail("expected identity-layout memrefs x [T, D] (or f32 y [T, "
+                  "k, D] and ω [T, k]), γ [D], output [T, D] and f32 eps");
+    Type act = out.getElementType();
+    if (!k && x.getElementType() != act)
+      return fail("expected bf16 or f32 activations and bf16 weights");
     if (out.getElementType() != act || !(act.isBF16() || act.isF32()) ||
         !g.getElementType().isBF16())
       return fail("expected bf16 or f32 activations and bf16 weights");

@@ -357,14 +357,76 @@ func.func @rn(%x: memref<?x?xbf16>, %g: memref<?xbf16>, %eps: f32, %out: memref<
 
 // -----
 
-// expected-error @+1 {{k3.rms_norm: expected (x [T, D], γ [D], eps, output [T, D]) arguments}}
+// The latent RMSNorm of the experts' weighted sum
+// (@k3k_experts_combine_norm_rows, `k3.rms_norm` with y [T, k, D] f32 and ω
+// [T, k] instead of x): each thread makes its pieces of r = round(Σ_s ω_s
+// y_s) (from 0, s ascending, a product then a sum), stores them in the
+// output and sums their squares; the norm then reads them back. Run-time
+// choice as above, y 32-byte aligned (8 f32 per piece) and ω [T, k].
+// CHECK-LABEL: func.func @rnc
+// CHECK-SAME: (%[[Y:[^:]+]]: memref<?x?x?xf32>, %[[W:[^:]+]]: memref<?x?xf32>, %[[G:[^:]+]]: memref<?xbf16>, %[[EPS:[^:]+]]: f32, %[[OUT:[^:]+]]: memref<?x?xbf16>)
+// CHECK-DAG: %[[T:.+]] = memref.dim %[[Y]], %c0
+// CHECK-DAG: %[[D:.+]] = memref.dim %[[Y]], %c2
+// CHECK-DAG: %[[YP:.+]] = memref.extract_aligned_pointer_as_index %[[Y]]
+// CHECK-DAG: arith.remui %[[YP]], %c32
+// CHECK-DAG: memref.dim %[[W]], %c1
+// CHECK: scf.if
+// CHECK: gpu.launch blocks(%[[TOK:[^,]+]], {{.*}} in (%{{.+}} = %[[T]], %{{.+}} = %c1, %{{.+}} = %c1) threads(%[[TID:[^,]+]], {{.*}} in (%{{.+}} = %c1024,
+// CHECK: scf.for %[[J:.+]] = %{{.+}} to %[[D]] step %c8192 iter_args
+// CHECK: scf.for %[[S:.+]] = %{{.+}} to %{{.+}} step %{{.+}} iter_args
+// CHECK: %[[WS:.+]] = memref.load %[[W]][%[[TOK]], %[[S]]]
+// CHECK: vector.load %[[Y]][%[[TOK]], %[[S]], %[[J]]] {alignment = 32 : i64} : memref<?x?x?xf32>, vector<8xf32>
+// CHECK: %[[P:.+]] = arith.mulf %[[WS]], %{{.+}}
+// CHECK: arith.addf %{{.+}}, %[[P]]
+// CHECK-COUNT-8: func.call @narrow(
+// CHECK: vector.store %{{.+}}, %[[OUT]][%[[TOK]], %[[J]]] {alignment = 16 : i64}
+// CHECK: %[[A:.+]] = func.call @widen(
+// CHECK: arith.mulf %[[A]], %[[A]]
+// CHECK: gpu.barrier
+// CHECK: scf.for %[[J2:.+]] = %{{.+}} to %[[D]] step %c8192 {
+// CHECK: vector.load %[[OUT]][%[[TOK]], %[[J2]]]
+// CHECK: vector.store %{{.+}}, %[[OUT]][%[[TOK]], %[[J2]]] {alignment = 16 : i64}
+// CHECK: } else {
+// CHECK: return
+func.func private @widen(%a: bf16) -> f32 {
+  %r = arith.extf %a : bf16 to f32
+  return %r : f32
+}
+func.func private @narrow(%a: f32) -> bf16 {
+  %r = arith.truncf %a : f32 to bf16
+  return %r : bf16
+}
+func.func private @round(%a: f32) -> f32 {
+  %n = arith.truncf %a : f32 to bf16
+  %r = arith.extf %n : bf16 to f32
+  return %r : f32
+}
+func.func @rnc(%y: memref<?x?x?xf32>, %w: memref<?x?xf32>, %g: memref<?xbf16>, %eps: f32, %out: memref<?x?xbf16>)
+    attributes {k3.rms_norm = {widen = @widen, narrow = @narrow, round = @round}} {
+  %c0 = arith.constant 0 : index
+  %z = arith.constant 0.0 : bf16
+  memref.store %z, %out[%c0, %c0] : memref<?x?xbf16>
+  return
+}
+
+// -----
+
+// expected-error @+1 {{k3.rms_norm: expected identity-layout memrefs x [T, D] (or f32 y [T, k, D] and ω [T, k]), γ [D], output [T, D] and f32 eps}}
+func.func @rnc_bf16_weights(%y: memref<?x?x?xf32>, %w: memref<?x?xbf16>, %g: memref<?xbf16>, %eps: f32, %out: memref<?x?xbf16>)
+    attributes {k3.rms_norm = {}} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{k3.rms_norm: expected (x [T, D], γ [D], eps, output [T, D]) or (y [T, k, D], ω [T, k], γ [D], eps, output [T, D]) arguments}}
 func.func @rn_short(%x: memref<?x?xbf16>) attributes {k3.rms_norm = {}} {
   return
 }
 
 // -----
 
-// expected-error @+1 {{k3.rms_norm: expected identity-layout memrefs x [T, D], γ [D], output [T, D] and f32 eps}}
+// expected-error @+1 {{k3.rms_norm: expected identity-layout memrefs x [T, D] (or f32 y [T, k, D] and ω [T, k]), γ [D], output [T, D] and f32 eps}}
 func.func @rn_strided(%x: memref<?x?xbf16, strided<[?, 1], offset: ?>>, %g: memref<?xbf16>, %eps: f32, %out: memref<?x?xbf16>)
     attributes {k3.rms_norm = {}} {
   return

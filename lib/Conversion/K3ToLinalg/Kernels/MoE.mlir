@@ -521,18 +521,17 @@ func.func private @k3k_experts_down_mxfp4(%hid: memref<?x?x?x!act>, %idx: memref
   return
 }
 
-// Weighted sum of the selected experts in latent space (§6.2), with MXFP4 experts dequantised on the fly (§7.2): w1, w3 [E, I, L], w2 [E, L, I]:
+// The selected experts in latent space (§6.2), with MXFP4 experts dequantised on the fly (§7.2): w1, w3 [E, I, L], w2 [E, L, I]:
 //   h[t,s] = round(act(round(W1_e ξ_t), round(W3_e ξ_t)))   (n, entry) in parallel
 //   y[t,s] = round(W2_e h[t,s])                             (j, entry) in parallel
-//   r[t]   = round(Σ_s ω[t,s] y[t,s])                       (t, j) in parallel
-func.func private @k3k_experts_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>,
+// returning y [T, topk, L]; @k3k_latent_up makes r from it.
+func.func private @k3k_experts_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>,
                                      %w1p: tensor<?x?x?xi8>, %w1s: tensor<?x?x?xi8>,
                                      %w3p: tensor<?x?x?xi8>, %w3s: tensor<?x?x?xi8>,
                                      %w2p: tensor<?x?x?xi8>, %w2s: tensor<?x?x?xi8>,
-                                     %silu: i1, %b1: f32, %b2: f32) -> tensor<?x?x!act> {
+                                     %silu: i1, %b1: f32, %b2: f32) -> memref<?x?x?xf32> {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
-  %zero = arith.constant 0.0 : f32
   %t = tensor.dim %xi, %c0 : tensor<?x?x!act>
   %l = tensor.dim %xi, %c1 : tensor<?x?x!act>
   %ni = tensor.dim %w1p, %c1 : tensor<?x?x?xi8>
@@ -543,29 +542,16 @@ func.func private @k3k_experts_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64
   func.call @k3k_experts_up_mxfp4(%xi, %idx, %order, %rank, %w1p, %w1s, %w3p, %w3s, %silu, %b1, %b2, %hid) : (tensor<?x?x!act>, memref<?x?xi64>, memref<?xi64>, memref<?xi64>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, i1, f32, f32, memref<?x?x?x!act>) -> ()
   %ys = memref.alloc(%t, %topk, %l) : memref<?x?x?xf32>
   func.call @k3k_experts_down_mxfp4(%hid, %idx, %order, %rank, %w2p, %w2s, %ys) : (memref<?x?x?x!act>, memref<?x?xi64>, memref<?xi64>, memref<?xi64>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, memref<?x?x?xf32>) -> ()
-  %out = memref.alloc(%t, %l) : memref<?x?x!act>
-  scf.parallel (%i, %j) = (%c0, %c0) to (%t, %l) step (%c1, %c1) {
-    %acc = scf.for %s = %c0 to %topk step %c1 iter_args(%a = %zero) -> (f32) {
-      %w = memref.load %wts[%i, %s] : memref<?x?xf32>
-      %yv = memref.load %ys[%i, %s, %j] : memref<?x?x?xf32>
-      %p = arith.mulf %w, %yv : f32
-      %a2 = arith.addf %a, %p : f32
-      scf.yield %a2 : f32
-    }
-    %r = func.call @k3k_narrow(%acc) : (f32) -> !act
-    memref.store %r, %out[%i, %j] : memref<?x?x!act>
-  }
-  %res = bufferization.to_tensor %out restrict : memref<?x?x!act> to tensor<?x?x!act>
-  return %res : tensor<?x?x!act>
+  return %ys : memref<?x?x?xf32>
 }
 
-// Weighted sum of the selected experts in latent space (§6.2), with bf16 experts: w1, w3 [E, I, L], w2 [E, L, I]:
+// The selected experts in latent space (§6.2), with bf16 experts: w1, w3 [E, I, L], w2 [E, L, I]:
 //   h[t,s] = round(act(round(W1_e ξ_t), round(W3_e ξ_t)))   (n, entry) in parallel
 //   y[t,s] = round(W2_e h[t,s])                             (j, entry) in parallel
-//   r[t]   = round(Σ_s ω[t,s] y[t,s])                       (t, j) in parallel
-func.func private @k3k_experts_bf16(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>,
+// returning y [T, topk, L]; @k3k_latent_up makes r from it.
+func.func private @k3k_experts_bf16(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>,
                                      %w1: tensor<?x?x?xbf16>, %w3: tensor<?x?x?xbf16>, %w2: tensor<?x?x?xbf16>,
-                                     %silu: i1, %b1: f32, %b2: f32) -> tensor<?x?x!act> {
+                                     %silu: i1, %b1: f32, %b2: f32) -> memref<?x?x?xf32> {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %zero = arith.constant 0.0 : f32
@@ -621,6 +607,19 @@ func.func private @k3k_experts_bf16(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>
     %yr = func.call @k3k_round(%y) : (f32) -> f32
     memref.store %yr, %ys[%i, %s, %j] : memref<?x?x?xf32>
   }
+  return %ys : memref<?x?x?xf32>
+}
+
+// The experts' weighted sum (§6.2): r[t] = round(Σ_s ω[t,s] y[t,s]), the
+// entries of a token in slot order.
+func.func private @k3k_experts_combine(%ys: memref<?x?x?xf32>, %wts: memref<?x?xf32>) -> tensor<?x?x!act> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %zero = arith.constant 0.0 : f32
+  %t = memref.dim %ys, %c0 : memref<?x?x?xf32>
+  %topk = memref.dim %ys, %c1 : memref<?x?x?xf32>
+  %l = memref.dim %ys, %c2 : memref<?x?x?xf32>
   %out = memref.alloc(%t, %l) : memref<?x?x!act>
   scf.parallel (%i, %j) = (%c0, %c0) to (%t, %l) step (%c1, %c1) {
     %acc = scf.for %s = %c0 to %topk step %c1 iter_args(%a = %zero) -> (f32) {
@@ -637,15 +636,34 @@ func.func private @k3k_experts_bf16(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>
   return %res : tensor<?x?x!act>
 }
 
-// The latent part after the experts (§6.2): R = W_up RMSNorm(r; γ_lat);
-// without a latent space R = r. (ξ = W_down x is one of the products of x
-// in @k3k_moe_front.)
-func.func private @k3k_latent_up(%r: tensor<?x?x!act>, %norm: tensor<?xbf16>, %hasnorm: i1, %eps: f32,
+// The latent RMSNorm of the weighted sum (§6.2), RMSNorm(r; γ_lat), into
+// %out (`k3.rms_norm` with the sum's arguments: on a GPU,
+// k3-gpu-attn-res-norm gives each token one block that makes r and its
+// norm in one kernel; the body below is what runs elsewhere).
+func.func private @k3k_experts_combine_norm_rows(%ys: memref<?x?x?xf32>, %wts: memref<?x?xf32>,
+                                                 %norm: tensor<?xbf16>, %eps: f32, %out: memref<?x?x!act>)
+    attributes {k3.rms_norm = {widen = @k3k_widen, narrow = @k3k_narrow, round = @k3k_round}} {
+  %r = func.call @k3k_experts_combine(%ys, %wts) : (memref<?x?x?xf32>, memref<?x?xf32>) -> tensor<?x?x!act>
+  func.call @k3k_rms_norm_rows(%r, %norm, %eps, %out) : (tensor<?x?x!act>, tensor<?xbf16>, f32, memref<?x?x!act>) -> ()
+  return
+}
+
+// The latent part after the experts (§6.2): R = W_up RMSNorm(r; γ_lat),
+// r the weighted sum of the experts' y; without a latent space R = r. (ξ =
+// W_down x is one of the products of x in @k3k_moe_front.)
+func.func private @k3k_latent_up(%ys: memref<?x?x?xf32>, %wts: memref<?x?xf32>, %norm: tensor<?xbf16>, %hasnorm: i1, %eps: f32,
                                  %up: tensor<?x?xbf16>, %haslatent: i1) -> tensor<?x?x!act> {
+  %c0 = arith.constant 0 : index
+  %c2 = arith.constant 2 : index
   %n = scf.if %hasnorm -> (tensor<?x?x!act>) {
-    %y = func.call @k3k_rms_norm(%r, %norm, %eps) : (tensor<?x?x!act>, tensor<?xbf16>, f32) -> tensor<?x?x!act>
+    %t = memref.dim %ys, %c0 : memref<?x?x?xf32>
+    %l = memref.dim %ys, %c2 : memref<?x?x?xf32>
+    %out = memref.alloc(%t, %l) : memref<?x?x!act>
+    func.call @k3k_experts_combine_norm_rows(%ys, %wts, %norm, %eps, %out) : (memref<?x?x?xf32>, memref<?x?xf32>, tensor<?xbf16>, f32, memref<?x?x!act>) -> ()
+    %y = bufferization.to_tensor %out restrict : memref<?x?x!act> to tensor<?x?x!act>
     scf.yield %y : tensor<?x?x!act>
   } else {
+    %r = func.call @k3k_experts_combine(%ys, %wts) : (memref<?x?x?xf32>, memref<?x?xf32>) -> tensor<?x?x!act>
     scf.yield %r : tensor<?x?x!act>
   }
   %u = scf.if %haslatent -> (tensor<?x?x!act>) {
@@ -691,11 +709,11 @@ func.func private @k3k_moe_shared(%sa: tensor<?x?x!act>, %sb: tensor<?x?x!act>,
   return %sh : tensor<?x?x!act>
 }
 
-// The part after the experts' r (§6.2, §6.3): round(R + Sh), Sh from
+// The part after the experts' y (§6.2, §6.3): round(R + Sh), Sh from
 // @k3k_moe_shared.
-func.func private @k3k_moe_back(%r: tensor<?x?x!act>, %norm: tensor<?xbf16>, %hasnorm: i1, %eps: f32,
+func.func private @k3k_moe_back(%ys: memref<?x?x?xf32>, %wts: memref<?x?xf32>, %norm: tensor<?xbf16>, %hasnorm: i1, %eps: f32,
     %up: tensor<?x?xbf16>, %haslatent: i1, %sh: tensor<?x?x!act>, %hasshared: i1) -> tensor<?x?x!act> {
-  %big = func.call @k3k_latent_up(%r, %norm, %hasnorm, %eps, %up, %haslatent) : (tensor<?x?x!act>, tensor<?xbf16>, i1, f32, tensor<?x?xbf16>, i1) -> tensor<?x?x!act>
+  %big = func.call @k3k_latent_up(%ys, %wts, %norm, %hasnorm, %eps, %up, %haslatent) : (memref<?x?x?xf32>, memref<?x?xf32>, tensor<?xbf16>, i1, f32, tensor<?x?xbf16>, i1) -> tensor<?x?x!act>
   %y = scf.if %hasshared -> (tensor<?x?x!act>) {
     %s = func.call @k3k_add(%big, %sh) : (tensor<?x?x!act>, tensor<?x?x!act>) -> tensor<?x?x!act>
     scf.yield %s : tensor<?x?x!act>
@@ -714,8 +732,8 @@ func.func private @k3k_latent_moe_mxfp4(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf
     %topk: index, %renorm: i1, %scaling: f32, %silu: i1, %b1: f32, %b2: f32) -> tensor<?x?x!act> {
   %idx, %wts, %xi, %sa, %sb = func.call @k3k_moe_front(%x, %wr, %bias, %down, %haslatent, %sg, %su, %topk, %renorm, %scaling) : (tensor<?x?x!act>, tensor<?x?xbf16>, tensor<?xf32>, tensor<?x?xbf16>, i1, tensor<?x?xbf16>, tensor<?x?xbf16>, index, i1, f32) -> (memref<?x?xi64>, memref<?x?xf32>, tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?x!act>)
   %sh = func.call @k3k_moe_shared(%sa, %sb, %sd, %hasshared, %silu, %b1, %b2) : (tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?xbf16>, i1, i1, f32, f32) -> tensor<?x?x!act>
-  %r = func.call @k3k_experts_mxfp4(%xi, %idx, %wts, %w1p, %w1s, %w3p, %w3s, %w2p, %w2s, %silu, %b1, %b2) : (tensor<?x?x!act>, memref<?x?xi64>, memref<?x?xf32>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, i1, f32, f32) -> tensor<?x?x!act>
-  %y = func.call @k3k_moe_back(%r, %norm, %hasnorm, %eps, %up, %haslatent, %sh, %hasshared) : (tensor<?x?x!act>, tensor<?xbf16>, i1, f32, tensor<?x?xbf16>, i1, tensor<?x?x!act>, i1) -> tensor<?x?x!act>
+  %ys = func.call @k3k_experts_mxfp4(%xi, %idx, %w1p, %w1s, %w3p, %w3s, %w2p, %w2s, %silu, %b1, %b2) : (tensor<?x?x!act>, memref<?x?xi64>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, i1, f32, f32) -> memref<?x?x?xf32>
+  %y = func.call @k3k_moe_back(%ys, %wts, %norm, %hasnorm, %eps, %up, %haslatent, %sh, %hasshared) : (memref<?x?x?xf32>, memref<?x?xf32>, tensor<?xbf16>, i1, f32, tensor<?x?xbf16>, i1, tensor<?x?x!act>, i1) -> tensor<?x?x!act>
   return %y : tensor<?x?x!act>
 }
 
@@ -728,7 +746,7 @@ func.func private @k3k_latent_moe_bf16(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf1
     %topk: index, %renorm: i1, %scaling: f32, %silu: i1, %b1: f32, %b2: f32) -> tensor<?x?x!act> {
   %idx, %wts, %xi, %sa, %sb = func.call @k3k_moe_front(%x, %wr, %bias, %down, %haslatent, %sg, %su, %topk, %renorm, %scaling) : (tensor<?x?x!act>, tensor<?x?xbf16>, tensor<?xf32>, tensor<?x?xbf16>, i1, tensor<?x?xbf16>, tensor<?x?xbf16>, index, i1, f32) -> (memref<?x?xi64>, memref<?x?xf32>, tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?x!act>)
   %sh = func.call @k3k_moe_shared(%sa, %sb, %sd, %hasshared, %silu, %b1, %b2) : (tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?xbf16>, i1, i1, f32, f32) -> tensor<?x?x!act>
-  %r = func.call @k3k_experts_bf16(%xi, %idx, %wts, %w1, %w3, %w2, %silu, %b1, %b2) : (tensor<?x?x!act>, memref<?x?xi64>, memref<?x?xf32>, tensor<?x?x?xbf16>, tensor<?x?x?xbf16>, tensor<?x?x?xbf16>, i1, f32, f32) -> tensor<?x?x!act>
-  %y = func.call @k3k_moe_back(%r, %norm, %hasnorm, %eps, %up, %haslatent, %sh, %hasshared) : (tensor<?x?x!act>, tensor<?xbf16>, i1, f32, tensor<?x?xbf16>, i1, tensor<?x?x!act>, i1) -> tensor<?x?x!act>
+  %ys = func.call @k3k_experts_bf16(%xi, %idx, %w1, %w3, %w2, %silu, %b1, %b2) : (tensor<?x?x!act>, memref<?x?xi64>, tensor<?x?x?xbf16>, tensor<?x?x?xbf16>, tensor<?x?x?xbf16>, i1, f32, f32) -> memref<?x?x?xf32>
+  %y = func.call @k3k_moe_back(%ys, %wts, %norm, %hasnorm, %eps, %up, %haslatent, %sh, %hasshared) : (memref<?x?x?xf32>, memref<?x?xf32>, tensor<?xbf16>, i1, f32, tensor<?x?xbf16>, i1, tensor<?x?x!act>, i1) -> tensor<?x?x!act>
   return %y : tensor<?x?x!act>
 }
