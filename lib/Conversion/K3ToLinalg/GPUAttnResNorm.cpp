@@ -541,9 +541,7 @@ struct K3GPUAttnResNormPass
       return fail("expected identity-layout memrefs x [T, D] (or f32 y [T, "
                   "k, D] and ω [T, k]), γ [D], output [T, D] and f32 eps");
     Type act = out.getElementType();
-    if (!k && x.getElementType() != act)
-      return fail("expected bf16 or f32 activations and bf16 weights");
-    if (out.getElementType() != act || !(act.isBF16() || act.isF32()) ||
+    if ((!k && x.getElementType() != act) || !(act.isBF16() || act.isF32()) ||
         !g.getElementType().isBF16())
       return fail("expected bf16 or f32 activations and bf16 weights");
     FailureOr<Conversions> fns = conversions(f, kNormAttr, act);
