@@ -99,6 +99,9 @@ LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
   pm.addPass(createK3GPUSkinnyMMAPass(skinny));
   pm.addNestedPass<func::FuncOp>(createK3GPUKDARecurrentPass());
   pm.addPass(createK3GPUAttnResNormPass());
+  K3GPURoutePassOptions route;
+  route.sm = mma.sm;
+  pm.addPass(createK3GPURoutePass(route));
   K3GPUMLAMMAPassOptions mla;
   mla.sm = mma.sm;
   pm.addPass(createK3GPUMLAMMAPass(mla));

@@ -496,6 +496,41 @@ def K3GPUAttnResNormPass : Pass<"k3-gpu-attn-res-norm", "::mlir::ModuleOp"> {
                            "::mlir::scf::SCFDialect"];
 }
 
+def K3GPURoutePass : Pass<"k3-gpu-route", "::mlir::ModuleOp"> {
+  let summary = "Each token's top-k experts and their weights in one kernel";
+  let description = [{
+    A function marked `k3.route` (`Kernels/MoE.mlir`: @k3k_route_rows) with
+    arguments the router's scores `[T, E]` and bias `[E]` (f32), `renorm`
+    (i1), `scaling` (f32) and the outputs idx `[T, k]` (i64) and ω `[T, k]`
+    (f32) selects each token's k experts by the keys s + b, best first,
+    equal keys by expert index, NaN keys last (expert 0, weight 0), and
+    writes ω = s / (Σ_sel s + 1e-20) · scaling (without `renorm`, s ·
+    scaling) (K3_SPEC §6.1). Its generic kernels rank every expert against
+    all E keys, then scale the weights in a second kernel. The pass gives it
+    a second body, chosen at run time by `scf.if` (T >= 1, 1 <= k <= 32,
+    k <= E <= 1024, outputs `[T, k]`, bias `[E]`): a `gpu.launch` with one
+    block of 1024 threads per token, thread e holding expert e as an
+    unsigned word that orders as the keys do (then 1 for a NaN key, 0 once
+    taken). Each of k rounds takes the largest word and the lowest index
+    holding it with `nvvm.redux.sync` over each warp, then over the 32
+    warps' pairs (workgroup memory, two buffers, one barrier per round); the
+    winner writes its slot. Then the first k threads sum the k weights from
+    0 in slot order and scale theirs: the generic kernels' operations in
+    their order, the same bits. Other shapes keep the generic kernels, and
+    so do libraries for a target below sm_80 (no `redux.sync`).
+  }];
+  let options = [
+    Option<"sm", "sm", "int64_t", "90",
+           "Oldest compute capability the library targets (x10); below 80 "
+           "there is no redux.sync and the pass changes nothing">
+  ];
+  let dependentDialects = ["::mlir::gpu::GPUDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::memref::MemRefDialect",
+                           "::mlir::NVVM::NVVMDialect",
+                           "::mlir::scf::SCFDialect"];
+}
+
 def K3GPUKDARecurrentPass : Pass<"k3-gpu-kda-recurrent", "::mlir::func::FuncOp"> {
   let summary = "The KDA decode step in one kernel, one pass over the state";
   let description = [{

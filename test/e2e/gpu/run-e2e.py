@@ -83,6 +83,11 @@ LIBS = {
 WEIGHTS = {"w-tiny": ("k3-tiny", 1), "w-tiny3": ("k3-tiny", 3), "w-small": ("k3-small", 7),
            "w-wide": ("k3-wide", 11)}
 
+# Copies of a checkpoint with NaN router biases (e2e/route-nan.test): the
+# GPU's top-k kernel (k3-gpu-route) puts NaN keys last, as expert 0 with
+# weight 0. name: (checkpoint, indices of each MoE layer's bias set to NaN)
+NAN_WEIGHTS = {"w-tiny-nan2": ("w-tiny", [1, 4]), "w-tiny-nan7": ("w-tiny", [0, 1, 2, 3, 5, 6, 7])}
+SET_VALUES = os.path.join(HERE, "..", "Inputs", "set-values.py")
 
 TOOLS = ["k3-run", "k3-serving-check", "k3-state-check", "k3-device-check"]
 RUNTIME = ["libk3rt.so.1", "libk3rt_cuda.so"]
@@ -100,6 +105,12 @@ def build(a):
     for name, (model, seed) in WEIGHTS.items():
         subprocess.check_call([a.k3_weights, os.path.join(a.models, model, "config.json"),
                                "--seed", str(seed), "-o", os.path.join(a.out, name)])
+    for name, (src, indices) in NAN_WEIGHTS.items():
+        dst = os.path.join(a.out, name)
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(os.path.join(a.out, src), dst)
+        subprocess.check_call([sys.executable, SET_VALUES, dst, "e_score_correction_bias$", "nan"]
+                              + [str(i) for i in indices], stdout=subprocess.DEVNULL)
     for name, (model, dtype, flags) in LIBS.items():
         target = [] if any(f.startswith("--target") for f in flags) else ["--target=sm_90"]
         subprocess.check_call([a.k3c, os.path.join(a.models, model, "config.json"),
@@ -150,6 +161,12 @@ def checks(a):
              [os.path.join(b, "k3-serving-check"), lib(s + "-bf16"), w(wn)]),
         ]
     p = PROMPT.format(x="511")
+    out_ += [
+        ("tiny f32, 2 of 8 router keys NaN, vs reference",
+         ref("k3-tiny", "tiny-f32", "w-tiny-nan2", "f32", p, DECODE4, 1e-4, "--states")),
+        ("tiny f32, 7 of 8 router keys NaN (slot 2: expert 0, weight 0), vs reference",
+         ref("k3-tiny", "tiny-f32", "w-tiny-nan7", "f32", p, DECODE4, 1e-4, "--states")),
+    ]
     out_ += [
         ("tiny f32, KDA state key-first, vs reference (states transposed)",
          ref("k3-tiny", "tiny-f32kf", "w-tiny", "f32", p, DECODE16, 1e-4, "--states",

@@ -274,6 +274,22 @@ func.func private @k3k_router_few(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %o
 func.func private @k3k_route(%scores: tensor<?x?xf32>, %bias: tensor<?xf32>, %topk: index,
                              %renorm: i1, %scaling: f32) -> (memref<?x?xi64>, memref<?x?xf32>) {
   %c0 = arith.constant 0 : index
+  %t = tensor.dim %scores, %c0 : tensor<?x?xf32>
+  %idx = memref.alloc(%t, %topk) : memref<?x?xi64>
+  %wts = memref.alloc(%t, %topk) : memref<?x?xf32>
+  func.call @k3k_route_rows(%scores, %bias, %renorm, %scaling, %idx, %wts)
+      : (tensor<?x?xf32>, tensor<?xf32>, i1, f32, memref<?x?xi64>, memref<?x?xf32>) -> ()
+  return %idx, %wts : memref<?x?xi64>, memref<?x?xf32>
+}
+
+// The same into %idx and %wts [T, k] (`k3.route`: on a GPU, k3-gpu-route
+// gives each token one block that picks the best remaining expert k times
+// and scales the weights, one kernel; the body below is what runs
+// elsewhere).
+func.func private @k3k_route_rows(%scores: tensor<?x?xf32>, %bias: tensor<?xf32>, %renorm: i1, %scaling: f32,
+                                  %idx: memref<?x?xi64>, %wts: memref<?x?xf32>)
+    attributes {k3.route} {
+  %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %zero = arith.constant 0.0 : f32
   %one = arith.constant 1.0 : f32
@@ -281,8 +297,7 @@ func.func private @k3k_route(%scores: tensor<?x?xf32>, %bias: tensor<?xf32>, %to
   %zero64 = arith.constant 0 : i64
   %t = tensor.dim %scores, %c0 : tensor<?x?xf32>
   %ne = tensor.dim %scores, %c1 : tensor<?x?xf32>
-  %idx = memref.alloc(%t, %topk) : memref<?x?xi64>
-  %wts = memref.alloc(%t, %topk) : memref<?x?xf32>
+  %topk = memref.dim %idx, %c1 : memref<?x?xi64>
   scf.parallel (%i, %e) = (%c0, %c0) to (%t, %ne) step (%c1, %c1) {
     %sg = tensor.extract %scores[%i, %e] : tensor<?x?xf32>
     %b = tensor.extract %bias[%e] : tensor<?xf32>
@@ -346,7 +361,7 @@ func.func private @k3k_route(%scores: tensor<?x?xf32>, %bias: tensor<?xf32>, %to
       memref.store %ws, %wts[%i, %s] : memref<?x?xf32>
     }
   }
-  return %idx, %wts : memref<?x?xi64>, memref<?x?xf32>
+  return
 }
 
 // The (token, slot) entries of a step grouped by expert: order[g] =
