@@ -514,9 +514,11 @@ def K3GPURoutePass : Pass<"k3-gpu-route", "::mlir::ModuleOp"> {
     taken). Each of k rounds takes the largest word and the lowest index
     holding it with `nvvm.redux.sync` over each warp, then over the 32
     warps' pairs (workgroup memory, two buffers, one barrier per round); the
-    winner writes its slot. Then the first k threads sum the k weights from
-    0 in slot order and scale theirs: the generic kernels' operations in
-    their order, the same bits. Other shapes keep the generic kernels, and
+    winner writes its slot. Then lane l of warp 0 takes slot l's weight,
+    the warp sums them as the generic kernel does on a GPU (each lane's
+    term added to 0, then the xor-shuffle tree of `k3-gpu-warp-reduce`),
+    and each lane scales its own: the same operations in the same order,
+    the same bits. Other shapes keep the generic kernels, and
     so do libraries for a target below sm_80 (no `redux.sync`).
   }];
   let options = [

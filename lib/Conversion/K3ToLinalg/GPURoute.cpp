@@ -23,9 +23,10 @@
 // buffers: a warp writes round r + 2's only after round r + 1's barrier,
 // which every warp passes after reading round r's). The winner stores its
 // index (0 for a NaN key) and keeps s (0 for a NaN key) in workgroup memory
-// for slot r, and takes the word 0. After the k rounds the first k threads
-// each sum the k weights from 0 in slot order, and scale theirs: the
-// generic kernels' operations in their order, so the same bits.
+// for slot r, and takes the word 0. After the k rounds lane l of warp 0
+// takes slot l's weight, and the warp sums them and scales each as the
+// generic kernel does (k3-gpu-warp-reduce's lanes and xor-shuffle tree):
+// the same operations in the same order, so the same bits.
 //
 //===----------------------------------------------------------------------===//
 
@@ -189,25 +190,29 @@ void RouteKernel::kernel(Value tokens, Value experts, Value slots) {
   }
   gpu::BarrierOp::create(b, loc);
 
-  // Slot tid's weight (§6.1): the generic kernels' sum and scaling.
-  when(lt(tid, slots), [&] {
-    auto sum = scf::ForOp::create(b, loc, idx(0), slots, c1, f32(0.0));
-    {
-      OpBuilder::InsertionGuard inner(b);
-      b.setInsertionPointToStart(sum.getBody());
-      Value w = memref::LoadOp::create(b, loc, weights,
-                                       ValueRange{sum.getInductionVar()});
-      scf::YieldOp::create(
-          b, loc,
-          arith::AddFOp::create(b, loc, sum.getRegionIterArg(0), w)
-              .getResult());
+  // The weights (§6.1) in warp 0, lane l holding slot l: their sum as the
+  // generic kernel takes it (k3-gpu-warp-reduce: each lane's terms from
+  // 0, then an xor-shuffle tree), + 1e-20, then each slot's s / den with
+  // renorm, times scaling.
+  when(lt(tid, idx(32)), [&] {
+    Value mine = lt(lane, slots);
+    Value at = pick(mine, lane, sub(slots, c1));
+    Value w = pick(mine, memref::LoadOp::create(b, loc, weights, at),
+                   f32(0.0));
+    Value total = arith::AddFOp::create(b, loc, f32(0.0), w);
+    for (int64_t offset = 16; offset > 0; offset /= 2) {
+      Value other = gpu::ShuffleOp::create(b, loc, total, i32(offset),
+                                           i32(32), gpu::ShuffleMode::XOR)
+                        .getShuffleResult();
+      total = arith::AddFOp::create(b, loc, total, other);
     }
-    Value den = arith::AddFOp::create(b, loc, sum.getResult(0), f32(1.0e-20));
-    Value w = memref::LoadOp::create(b, loc, weights, ValueRange{tid});
-    Value q = arith::DivFOp::create(b, loc, w, den);
-    Value scaled =
-        arith::MulFOp::create(b, loc, pick(renorm, q, w), scaling);
-    memref::StoreOp::create(b, loc, scaled, wtsOut, ValueRange{token, tid});
+    when(mine, [&] {
+      Value den = arith::AddFOp::create(b, loc, total, f32(1.0e-20));
+      Value q = arith::DivFOp::create(b, loc, w, den);
+      Value scaled =
+          arith::MulFOp::create(b, loc, pick(renorm, q, w), scaling);
+      memref::StoreOp::create(b, loc, scaled, wtsOut, ValueRange{token, lane});
+    });
   });
   gpu::TerminatorOp::create(b, loc);
 }

@@ -91,21 +91,34 @@
 // CHECK:   scf.yield %[[NEXT]]
 // CHECK: }
 // CHECK: gpu.barrier
-// Slot tid < k: the sum of the k weights from 0 in slot order, + 1e-20,
-// ω = s / den with renorm, times scaling.
-// CHECK: %[[MINE:.+]] = arith.cmpi ult, %[[TID]], %[[K]]
-// CHECK: scf.if %[[MINE]] {
-// CHECK:   %[[TOT:.+]] = scf.for %[[J:.+]] = %c0 to %[[K]] step %c1 iter_args(%[[ACC:.+]] = %[[F0]]) -> (f32) {
-// CHECK:     %[[WJ:.+]] = memref.load %[[WS]][%[[J]]]
-// CHECK:     %[[ACC2:.+]] = arith.addf %[[ACC]], %[[WJ]] : f32
-// CHECK:     scf.yield %[[ACC2]]
+// Warp 0, lane l slot l: the weights' sum as the generic kernel takes it
+// (0 + the lane's term, then the xor-shuffle tree), + 1e-20, ω = s / den
+// with renorm, times scaling.
+// CHECK: %[[W0:.+]] = arith.cmpi ult, %[[TID]], %c32
+// CHECK: scf.if %[[W0]] {
+// CHECK:   %[[MINE:.+]] = arith.cmpi ult, %[[LANE]], %[[K]]
+// CHECK:   %[[LAST:.+]] = arith.subi %[[K]], %c1
+// CHECK:   %[[AT:.+]] = arith.select %[[MINE]], %[[LANE]], %[[LAST]]
+// CHECK:   %[[WL:.+]] = memref.load %[[WS]][%[[AT]]]
+// CHECK:   %[[WM:.+]] = arith.select %[[MINE]], %[[WL]], %[[F0]]
+// CHECK:   %[[P0:.+]] = arith.addf %[[WM]], %[[F0]] : f32
+// CHECK:   %[[S16:.+]], %{{.+}} = gpu.shuffle xor %[[P0]], %c16_i32, %c32_i32
+// CHECK:   %[[P1:.+]] = arith.addf %[[P0]], %[[S16]]
+// CHECK:   %[[S8:.+]], %{{.+}} = gpu.shuffle xor %[[P1]], %c8_i32, %c32_i32
+// CHECK:   %[[P2:.+]] = arith.addf %[[P1]], %[[S8]]
+// CHECK:   %[[S4:.+]], %{{.+}} = gpu.shuffle xor %[[P2]], %c4_i32, %c32_i32
+// CHECK:   %[[P3:.+]] = arith.addf %[[P2]], %[[S4]]
+// CHECK:   %[[S2:.+]], %{{.+}} = gpu.shuffle xor %[[P3]], %c2_i32, %c32_i32
+// CHECK:   %[[P4:.+]] = arith.addf %[[P3]], %[[S2]]
+// CHECK:   %[[S1:.+]], %{{.+}} = gpu.shuffle xor %[[P4]], %c1_i32, %c32_i32
+// CHECK:   %[[TOT:.+]] = arith.addf %[[P4]], %[[S1]]
+// CHECK:   scf.if %[[MINE]] {
+// CHECK:     %[[DEN:.+]] = arith.addf %[[TOT]], %[[TINY]] : f32
+// CHECK:     %[[Q:.+]] = arith.divf %[[WM]], %[[DEN]] : f32
+// CHECK:     %[[WN:.+]] = arith.select %[[RN]], %[[Q]], %[[WM]] : f32
+// CHECK:     %[[OUT:.+]] = arith.mulf %[[WN]], %[[SC]] : f32
+// CHECK:     memref.store %[[OUT]], %[[W]][%[[TOK]], %[[LANE]]]
 // CHECK:   }
-// CHECK:   %[[DEN:.+]] = arith.addf %[[TOT]], %[[TINY]] : f32
-// CHECK:   %[[WM:.+]] = memref.load %[[WS]][%[[TID]]]
-// CHECK:   %[[Q:.+]] = arith.divf %[[WM]], %[[DEN]] : f32
-// CHECK:   %[[WN:.+]] = arith.select %[[RN]], %[[Q]], %[[WM]] : f32
-// CHECK:   %[[OUT:.+]] = arith.mulf %[[WN]], %[[SC]] : f32
-// CHECK:   memref.store %[[OUT]], %[[W]][%[[TOK]], %[[TID]]]
 // CHECK: }
 // CHECK: gpu.terminator
 // Other shapes: the generic body.
