@@ -25,7 +25,8 @@
 #   prof    per-kernel profile of batch-1 and batch-8 steps (PROFB="1,8"),
 #           no peers, of each variant in PROF="new ..." (LIB, LIB-ordinary
 #           as in ab, or LIB-chain: each graph one chain of kernels,
-#           K3RT_CUDA_GRAPH_DAG=0), each in a file of its own;
+#           K3RT_CUDA_GRAPH_DAG=0; LIB@RT: with the runtime
+#           build/gpu-bench/libk3rt_cuda-RT.so), each in a file of its own;
 #           PROFP=T adds a prefill of T tokens
 #           (chunks of 512)                                         ~40 s each
 #   same    whether the A/B pair computes the same bits: for each LIB of
@@ -115,7 +116,10 @@ if has prof; then
   say prof
   run=0
   for v in ${PROF:-new}; do
-    lib=${v%-ordinary}
+    rt=$gb/libk3rt_cuda.so
+    [[ $v == *@* ]] && rt=$gb/libk3rt_cuda-${v#*@}.so
+    lib=${v%@*}
+    lib=${lib%-ordinary}
     lib=${lib%-chain}
     so=$gb/k3-group-$lib.so
     [ "$lib" = new ] && so=$gb/k3-group.so
@@ -125,7 +129,7 @@ if has prof; then
     [ -f "$so" ] || continue
     f=profile-$v-b${PROFB:-1,8}-$((++run))
     K3RT_CUDA_DEPENDENT_LAUNCH=$dependent K3RT_CUDA_GRAPH_DAG=$dag \
-      timeout 100 "${bench[@]}" --lib "$so" --batches "${PROFB:-1,8}" \
+      timeout 100 "${bench[@]}" --cuda-rt "$rt" --lib "$so" --batches "${PROFB:-1,8}" \
       --prefill "${PROFP:-}" --prefill-chunk 512 --reps 3 \
       --compare-prompt 0 --profile --json "$out/$f.json" > "$out/$f.txt" 2>&1
     echo "$v rc=$?"; grep "median\|kernels:\|Error" "$out/$f.txt"

@@ -23,6 +23,8 @@
  *                     no path of edges orders (that a GPU may run side by
  *                     side; a launch-order edge, from port 2, orders when
  *                     kernels start, not what they see)
+ *   FAKE_CUDA_DUMP    set: print each graph's nodes when it is
+ *                     instantiated (kernel, grid x, the nodes it waits for)
  *   FAKE_CUDA_GUARD   set: device memory is mapped without access rights
  *                     except inside the driver's own copies and fills, so
  *                     host code that reads or writes a device buffer (a
@@ -411,6 +413,20 @@ static CUresult graphInstantiate(FakeGraph **exec, FakeGraph *g,
     if (n->arg)
       memcpy(n->arg, g->node[i].arg, nargs * 8);
   }
+  if (getenv("FAKE_CUDA_DUMP"))
+    for (size_t i = 0; i < e->n; ++i) {
+      fprintf(stderr, "fake cuda graph %ld node %zu %s grid %u:",
+              graphsBuilt, i, ((struct FakeFunction *)e->node[i].fn)->name,
+              e->node[i].grid[0]);
+      for (size_t d = 0; d < e->node[i].ndeps; ++d)
+        fprintf(stderr, " %zu", e->node[i].dep[d]);
+      const char *acc = ((struct FakeFunction *)e->node[i].fn)->access;
+      for (size_t a = 0; e->node[i].arg && acc[1 + a]; ++a)
+        if (acc[1 + a] != '-' && (a == 0 || acc[a] == '-'))
+          fprintf(stderr, " %c%llx", acc[1 + a],
+                  (unsigned long long)e->node[i].arg[a + 1]);
+      fputc('\n', stderr);
+    }
   ++graphsBuilt;
   *exec = e;
   return 0;
