@@ -106,9 +106,12 @@ func.func private @k3k_short_conv_channel(%x: tensor<?x?x!act>, %w: tensor<?x?x?
 }
 
 // Three short convolutions (a KDA layer's q, k and v, §4.2) in one
-// parallel loop: thread (segment, channel) takes that channel of each
-// stream that has it, so the three are one launch (k3-group-calls makes
-// three calls of @k3k_short_conv this call).
+// parallel loop: thread (stream, segment, channel) takes that channel of
+// its stream, if the stream has it, so the three are one launch
+// (k3-group-calls makes three calls of @k3k_short_conv this call). (A
+// thread per (segment, channel) doing the three streams one after another
+// took 6.5-7.6 us per batch-1 step on the H200, one chain of dependent
+// loads per stream, BENCHMARKS.md twenty-eighth session.)
 func.func private @k3k_short_conv3(
     %x0: tensor<?x?x!act>, %w0: tensor<?x?x?xf32>, %pool0: memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, %slots0: memref<?xi32>,
     %x1: tensor<?x?x!act>, %w1: tensor<?x?x?xf32>, %pool1: memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, %slots1: memref<?xi32>,
@@ -132,24 +135,32 @@ func.func private @k3k_short_conv3(
   %nseq = arith.maxui %n01, %n2 : index
   %ch01 = arith.maxui %ch0, %ch1 : index
   %ch = arith.maxui %ch01, %ch2 : index
-  scf.parallel (%sq, %c) = (%c0, %c0) to (%nseq, %ch) step (%c1, %c1) {
+  %c2 = arith.constant 2 : index
+  %c3 = arith.constant 3 : index
+  scf.parallel (%st, %sq, %c) = (%c0, %c0, %c0) to (%c3, %nseq, %ch) step (%c1, %c1, %c1) {
+    %s0 = arith.cmpi eq, %st, %c0 : index
+    %s1 = arith.cmpi eq, %st, %c1 : index
+    %s2 = arith.cmpi eq, %st, %c2 : index
     %a0 = arith.cmpi ult, %sq, %n0 : index
     %b0 = arith.cmpi ult, %c, %ch0 : index
-    %in0 = arith.andi %a0, %b0 : i1
+    %ab0 = arith.andi %a0, %b0 : i1
+    %in0 = arith.andi %ab0, %s0 : i1
     scf.if %in0 {
       func.call @k3k_short_conv_channel(%x0, %w0, %pool0, %slots0, %out0, %sq, %c, %l0)
           : (tensor<?x?x!act>, tensor<?x?x?xf32>, memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, memref<?xi32>, memref<?x?x!act>, index, index, index) -> ()
     }
     %a1 = arith.cmpi ult, %sq, %n1 : index
     %b1 = arith.cmpi ult, %c, %ch1 : index
-    %in1 = arith.andi %a1, %b1 : i1
+    %ab1 = arith.andi %a1, %b1 : i1
+    %in1 = arith.andi %ab1, %s1 : i1
     scf.if %in1 {
       func.call @k3k_short_conv_channel(%x1, %w1, %pool1, %slots1, %out1, %sq, %c, %l1)
           : (tensor<?x?x!act>, tensor<?x?x?xf32>, memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, memref<?xi32>, memref<?x?x!act>, index, index, index) -> ()
     }
     %a2 = arith.cmpi ult, %sq, %n2 : index
     %b2 = arith.cmpi ult, %c, %ch2 : index
-    %in2 = arith.andi %a2, %b2 : i1
+    %ab2 = arith.andi %a2, %b2 : i1
+    %in2 = arith.andi %ab2, %s2 : i1
     scf.if %in2 {
       func.call @k3k_short_conv_channel(%x2, %w2, %pool2, %slots2, %out2, %sq, %c, %l2)
           : (tensor<?x?x!act>, tensor<?x?x?xf32>, memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, memref<?xi32>, memref<?x?x!act>, index, index, index) -> ()
