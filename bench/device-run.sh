@@ -27,7 +27,8 @@
 #           as in ab, or LIB-chain: each graph one chain of kernels,
 #           K3RT_CUDA_GRAPH_DAG=0; LIB@RT: with the runtime
 #           build/gpu-bench/libk3rt_cuda-RT.so), each in a file of its own;
-#           PROFP=T adds a prefill of T tokens
+#           PROFP=T adds a prefill of T tokens, PROFT=N the trace of N
+#           batch-1 steps
 #           (chunks of 512)                                         ~40 s each
 #   same    whether the A/B pair computes the same bits: for each LIB of
 #           k3-group and k3-wide with build/gpu-bench/LIB-base.so and
@@ -100,7 +101,7 @@ if has peers; then
     fla=
   fi
   timeout 400 "${bench[@]}" --lib "$gb/k3-group.so" --batches 1,8,64 --prefill 4096 \
-    --prefill-chunk 512 --reps 5 --peer $fla --profile --trace "$out/decode-trace.json" \
+    --prefill-chunk 512 --reps 5 --peer $fla --profile --trace "$out/decode-trace.json" --trace-steps 5 \
     --json "$out/decode.json" > "$out/decode.txt" 2>&1
   echo "rc=$?"; grep "median\|Error\|vs torch" "$out/decode.txt"
 fi
@@ -128,11 +129,14 @@ if has prof; then
     [[ $v == *-chain ]] && dag=0
     [ -f "$so" ] || continue
     f=profile-$v-b${PROFB:-1,8}-$((++run))
+    # PROFT=N: also the trace of N batch-1 steps (trace_gaps.py's medians).
+    tr=()
+    [ -n "${PROFT:-}" ] && tr=(--trace "$out/$f-trace.json" --trace-steps "$PROFT")
     K3RT_CUDA_DEPENDENT_LAUNCH=$dependent K3RT_CUDA_GRAPH_DAG=$dag \
       timeout 100 "${bench[@]}" --cuda-rt "$rt" --lib "$so" --batches "${PROFB:-1,8}" \
       --prefill "${PROFP:-}" --prefill-chunk 512 --reps 3 \
-      --compare-prompt 0 --profile --json "$out/$f.json" > "$out/$f.txt" 2>&1
-    echo "$v rc=$?"; grep "median\|kernels:\|Error" "$out/$f.txt"
+      --compare-prompt 0 --profile "${tr[@]}" --json "$out/$f.json" > "$out/$f.txt" 2>&1
+    echo "$v rc=$?"; grep "median\|kernels:\|trace:\|Error" "$out/$f.txt"
   done
 fi
 

@@ -70,13 +70,15 @@ def timed(fn, reps, warmup=2):
     return stats(out)
 
 
-def kernel_profile(fn, steps=3, top=20, trace=None):
+def kernel_profile(fn, steps=3, top=20, trace=None, trace_steps=1):
     """Per-kernel GPU time of `fn` (one decode step) from the CUDA activity
     trace (torch.profiler / CUPTI sees the library's driver-API launches):
     [(kernel, ms per step, launches per step, share of the kernel time)].
-    `trace`: also write the trace of one more step (every launch with its
-    grid, block, registers and duration; Chrome trace JSON) there."""
-    from torch.profiler import ProfilerActivity, profile
+    `trace`: also write the trace of `trace_steps` more steps there (every
+    launch with its grid, block, registers and duration, and each step on
+    the host as the user annotation "k3c step", which trace_gaps.py reads;
+    Chrome trace JSON)."""
+    from torch.profiler import ProfilerActivity, profile, record_function
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -84,9 +86,11 @@ def kernel_profile(fn, steps=3, top=20, trace=None):
             fn()
         torch.cuda.synchronize()
     if trace:
-        with profile(activities=[ProfilerActivity.CUDA]) as one:
-            fn()
-            torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as one:
+            for _ in range(trace_steps):
+                with record_function("k3c step"):
+                    fn()
+                torch.cuda.synchronize()
         one.export_chrome_trace(trace)
     rows = []
     for e in prof.key_averages():
@@ -297,6 +301,8 @@ def main():
                     "(Chrome trace JSON: grid, block, registers, duration)")
     ap.add_argument("--trace-batch", type=int, default=1,
                     help="the decode batch whose step --trace records")
+    ap.add_argument("--trace-steps", type=int, default=1,
+                    help="decode steps --trace records (trace_gaps.py reports their medians)")
     ap.add_argument("--json")
     a = ap.parse_args()
     dev = torch.cuda.get_device_name()
@@ -414,7 +420,8 @@ def main():
                   "kernels queued alone %d" % (B, *d), flush=True)
         if a.profile:
             trace = a.trace if B == a.trace_batch else None
-            kernels, total = kernel_profile(lambda: [r() for r in runs], trace=trace)
+            kernels, total = kernel_profile(lambda: [r() for r in runs], trace=trace,
+                                            trace_steps=a.trace_steps)
             print("decode B=%d kernels: %.3f ms of kernel time per step (wall %.3f ms)"
                   % (B, total, s["median_s"] * 1e3))
             for k, ms, n, share in kernels:
