@@ -98,6 +98,7 @@ LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
   skinny.sm = mma.sm;
   pm.addPass(createK3GPUSkinnyMMAPass(skinny));
   pm.addNestedPass<func::FuncOp>(createK3GPUKDARecurrentPass());
+  pm.addNestedPass<func::FuncOp>(createK3GPUGatedNormPass());
   pm.addPass(createK3GPUAttnResNormPass());
   K3GPURoutePassOptions route;
   route.sm = mma.sm;

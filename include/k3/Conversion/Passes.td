@@ -568,6 +568,30 @@ def K3GPUKDARecurrentPass : Pass<"k3-gpu-kda-recurrent", "::mlir::func::FuncOp">
                            "::mlir::scf::SCFDialect"];
 }
 
+def K3GPUGatedNormPass : Pass<"k3-gpu-gated-norm", "::mlir::func::FuncOp"> {
+  let summary = "KDA's gated RMSNorm in one kernel, a warp per head";
+  let description = [{
+    A function marked `k3.gated_rms_norm = {widen, narrow}`
+    (`Kernels/Dense.mlir`: @k3k_gated_rms_norm_rows, K3_SPEC §4.7) with
+    arguments o and z `[T, H, V]` (the activation type), f32 γ `[V]`, f32
+    eps and out `[T, H, V]` stores round(o / sqrt(mean(o²) + eps) · γ ·
+    σ(z)) per (token, head): the generic kernels' sums of squares, then the
+    elementwise norm (two launches). The pass gives it a second body, chosen
+    at run time by `scf.if` (V a multiple of 32, z, out and γ of o's
+    shape): one `gpu.launch` with a warp per (token, head), lane l holding
+    values l, l + 32, ...; the sum of squares is each lane's terms in that
+    order, then an xor-shuffle tree over the warp (`gpu.shuffle`, the
+    generic kernels' warp split), and each lane normalises its values with
+    the generic body's operations in its order (the same bits). Other widths
+    keep the loops.
+  }];
+  let dependentDialects = ["::mlir::gpu::GPUDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::math::MathDialect",
+                           "::mlir::memref::MemRefDialect",
+                           "::mlir::scf::SCFDialect"];
+}
+
 def K3GPUSkinnyMMAPass : Pass<"k3-gpu-skinny-mma", "::mlir::ModuleOp"> {
   let summary = "Products of a few tokens (a decode step) on the tensor cores";
   let description = [{

@@ -518,6 +518,22 @@ func.func private @k3k_gated_rms_norm(%o: tensor<?x?x?x!act>, %z: tensor<?x?x?x!
   %t = tensor.dim %o, %c0 : tensor<?x?x?x!act>
   %h = tensor.dim %o, %c1 : tensor<?x?x?x!act>
   %d = tensor.dim %o, %c2 : tensor<?x?x?x!act>
+  %out = memref.alloc(%t, %h, %d) : memref<?x?x?x!act>
+  func.call @k3k_gated_rms_norm_rows(%o, %z, %g, %eps, %out) : (tensor<?x?x?x!act>, tensor<?x?x?x!act>, tensor<?xf32>, f32, memref<?x?x?x!act>) -> ()
+  %y = bufferization.to_tensor %out restrict : memref<?x?x?x!act> to tensor<?x?x?x!act>
+  return %y : tensor<?x?x?x!act>
+}
+
+// The same into %out (`k3.gated_rms_norm`: on a GPU, k3-gpu-gated-norm gives
+// each (token, head) one warp; the body below is what runs elsewhere).
+func.func private @k3k_gated_rms_norm_rows(%o: tensor<?x?x?x!act>, %z: tensor<?x?x?x!act>, %g: tensor<?xf32>, %eps: f32, %outm: memref<?x?x?x!act>)
+    attributes {k3.gated_rms_norm = {widen = @k3k_widen, narrow = @k3k_narrow}} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %t = tensor.dim %o, %c0 : tensor<?x?x?x!act>
+  %h = tensor.dim %o, %c1 : tensor<?x?x?x!act>
+  %d = tensor.dim %o, %c2 : tensor<?x?x?x!act>
   %zero = arith.constant 0.0 : f32
   %one = arith.constant 1.0 : f32
   %e2 = tensor.empty(%t, %h) : tensor<?x?xf32>
@@ -558,7 +574,9 @@ func.func private @k3k_gated_rms_norm(%o: tensor<?x?x?x!act>, %z: tensor<?x?x?x!
     %ra = func.call @k3k_narrow(%r) : (f32) -> !act
     linalg.yield %ra : !act
   } -> tensor<?x?x?x!act>
-  return %y : tensor<?x?x?x!act>
+  %ym = bufferization.to_buffer %y read_only : tensor<?x?x?x!act> to memref<?x?x?x!act>
+  memref.copy %ym, %outm : memref<?x?x?x!act> to memref<?x?x?x!act>
+  return
 }
 
 // k3.attn_res (§3.1) over the candidates v = blocks [n - 1, T, D] then last
