@@ -127,19 +127,9 @@ private:
   /// y = round(round(h · inv) · γn) over the thread's pieces of row
   /// `token` of `src`, stored into `out`.
   void normalise(Value src, Value inv);
-  Value fadd(Value l, Value r) { return arith::AddFOp::create(b, loc, l, r); }
-  Value fmul(Value l, Value r) { return arith::MulFOp::create(b, loc, l, r); }
-  Value fdiv(Value l, Value r) { return arith::DivFOp::create(b, loc, l, r); }
-  Value f32(double x) {
-    return arith::ConstantFloatOp::create(b, loc, b.getF32Type(),
-                                          APFloat(static_cast<float>(x)));
-  }
   /// A bf16 weight as f32.
   Value widenW(Value w) {
     return arith::ExtFOp::create(b, loc, b.getF32Type(), w);
-  }
-  Value call(func::FuncOp f, Value x) {
-    return func::CallOp::create(b, loc, f, x).getResult(0);
   }
   /// `per` consecutive elements of `m` at `at` (one aligned vector load).
   SmallVector<Value> load(Value m, ValueRange at) {

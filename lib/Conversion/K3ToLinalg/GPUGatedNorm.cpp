@@ -49,20 +49,6 @@ public:
   void build(SmallVectorImpl<Operation *> &rest);
 
 private:
-  Value fadd(Value l, Value r) { return arith::AddFOp::create(b, loc, l, r); }
-  Value fmul(Value l, Value r) { return arith::MulFOp::create(b, loc, l, r); }
-  Value fdiv(Value l, Value r) { return arith::DivFOp::create(b, loc, l, r); }
-  Value f32(double v) {
-    return arith::ConstantFloatOp::create(b, loc, b.getF32Type(),
-                                          APFloat(static_cast<float>(v)));
-  }
-  Value widen(Value x) {
-    return func::CallOp::create(b, loc, widenFn, x).getResult(0);
-  }
-  Value narrow(Value x) {
-    return func::CallOp::create(b, loc, narrowFn, x).getResult(0);
-  }
-
   func::FuncOp widenFn, narrowFn;
   Value o, z, g, eps, out;
 };
@@ -95,7 +81,8 @@ void GatedNormKernel::build(SmallVectorImpl<Operation *> &rest) {
   b.setInsertionPoint(active.thenBlock()->getTerminator());
   Value i = div(row, heads), h = rem(row, heads);
   auto value = [&](Value m, Value col) {
-    return widen(memref::LoadOp::create(b, loc, m, ValueRange{i, h, col}));
+    Value x = memref::LoadOp::create(b, loc, m, ValueRange{i, h, col});
+    return call(widenFn, x);
   };
   // The sum of squares: lane l's values l, l + 32, ... in order from 0,
   // then the warp's tree (the generic kernels' warp split).
@@ -120,7 +107,7 @@ void GatedNormKernel::build(SmallVectorImpl<Operation *> &rest) {
         Value ex =
             math::ExpOp::create(b, loc, arith::NegFOp::create(b, loc, zf));
         Value sig = fdiv(f32(1.0), fadd(f32(1.0), ex));
-        memref::StoreOp::create(b, loc, narrow(fmul(nw, sig)), out,
+        memref::StoreOp::create(b, loc, call(narrowFn, fmul(nw, sig)), out,
                                 ValueRange{i, h, col});
         scf::YieldOp::create(b, loc);
       });

@@ -71,11 +71,6 @@ public:
               Value dv);
 
 private:
-  Value fadd(Value l, Value r) { return arith::AddFOp::create(b, loc, l, r); }
-  Value fmul(Value l, Value r) { return arith::MulFOp::create(b, loc, l, r); }
-  Value call(func::FuncOp fn, ValueRange args) {
-    return func::CallOp::create(b, loc, fn, args).getResult(0);
-  }
   Value widen(Value x) { return call(fns.widen, x); }
   /// `n` consecutive elements of `m` at `indices` (one aligned vector
   /// load), as scalars.

@@ -121,10 +121,6 @@ struct MLAKernel : k3::IndexMath {
     g = div(lane, 4);
     t = rem(lane, 4);
   }
-  Value f32(double v) {
-    return arith::ConstantFloatOp::create(b, loc, b.getF32Type(),
-                                          APFloat(static_cast<float>(v)));
-  }
   /// 8 bf16 at `indices` of `m` (16-byte aligned), as 4 i32 words.
   SmallVector<Value> words(Value m, ValueRange indices) {
     Value v = vector::LoadOp::create(

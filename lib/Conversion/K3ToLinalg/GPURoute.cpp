@@ -75,10 +75,6 @@ private:
   Value i32(int64_t v) {
     return arith::ConstantIntOp::create(b, loc, b.getI32Type(), v);
   }
-  Value f32(double v) {
-    return arith::ConstantFloatOp::create(b, loc, b.getF32Type(),
-                                          APFloat(static_cast<float>(v)));
-  }
   Value toI32(Value v) {
     return arith::IndexCastUIOp::create(b, loc, b.getI32Type(), v);
   }

@@ -119,8 +119,9 @@ scf::ForOp warpRingLoop(
 /// same in every lane.
 Value warpSum(OpBuilder &b, Location loc, Value v);
 
-/// Index arithmetic at a builder's insertion point, for the address
-/// computations of the kernels these passes build.
+/// Index and f32 arithmetic at a builder's insertion point, for the
+/// address computations and element operations of the kernels these passes
+/// build.
 struct IndexMath {
   OpBuilder &b;
   Location loc;
@@ -150,6 +151,17 @@ struct IndexMath {
   }
   Value rem0(Value v, int64_t m) {
     return cmp(arith::CmpIPredicate::eq, rem(v, m), idx(0));
+  }
+  Value fadd(Value l, Value r) { return arith::AddFOp::create(b, loc, l, r); }
+  Value fmul(Value l, Value r) { return arith::MulFOp::create(b, loc, l, r); }
+  Value fdiv(Value l, Value r) { return arith::DivFOp::create(b, loc, l, r); }
+  Value f32(double v) {
+    return arith::ConstantFloatOp::create(b, loc, b.getF32Type(),
+                                          APFloat(static_cast<float>(v)));
+  }
+  /// The one result of calling `f` (a library function: widen, narrow...).
+  Value call(func::FuncOp f, ValueRange args) {
+    return func::CallOp::create(b, loc, f, args).getResult(0);
   }
   /// Whether memref `m`'s base address is `bytes`-byte aligned.
   Value aligned(Value m, int64_t bytes = 16) {
