@@ -23,6 +23,7 @@ void mlir::k3::buildK3ToLinalgPipeline(OpPassManager &pm) {
   pm.addPass(createConvertK3ToLinalgPass());
   pm.addPass(createK3ExposeABIPass());
   pm.addPass(createCanonicalizerPass());
+  pm.addPass(createK3FuseKDALayerPass());
   pm.addPass(createK3GroupCallsPass());
   pm.addPass(createSymbolDCEPass());
 }
@@ -99,6 +100,7 @@ LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
   pm.addPass(createK3GPUSkinnyMMAPass(skinny));
   pm.addNestedPass<func::FuncOp>(createK3GPUKDARecurrentPass());
   pm.addNestedPass<func::FuncOp>(createK3GPUGatedNormPass());
+  pm.addPass(createK3GPUKDADecodePass());
   pm.addPass(createK3GPUAttnResNormPass());
   K3GPURoutePassOptions route;
   route.sm = mma.sm;

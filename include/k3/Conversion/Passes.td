@@ -102,6 +102,32 @@ def K3GroupCallsPass : Pass<"k3-group-calls", "::mlir::ModuleOp"> {
   ];
 }
 
+def K3FuseKDALayerPass : Pass<"k3-fuse-kda-layer", "::mlir::ModuleOp"> {
+  let summary = "A KDA layer's convolutions, KDA core and gated norm as one call";
+  let description = [{
+    A function marked `k3.kda_layer = {conv = @c, kda = @k, norm = @n}`
+    (`Kernels/KDA.mlir`: @k3k_kda_layer over @k3k_short_conv, @k3k_kda and
+    @k3k_gated_rms_norm, K3_SPEC §4.2–4.7) takes the arguments of three
+    calls of `@c`, then those of `@k` after its first three (q, k, v), then
+    those of `@n` after its first (o), and returns what `@n` returns. A call
+    of `@n` whose o is the only use of a call of `@k`, whose q, k and v are
+    each the only use of a call of `@c` (through `tensor.cast`s and one
+    `tensor.expand_shape` of the last dimension in two: [T, H·D] ->
+    [T, H, D]), all in one block, becomes one call of the marked function
+    at the norm's place, and the five calls, with the casts and reshapes
+    between them, go. The memref arguments of the five calls (convolution
+    tails, KDA states, slots) may have no other users, so that moving the
+    calls keeps the order of every access to them; otherwise, and where
+    the argument types do not match, the calls stay. The marked function
+    computes what the calls did (a decode step in one kernel on a GPU,
+    `k3-gpu-kda-decode`).
+  }];
+  let dependentDialects = [
+    "::mlir::func::FuncDialect",
+    "::mlir::tensor::TensorDialect"
+  ];
+}
+
 def K3EmitLibraryEntriesPass : Pass<"k3-emit-library-entries", "::mlir::ModuleOp"> {
   let summary = "Add the library's exported C entry points (LLVM dialect)";
   let description = [{
@@ -589,6 +615,59 @@ def K3GPUGatedNormPass : Pass<"k3-gpu-gated-norm", "::mlir::func::FuncOp"> {
                            "::mlir::arith::ArithDialect",
                            "::mlir::math::MathDialect",
                            "::mlir::memref::MemRefDialect",
+                           "::mlir::scf::SCFDialect"];
+}
+
+def K3GPUKDADecodePass : Pass<"k3-gpu-kda-decode", "::mlir::ModuleOp"> {
+  let summary = "A KDA layer's decode step (convolutions, step, gated norm) in one kernel";
+  let description = [{
+    A function marked `k3.kda_decode = {widen, narrow, inv, gate, sigmoid}`
+    (`Kernels/KDA.mlir`: @k3k_kda_decode, tokens that each have their own
+    state, K3_SPEC §4.2–4.7) with arguments (x `[T, C]`, w `[C, 1, W]`,
+    tails `[S, C, W - 1]`, i32 slots) of the q, k and v convolutions, f
+    `[T, H, K]`, the pre-sigmoid β `[T, H]`, A_log, the gate bias δ, the
+    f32 state pool `[S, H, V, K]`, slots, the gate z `[T, H, V]`, f32 γ
+    `[V]`, eps, out `[T, H, V]` and the scalars (softplus gate, lower
+    bound, q scale, L2 eps, value-first layout) convolves q, k and v and
+    shifts their tails, runs the KDA step and stores the gated RMSNorm of
+    its output: three kernels (the convolutions, `k3-gpu-kda-recurrent`'s,
+    `k3-gpu-gated-norm`'s). The pass gives it a second body, chosen at run
+    time by `scf.if` (a value-first pool of rows contiguous and 16-byte
+    aligned, K = 64 or 128, V = 64 or 128, the convolutions' channels H·K,
+    H·K and H·V with as many slots as the state, f aligned for P-element
+    loads, at most `max-tokens` tokens): one `gpu.launch` with a block per
+    (token, head) of V / `rows` warps (a launch of static size per K and
+    V, so that ptxas fits the registers to the block). Each warp loads its
+    `rows` state rows (lane l elements P l ..
+    P l + P - 1, P = K / 32); the block's threads convolve the head's 2K + V
+    channels, one each, with the generic kernel's operations in its order,
+    into a workgroup buffer (`memref.global` `k3k_kda_decode_head`) and
+    shift each channel's tail; after a barrier each warp makes q, k, g and
+    β and updates its rows as `k3-gpu-kda-recurrent`'s warps do, o rounded
+    into the buffer; after another each warp takes the head's sum of
+    squares of o as `k3-gpu-gated-norm`'s warp does (lane l's values l,
+    l + 32, ..., then an xor-shuffle tree) and normalises its rows. The
+    same bits as the three kernels, in one launch. Other shapes and larger
+    batches keep the generic body.
+  }];
+  let options = [
+    Option<"rows", "rows", "int64_t", "8",
+           "State rows per warp, 4 or 8: a block of V / rows warps (H200, "
+           "4 of 64 registers was slower at every batch than 8 of 128: "
+           "B = 8 0.138 against 0.129 ms, B = 64 1.116 against 1.038; "
+           "BENCHMARKS.md twenty-ninth session)">,
+    Option<"maxTokens", "max-tokens", "int64_t", "4",
+           "Most tokens the kernel takes (0: any); more take the generic "
+           "body's three kernels (H200, the three layers' KDA: B = 1 0.043 "
+           "-> 0.026 ms, B = 4 0.075 -> 0.067, B = 8 0.127 -> 0.129, "
+           "B = 64 0.906 -> 1.038: one block per SM, its registers, so "
+           "each SM runs a batch's blocks one after another)">
+  ];
+  let dependentDialects = ["::mlir::gpu::GPUDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::math::MathDialect",
+                           "::mlir::memref::MemRefDialect",
+                           "::mlir::vector::VectorDialect",
                            "::mlir::scf::SCFDialect"];
 }
 

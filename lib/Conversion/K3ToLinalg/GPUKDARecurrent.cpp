@@ -72,18 +72,8 @@ public:
 
 private:
   Value widen(Value x) { return call(fns.widen, x); }
-  /// `n` consecutive elements of `m` at `indices` (one aligned vector
-  /// load), as scalars.
   SmallVector<Value> load(Value m, ValueRange indices, int64_t n) {
-    Type e = cast<MemRefType>(m.getType()).getElementType();
-    Value vec = vector::LoadOp::create(
-        b, loc, VectorType::get({n}, e), m, indices, /*nontemporal=*/false,
-        llvm::MaybeAlign(n * e.getIntOrFloatBitWidth() / 8));
-    SmallVector<Value> r;
-    for (int64_t i = 0; i < n; ++i)
-      r.push_back(
-          vector::ExtractOp::create(b, loc, vec, ArrayRef<int64_t>{i}));
-    return r;
+    return loadVector(m, indices, n);
   }
   Value scalar(Value m, ValueRange indices) {
     return memref::LoadOp::create(b, loc, m, indices);

@@ -9,6 +9,7 @@
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/SymbolTable.h"
 
 using namespace mlir;
@@ -158,6 +159,18 @@ Value mlir::k3::warpSum(OpBuilder &b, Location loc, Value v) {
             .getShuffleResult());
   }
   return v;
+}
+
+SmallVector<Value> mlir::k3::IndexMath::loadVector(Value m, ValueRange indices,
+                                                  int64_t n) {
+  Type e = cast<MemRefType>(m.getType()).getElementType();
+  Value vec = vector::LoadOp::create(
+      b, loc, VectorType::get({n}, e), m, indices, /*nontemporal=*/false,
+      llvm::MaybeAlign(n * e.getIntOrFloatBitWidth() / 8));
+  SmallVector<Value> r;
+  for (int64_t i = 0; i < n; ++i)
+    r.push_back(vector::ExtractOp::create(b, loc, vec, ArrayRef<int64_t>{i}));
+  return r;
 }
 
 memref::GlobalOp mlir::k3::workgroupBuffer(ModuleOp module, StringRef name,

@@ -163,6 +163,9 @@ struct IndexMath {
   Value call(func::FuncOp f, ValueRange args) {
     return func::CallOp::create(b, loc, f, args).getResult(0);
   }
+  /// `n` consecutive elements of `m` at `indices` (one vector load,
+  /// aligned to its size), as scalars.
+  SmallVector<Value> loadVector(Value m, ValueRange indices, int64_t n);
   /// Whether memref `m`'s base address is `bytes`-byte aligned.
   Value aligned(Value m, int64_t bytes = 16) {
     return rem0(memref::ExtractAlignedPointerAsIndexOp::create(b, loc, m),

@@ -125,12 +125,33 @@ func.func private @k3k_short_conv3(
   %ch0 = tensor.dim %x0, %c1 : tensor<?x?x!act>
   %ch1 = tensor.dim %x1, %c1 : tensor<?x?x!act>
   %ch2 = tensor.dim %x2, %c1 : tensor<?x?x!act>
-  %n0, %l0 = func.call @k3k_conv_segments(%t0, %slots0) : (index, memref<?xi32>) -> (index, index)
-  %n1, %l1 = func.call @k3k_conv_segments(%t1, %slots1) : (index, memref<?xi32>) -> (index, index)
-  %n2, %l2 = func.call @k3k_conv_segments(%t2, %slots2) : (index, memref<?xi32>) -> (index, index)
   %out0 = memref.alloc(%t0, %ch0) : memref<?x?x!act>
   %out1 = memref.alloc(%t1, %ch1) : memref<?x?x!act>
   %out2 = memref.alloc(%t2, %ch2) : memref<?x?x!act>
+  func.call @k3k_short_conv3_into(%x0, %w0, %pool0, %slots0, %out0, %x1, %w1, %pool1, %slots1, %out1, %x2, %w2, %pool2, %slots2, %out2)
+      : (tensor<?x?x!act>, tensor<?x?x?xf32>, memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, memref<?xi32>, memref<?x?x!act>, tensor<?x?x!act>, tensor<?x?x?xf32>, memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, memref<?xi32>, memref<?x?x!act>, tensor<?x?x!act>, tensor<?x?x?xf32>, memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, memref<?xi32>, memref<?x?x!act>) -> ()
+  %r0 = bufferization.to_tensor %out0 restrict : memref<?x?x!act> to tensor<?x?x!act>
+  %r1 = bufferization.to_tensor %out1 restrict : memref<?x?x!act> to tensor<?x?x!act>
+  %r2 = bufferization.to_tensor %out2 restrict : memref<?x?x!act> to tensor<?x?x!act>
+  return %r0, %r1, %r2 : tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?x!act>
+}
+
+// The same into %out0 .. %out2 ([T, C] each).
+func.func private @k3k_short_conv3_into(
+    %x0: tensor<?x?x!act>, %w0: tensor<?x?x?xf32>, %pool0: memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, %slots0: memref<?xi32>, %out0: memref<?x?x!act>,
+    %x1: tensor<?x?x!act>, %w1: tensor<?x?x?xf32>, %pool1: memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, %slots1: memref<?xi32>, %out1: memref<?x?x!act>,
+    %x2: tensor<?x?x!act>, %w2: tensor<?x?x?xf32>, %pool2: memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, %slots2: memref<?xi32>, %out2: memref<?x?x!act>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %t0 = tensor.dim %x0, %c0 : tensor<?x?x!act>
+  %t1 = tensor.dim %x1, %c0 : tensor<?x?x!act>
+  %t2 = tensor.dim %x2, %c0 : tensor<?x?x!act>
+  %ch0 = tensor.dim %x0, %c1 : tensor<?x?x!act>
+  %ch1 = tensor.dim %x1, %c1 : tensor<?x?x!act>
+  %ch2 = tensor.dim %x2, %c1 : tensor<?x?x!act>
+  %n0, %l0 = func.call @k3k_conv_segments(%t0, %slots0) : (index, memref<?xi32>) -> (index, index)
+  %n1, %l1 = func.call @k3k_conv_segments(%t1, %slots1) : (index, memref<?xi32>) -> (index, index)
+  %n2, %l2 = func.call @k3k_conv_segments(%t2, %slots2) : (index, memref<?xi32>) -> (index, index)
   %n01 = arith.maxui %n0, %n1 : index
   %nseq = arith.maxui %n01, %n2 : index
   %ch01 = arith.maxui %ch0, %ch1 : index
@@ -166,10 +187,7 @@ func.func private @k3k_short_conv3(
           : (tensor<?x?x!act>, tensor<?x?x?xf32>, memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, memref<?xi32>, memref<?x?x!act>, index, index, index) -> ()
     }
   }
-  %r0 = bufferization.to_tensor %out0 restrict : memref<?x?x!act> to tensor<?x?x!act>
-  %r1 = bufferization.to_tensor %out1 restrict : memref<?x?x!act> to tensor<?x?x!act>
-  %r2 = bufferization.to_tensor %out2 restrict : memref<?x?x!act> to tensor<?x?x!act>
-  return %r0, %r1, %r2 : tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?x!act>
+  return
 }
 
 // Index of S[h][k][v] in a state stored value-first ([H, V, K]) or
@@ -382,6 +400,111 @@ func.func private @k3k_kda(%q: tensor<?x?x?x!act>, %k: tensor<?x?x?x!act>, %v: t
   }
   %res = bufferization.to_tensor %out restrict : memref<?x?x?x!act> to tensor<?x?x?x!act>
   return %res : tensor<?x?x?x!act>
+}
+
+// The three convolutions of @k3k_kda_layer as [T, H, D] tensors (q and k
+// of D = %dk, v of %dv): into [T, H, D] buffers through [T, H·D] views.
+func.func private @k3k_kda_convolve(
+    %xq: tensor<?x?x!act>, %wq: tensor<?x?x?xf32>, %pq: memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, %sq: memref<?xi32>,
+    %xk: tensor<?x?x!act>, %wk: tensor<?x?x?xf32>, %pk: memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, %sk: memref<?xi32>,
+    %xv: tensor<?x?x!act>, %wv: tensor<?x?x?xf32>, %pv: memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, %sv: memref<?xi32>,
+    %nh: index, %dk: index, %dv: index) -> (tensor<?x?x?x!act>, tensor<?x?x?x!act>, tensor<?x?x?x!act>) {
+  %c0 = arith.constant 0 : index
+  %t = tensor.dim %xq, %c0 : tensor<?x?x!act>
+  %q = memref.alloc(%t, %nh, %dk) : memref<?x?x?x!act>
+  %k = memref.alloc(%t, %nh, %dk) : memref<?x?x?x!act>
+  %v = memref.alloc(%t, %nh, %dv) : memref<?x?x?x!act>
+  %q2 = memref.collapse_shape %q [[0], [1, 2]] : memref<?x?x?x!act> into memref<?x?x!act>
+  %k2 = memref.collapse_shape %k [[0], [1, 2]] : memref<?x?x?x!act> into memref<?x?x!act>
+  %v2 = memref.collapse_shape %v [[0], [1, 2]] : memref<?x?x?x!act> into memref<?x?x!act>
+  func.call @k3k_short_conv3_into(%xq, %wq, %pq, %sq, %q2, %xk, %wk, %pk, %sk, %k2, %xv, %wv, %pv, %sv, %v2)
+      : (tensor<?x?x!act>, tensor<?x?x?xf32>, memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, memref<?xi32>, memref<?x?x!act>, tensor<?x?x!act>, tensor<?x?x?xf32>, memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, memref<?xi32>, memref<?x?x!act>, tensor<?x?x!act>, tensor<?x?x?xf32>, memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, memref<?xi32>, memref<?x?x!act>) -> ()
+  %qt = bufferization.to_tensor %q restrict : memref<?x?x?x!act> to tensor<?x?x?x!act>
+  %kt = bufferization.to_tensor %k restrict : memref<?x?x?x!act> to tensor<?x?x?x!act>
+  %vt = bufferization.to_tensor %v restrict : memref<?x?x?x!act> to tensor<?x?x?x!act>
+  return %qt, %kt, %vt : tensor<?x?x?x!act>, tensor<?x?x?x!act>, tensor<?x?x?x!act>
+}
+
+// A KDA layer's token mixing from its three projections on (K3_SPEC
+// §4.2–4.7): the short convolutions of q, k and v, k3.kda, then the gated
+// RMSNorm of o. k3-fuse-kda-layer makes one call of this of the calls of
+// @k3k_short_conv (three), @k3k_kda and @k3k_gated_rms_norm that the
+// attribute names, when the convolutions feed only the KDA and the KDA only
+// the norm: the arguments are each convolution's (x [T, C], w, tail pool,
+// slots), the KDA's after q, k and v, then the norm's after o. Tokens that
+// each have their own state (a decode step or batch) take
+// @k3k_kda_decode, a chunk of one sequence the calls as they were.
+func.func private @k3k_kda_layer(
+    %xq: tensor<?x?x!act>, %wq: tensor<?x?x?xf32>, %pq: memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, %sq: memref<?xi32>,
+    %xk: tensor<?x?x!act>, %wk: tensor<?x?x?xf32>, %pk: memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, %sk: memref<?xi32>,
+    %xv: tensor<?x?x!act>, %wv: tensor<?x?x?xf32>, %pv: memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, %sv: memref<?xi32>,
+    %f: tensor<?x?x?x!act>, %beta: tensor<?x?x!act>, %alog: tensor<?xf32>, %dt: tensor<?xf32>,
+    %pool: memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>, %slots: memref<?xi32>,
+    %softplus: i1, %lb: f32, %scale: f32, %l2eps: f32, %chunk: index, %vfirst: i1,
+    %z: tensor<?x?x?x!act>, %g: tensor<?xf32>, %eps: f32) -> tensor<?x?x?x!act>
+    attributes {k3.kda_layer = {conv = @k3k_short_conv, kda = @k3k_kda, norm = @k3k_gated_rms_norm}} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %t = tensor.dim %f, %c0 : tensor<?x?x?x!act>
+  %nh = tensor.dim %f, %c1 : tensor<?x?x?x!act>
+  %dk = tensor.dim %f, %c2 : tensor<?x?x?x!act>
+  %dv = tensor.dim %z, %c2 : tensor<?x?x?x!act>
+  %out = memref.alloc(%t, %nh, %dv) : memref<?x?x?x!act>
+  // As @k3k_kda chooses.
+  %nslots = memref.dim %slots, %c0 : memref<?xi32>
+  %pertoken = arith.cmpi ugt, %nslots, %c1 : index
+  %decode = arith.cmpi eq, %t, %c1 : index
+  %own = arith.ori %pertoken, %decode : i1
+  scf.if %own {
+    func.call @k3k_kda_decode(%xq, %wq, %pq, %sq, %xk, %wk, %pk, %sk, %xv, %wv, %pv, %sv,
+                              %f, %beta, %alog, %dt, %pool, %slots, %z, %g, %eps, %out,
+                              %softplus, %lb, %scale, %l2eps, %vfirst)
+        : (tensor<?x?x!act>, tensor<?x?x?xf32>, memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, memref<?xi32>, tensor<?x?x!act>, tensor<?x?x?xf32>, memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, memref<?xi32>, tensor<?x?x!act>, tensor<?x?x?xf32>, memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, memref<?xi32>,
+           tensor<?x?x?x!act>, tensor<?x?x!act>, tensor<?xf32>, tensor<?xf32>, memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>, memref<?xi32>,
+           tensor<?x?x?x!act>, tensor<?xf32>, f32, memref<?x?x?x!act>, i1, f32, f32, f32, i1) -> ()
+  } else {
+    %q, %k, %v = func.call @k3k_kda_convolve(%xq, %wq, %pq, %sq, %xk, %wk, %pk, %sk, %xv, %wv, %pv, %sv, %nh, %dk, %dv)
+        : (tensor<?x?x!act>, tensor<?x?x?xf32>, memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, memref<?xi32>, tensor<?x?x!act>, tensor<?x?x?xf32>, memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, memref<?xi32>, tensor<?x?x!act>, tensor<?x?x?xf32>, memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, memref<?xi32>, index, index, index) -> (tensor<?x?x?x!act>, tensor<?x?x?x!act>, tensor<?x?x?x!act>)
+    %o = func.call @k3k_kda(%q, %k, %v, %f, %beta, %alog, %dt, %pool, %slots, %softplus, %lb, %scale, %l2eps, %chunk, %vfirst)
+        : (tensor<?x?x?x!act>, tensor<?x?x?x!act>, tensor<?x?x?x!act>, tensor<?x?x?x!act>, tensor<?x?x!act>, tensor<?xf32>, tensor<?xf32>, memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>, memref<?xi32>, i1, f32, f32, f32, index, i1) -> tensor<?x?x?x!act>
+    func.call @k3k_gated_rms_norm_rows(%o, %z, %g, %eps, %out) : (tensor<?x?x?x!act>, tensor<?x?x?x!act>, tensor<?xf32>, f32, memref<?x?x?x!act>) -> ()
+  }
+  %res = bufferization.to_tensor %out restrict : memref<?x?x?x!act> to tensor<?x?x?x!act>
+  return %res : tensor<?x?x?x!act>
+}
+
+// The decode form of @k3k_kda_layer (every token its own state and
+// convolution tails) into %out: the three convolutions, @k3k_kda_step,
+// the gated norm. `k3.kda_decode`: on a GPU, k3-gpu-kda-decode gives it one
+// kernel, a block per (token, head), through the functions the attribute
+// names.
+func.func private @k3k_kda_decode(
+    %xq: tensor<?x?x!act>, %wq: tensor<?x?x?xf32>, %pq: memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, %sq: memref<?xi32>,
+    %xk: tensor<?x?x!act>, %wk: tensor<?x?x?xf32>, %pk: memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, %sk: memref<?xi32>,
+    %xv: tensor<?x?x!act>, %wv: tensor<?x?x?xf32>, %pv: memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, %sv: memref<?xi32>,
+    %f: tensor<?x?x?x!act>, %beta: tensor<?x?x!act>, %alog: tensor<?xf32>, %dt: tensor<?xf32>,
+    %pool: memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>, %slots: memref<?xi32>,
+    %z: tensor<?x?x?x!act>, %g: tensor<?xf32>, %eps: f32, %out: memref<?x?x?x!act>,
+    %softplus: i1, %lb: f32, %scale: f32, %l2eps: f32, %vfirst: i1)
+    attributes {k3.kda_decode = {widen = @k3k_widen, narrow = @k3k_narrow, inv = @k3k_kda_inv,
+                                  gate = @k3k_kda_gate, sigmoid = @k3k_sigmoid}} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %t = tensor.dim %f, %c0 : tensor<?x?x?x!act>
+  %nh = tensor.dim %f, %c1 : tensor<?x?x?x!act>
+  %dk = tensor.dim %f, %c2 : tensor<?x?x?x!act>
+  %dv = tensor.dim %z, %c2 : tensor<?x?x?x!act>
+  %q, %k, %v = func.call @k3k_kda_convolve(%xq, %wq, %pq, %sq, %xk, %wk, %pk, %sk, %xv, %wv, %pv, %sv, %nh, %dk, %dv)
+      : (tensor<?x?x!act>, tensor<?x?x?xf32>, memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, memref<?xi32>, tensor<?x?x!act>, tensor<?x?x?xf32>, memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, memref<?xi32>, tensor<?x?x!act>, tensor<?x?x?xf32>, memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, memref<?xi32>, index, index, index) -> (tensor<?x?x?x!act>, tensor<?x?x?x!act>, tensor<?x?x?x!act>)
+  %o = memref.alloc(%t, %nh, %dv) : memref<?x?x?x!act>
+  func.call @k3k_kda_step(%q, %k, %v, %f, %beta, %alog, %dt, %pool, %slots, %o, %softplus, %lb, %scale, %l2eps, %vfirst)
+      : (tensor<?x?x?x!act>, tensor<?x?x?x!act>, tensor<?x?x?x!act>, tensor<?x?x?x!act>, tensor<?x?x!act>, tensor<?xf32>, tensor<?xf32>, memref<?x?x?x?xf32, strided<[?, ?, ?, ?], offset: ?>>, memref<?xi32>,
+         memref<?x?x?x!act>, i1, f32, f32, f32, i1) -> ()
+  %ot = bufferization.to_tensor %o restrict : memref<?x?x?x!act> to tensor<?x?x?x!act>
+  func.call @k3k_gated_rms_norm_rows(%ot, %z, %g, %eps, %out) : (tensor<?x?x?x!act>, tensor<?x?x?x!act>, tensor<?xf32>, f32, memref<?x?x?x!act>) -> ()
+  return
 }
 
 // §4.5, tokens that each have their own state (pool[slots[i]]):
