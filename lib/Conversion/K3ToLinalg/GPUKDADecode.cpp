@@ -29,7 +29,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "TensorCore.h"
+#include "KDAWarp.h"
 #include "k3/Conversion/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -58,11 +58,6 @@ constexpr int64_t kMaxK = 128, kMaxV = 128;
 constexpr int64_t kTaps = 4;
 constexpr llvm::StringLiteral kAttr = "k3.kda_decode";
 
-/// The functions `k3.kda_decode` names (Kernels/Prelude.*, KDA.mlir).
-struct Functions {
-  func::FuncOp widen, narrow, inv, gate, sigmoid;
-};
-
 /// One short convolution's arguments: x [T, C], w [C, 1, W], the tails
 /// [S, C, W - 1], slots.
 struct Conv {
@@ -71,7 +66,7 @@ struct Conv {
 
 class DecodeKernel : k3::IndexMath {
 public:
-  DecodeKernel(OpBuilder &b, Location loc, Block &body, Functions fns,
+  DecodeKernel(OpBuilder &b, Location loc, Block &body, k3::KDAFunctions fns,
                memref::GlobalOp buffer, int64_t rows, int64_t maxTokens)
       : IndexMath{b, loc}, fns(fns), buffer(buffer), rows(rows),
         maxTokens(maxTokens) {
@@ -111,7 +106,7 @@ private:
     then();
   }
 
-  Functions fns;
+  k3::KDAFunctions fns;
   memref::GlobalOp buffer;
   int64_t rows, maxTokens;
   Value smem;
@@ -126,12 +121,9 @@ void DecodeKernel::build(SmallVectorImpl<Operation *> &rest) {
   Value dv = dim(z, 2);
   // The state pool as k3-gpu-kda-recurrent takes it: value-first, rows
   // contiguous and 16-byte aligned, of [S, H, V, K]; K = 64 or 128.
-  auto meta = memref::ExtractStridedMetadataOp::create(b, loc, pool);
-  Value base = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, pool);
-  Value start = add(base, mul(meta.getOffset(), idx(4)));
-  Value ok = both(vfirst, eq(meta.getStrides()[3], c1));
-  ok = both(ok, rem0(meta.getStrides()[2], 4));
-  ok = both(ok, rem0(start, 16));
+  k3::KDAStateRows pooled(*this, pool, vfirst);
+  memref::ExtractStridedMetadataOp meta = pooled.meta;
+  Value ok = pooled.ok;
   ok = both(ok, eq(meta.getSizes()[1], heads));
   ok = both(ok, eq(meta.getSizes()[2], dv));
   ok = both(ok, eq(meta.getSizes()[3], dk));
@@ -172,19 +164,7 @@ void DecodeKernel::build(SmallVectorImpl<Operation *> &rest) {
     ok = both(ok, cmp(arith::CmpIPredicate::ule, tokens, idx(maxTokens)));
   k3::guardBody(b, loc, rest, ok);
 
-  // The pool with a static unit stride for the rows (vector loads).
-  SmallVector<OpFoldResult> sizes, strides;
-  for (int64_t d = 0; d < 4; ++d) {
-    sizes.push_back(meta.getSizes()[d]);
-    strides.push_back(d == 3 ? OpFoldResult(b.getIndexAttr(1))
-                             : OpFoldResult(meta.getStrides()[d]));
-  }
-  int64_t dyn = ShapedType::kDynamic;
-  auto rowsType = MemRefType::get(
-      {dyn, dyn, dyn, dyn}, b.getF32Type(),
-      StridedLayoutAttr::get(b.getContext(), dyn, {dyn, dyn, dyn, 1}));
-  Value st = memref::ReinterpretCastOp::create(
-      b, loc, rowsType, pool, meta.getOffset(), sizes, strides);
+  Value st = pooled.view(*this);
   // One launch per (K, V): K = 128 or 64 (P = 4 or 2), then each V.
   auto which = scf::IfOp::create(b, loc, is128, /*withElseRegion=*/true);
   for (int64_t per : {4, 2}) {
@@ -295,33 +275,10 @@ void DecodeKernel::launch(int64_t per, int64_t values, Value st,
     alpha.push_back(math::ExpOp::create(b, loc, g));
   }
   Value bv = call(fns.sigmoid, widen(scalar(beta, {i, h})));
-  for (int64_t r = 0; r < rows; ++r) {
-    Value c = add(first, r);
-    // u = β (v − k·(αS)[:, c]), S ← αS + k u (§4.5), o = q·S[:, c].
-    SmallVector<Value> as;
-    Value part;
-    for (int64_t e = 0; e < per; ++e) {
-      as.push_back(fmul(alpha[e], s[r][e]));
-      Value term = fmul(kn[e], as.back());
-      part = e ? fadd(part, term) : term;
-    }
-    Value pred = warpSum(part);
-    Value vv = shared(add(vAt, c));
-    Value u = fmul(bv, arith::SubFOp::create(b, loc, vv, pred));
-    SmallVector<Value> next;
-    for (int64_t e = 0; e < per; ++e) {
-      next.push_back(fadd(as[e], fmul(kn[e], u)));
-      Value term = fmul(qn[e], next.back());
-      part = e ? fadd(part, term) : term;
-    }
-    Value total = warpSum(part);
-    Value vec = vector::FromElementsOp::create(
-        b, loc, VectorType::get({per}, b.getF32Type()), next);
-    vector::StoreOp::create(b, loc, vec, st, ValueRange{sl, h, c, j0},
-                            /*nontemporal=*/false, llvm::MaybeAlign(4 * per));
-    when(eq(lane, c0),
-         [&] { store(widen(narrow(total)), smem, {add(oAt, c)}); });
-  }
+  k3::kdaUpdateRows(
+      *this, st, sl, h, first, lane, j0, s, qn, kn, alpha, bv,
+      [&](Value c) { return shared(add(vAt, c)); },
+      [&](Value c, Value o) { store(widen(narrow(o)), smem, {add(oAt, c)}); });
   gpu::BarrierOp::create(b, loc);
 
   // 4. The gated RMSNorm (§4.7) as k3-gpu-gated-norm's warp: the head's sum
@@ -407,24 +364,15 @@ struct K3GPUKDADecodePass
                   "value-first");
     if (!k3::returnsNothing(body))
       return fail("the function must return nothing");
-    auto spec = f->getAttrOfType<DictionaryAttr>(kAttr);
-    auto lookup = [&](StringRef key, TypeRange in, Type res) {
-      return k3::namedFunction(f, spec, key, t.getFunctionType(in, {res}));
-    };
-    Functions fns{lookup("widen", {act}, f32), lookup("narrow", {f32}, act),
-                  lookup("inv", {f32, f32}, f32),
-                  lookup("gate", {f32, f32, f32, i1, f32}, f32),
-                  lookup("sigmoid", {f32}, f32)};
-    if (!fns.widen || !fns.narrow || !fns.inv || !fns.gate || !fns.sigmoid)
-      return fail("must be a dictionary naming functions widen (act) -> f32, "
-                  "narrow (f32) -> act, inv (f32, f32) -> f32, gate (f32, "
-                  "f32, f32, i1, f32) -> f32 and sigmoid (f32) -> f32");
+    FailureOr<k3::KDAFunctions> fns = k3::kdaFunctions(f, kAttr, act);
+    if (failed(fns))
+      return failure();
     memref::GlobalOp buffer = k3::workgroupBuffer(
         module, "k3k_kda_decode_head", {2 * kMaxK + 2 * kMaxV}, f32);
     SmallVector<Operation *> rest = k3::bodyOps(body);
     OpBuilder builder(f.getContext());
     builder.setInsertionPointToStart(&body);
-    DecodeKernel(builder, f.getLoc(), body, fns, buffer, rows, maxTokens)
+    DecodeKernel(builder, f.getLoc(), body, *fns, buffer, rows, maxTokens)
         .build(rest);
     return success();
   }

@@ -25,7 +25,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "TensorCore.h"
+#include "KDAWarp.h"
 #include "k3/Conversion/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -49,14 +49,9 @@ constexpr int64_t kWarps = 8, kLanes = 32;
 constexpr int64_t kRows = 4;
 constexpr llvm::StringLiteral kAttr = "k3.kda_recurrent";
 
-/// The functions `k3.kda_recurrent` names (Kernels/Prelude.*, KDA.mlir).
-struct Functions {
-  func::FuncOp widen, narrow, inv, gate, sigmoid;
-};
-
 class RecurrentKernel : k3::IndexMath {
 public:
-  RecurrentKernel(OpBuilder &b, Location loc, Block &body, Functions fns)
+  RecurrentKernel(OpBuilder &b, Location loc, Block &body, k3::KDAFunctions fns)
       : IndexMath{b, loc}, fns(fns) {
     auto arg = [&](unsigned n) { return body.getArgument(n); };
     q = arg(0), k = arg(1), v = arg(2), f = arg(3), beta = arg(4);
@@ -80,7 +75,7 @@ private:
   }
   Value warpSum(Value x) { return k3::warpSum(b, loc, x); }
 
-  Functions fns;
+  k3::KDAFunctions fns;
   Value q, k, v, f, beta, alog, dt, pool, slots, out, softplus, lb, scale,
       l2eps, vfirst;
 };
@@ -94,12 +89,8 @@ void RecurrentKernel::build(SmallVectorImpl<Operation *> &rest) {
   // A value-first pool whose rows (its last dimension) are contiguous and
   // 16-byte aligned; k and f of q's shape; q, k and f rows that a lane
   // reads P elements of at a time.
-  auto meta = memref::ExtractStridedMetadataOp::create(b, loc, pool);
-  Value base = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, pool);
-  Value start = add(base, mul(meta.getOffset(), idx(4)));
-  Value ok = both(vfirst, eq(meta.getStrides()[3], c1));
-  ok = both(ok, eq(rem(meta.getStrides()[2], idx(4)), c0));
-  ok = both(ok, eq(rem(start, idx(16)), c0));
+  k3::KDAStateRows pooled(*this, pool, vfirst);
+  Value ok = pooled.ok;
   Value is64 = eq(dk, idx(64)), is128 = eq(dk, idx(128));
   ok = both(ok, arith::OrIOp::create(b, loc, is64, is128));
   ok = both(ok, rem0(dv, kRows));
@@ -113,19 +104,7 @@ void RecurrentKernel::build(SmallVectorImpl<Operation *> &rest) {
                        memref::DimOp::create(b, loc, q, d)));
   k3::guardBody(b, loc, rest, ok);
 
-  // The pool with a static unit stride for the rows (vector loads).
-  SmallVector<OpFoldResult> sizes, strides;
-  for (int64_t d = 0; d < 4; ++d) {
-    sizes.push_back(meta.getSizes()[d]);
-    strides.push_back(d == 3 ? OpFoldResult(b.getIndexAttr(1))
-                             : OpFoldResult(meta.getStrides()[d]));
-  }
-  int64_t dyn = ShapedType::kDynamic;
-  auto rowsType = MemRefType::get(
-      {dyn, dyn, dyn, dyn}, b.getF32Type(),
-      StridedLayoutAttr::get(b.getContext(), dyn, {dyn, dyn, dyn, 1}));
-  Value st = memref::ReinterpretCastOp::create(
-      b, loc, rowsType, pool, meta.getOffset(), sizes, strides);
+  Value st = pooled.view(*this);
   auto which = scf::IfOp::create(b, loc, is128, /*withElseRegion=*/true);
   b.setInsertionPoint(which.thenBlock()->getTerminator());
   launch(4, st, tokens, heads, dk, dv);
@@ -191,37 +170,13 @@ void RecurrentKernel::launch(int64_t per, Value st, Value tokens,
     alpha.push_back(math::ExpOp::create(b, loc, g));
   }
   Value bv = call(fns.sigmoid, widen(scalar(beta, {i, h})));
-  for (int64_t r = 0; r < kRows; ++r) {
-    Value c = add(first, r);
-    // u = β (v − k·(αS)[:, c]): this lane's terms in k order, then the warp.
-    SmallVector<Value> as;
-    Value part;
-    for (int64_t e = 0; e < per; ++e) {
-      as.push_back(fmul(alpha[e], s[r][e]));
-      Value term = fmul(kn[e], as.back());
-      part = e ? fadd(part, term) : term;
-    }
-    Value pred = warpSum(part);
-    Value vv = widen(scalar(v, {i, h, c}));
-    Value u = fmul(bv, arith::SubFOp::create(b, loc, vv, pred));
-    // S ← αS + k u (stored), o = q·S[:, c] (rounded).
-    SmallVector<Value> next;
-    for (int64_t e = 0; e < per; ++e) {
-      next.push_back(fadd(as[e], fmul(kn[e], u)));
-      Value term = fmul(qn[e], next.back());
-      part = e ? fadd(part, term) : term;
-    }
-    Value total = warpSum(part);
-    Value vec = vector::FromElementsOp::create(
-        b, loc, VectorType::get({per}, b.getF32Type()), next);
-    vector::StoreOp::create(b, loc, vec, st, ValueRange{sl, h, c, j0},
-                            /*nontemporal=*/false, llvm::MaybeAlign(4 * per));
-    scf::IfOp::create(b, loc, eq(lane, c0), [&](OpBuilder &tb, Location l) {
-      memref::StoreOp::create(tb, l, call(fns.narrow, total), out,
-                              ValueRange{i, h, c});
-      scf::YieldOp::create(tb, l);
-    });
-  }
+  k3::kdaUpdateRows(
+      *this, st, sl, h, first, lane, j0, s, qn, kn, alpha, bv,
+      [&](Value c) { return widen(scalar(v, {i, h, c})); },
+      [&](Value c, Value o) {
+        memref::StoreOp::create(b, loc, call(fns.narrow, o), out,
+                                ValueRange{i, h, c});
+      });
   b.setInsertionPointToEnd(&launch.getBody().front());
   gpu::TerminatorOp::create(b, loc);
 }
@@ -271,22 +226,13 @@ struct K3GPUKDARecurrentPass
                   "bound, scale and l2 eps, i1 value-first");
     if (!k3::returnsNothing(body))
       return fail("the function must return nothing");
-    auto spec = f->getAttrOfType<DictionaryAttr>(kAttr);
-    auto lookup = [&](StringRef key, TypeRange in, Type res) {
-      return k3::namedFunction(f, spec, key, t.getFunctionType(in, {res}));
-    };
-    Functions fns{lookup("widen", {act}, f32), lookup("narrow", {f32}, act),
-                  lookup("inv", {f32, f32}, f32),
-                  lookup("gate", {f32, f32, f32, i1, f32}, f32),
-                  lookup("sigmoid", {f32}, f32)};
-    if (!fns.widen || !fns.narrow || !fns.inv || !fns.gate || !fns.sigmoid)
-      return fail("must be a dictionary naming functions widen (act) -> f32, "
-                  "narrow (f32) -> act, inv (f32, f32) -> f32, gate (f32, "
-                  "f32, f32, i1, f32) -> f32 and sigmoid (f32) -> f32");
+    FailureOr<k3::KDAFunctions> fns = k3::kdaFunctions(f, kAttr, act);
+    if (failed(fns))
+      return signalPassFailure();
     SmallVector<Operation *> rest = k3::bodyOps(body);
     OpBuilder builder(f.getContext());
     builder.setInsertionPointToStart(&body);
-    RecurrentKernel(builder, f.getLoc(), body, fns).build(rest);
+    RecurrentKernel(builder, f.getLoc(), body, *fns).build(rest);
   }
 };
 } // namespace
