@@ -109,7 +109,6 @@ void fuse(Layer layer, func::CallOp norm) {
   auto fused = func::CallOp::create(b, norm.getLoc(), layer.fn, args);
   norm.getResult(0).replaceAllUsesWith(fused.getResult(0));
   // The chain's casts and reshapes die with it.
-  SmallVector<Operation *> dead;
   for (Operation *call : llvm::reverse(calls)) {
     SmallVector<Value> inputs(call->getOperands());
     call->erase();

@@ -16,7 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "TensorCore.h"
+#include "KDAWarp.h"
 #include "k3/Conversion/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -86,13 +86,8 @@ void GatedNormKernel::build(SmallVectorImpl<Operation *> &rest) {
   };
   // The sum of squares: lane l's values l, l + 32, ... in order from 0,
   // then the warp's tree (the generic kernels' warp split).
-  auto sum = scf::ForOp::create(
-      b, loc, lane, d, idx(kLanes), ValueRange{f32(0.0)},
-      [&](OpBuilder &, Location, Value col, ValueRange acc) {
-        Value x = value(o, col);
-        scf::YieldOp::create(b, loc, fadd(acc[0], fmul(x, x)));
-      });
-  Value s = k3::warpSum(b, loc, sum.getResult(0));
+  Value s = k3::gatedNormSumSquares(*this, lane, d,
+                                    [&](Value col) { return value(o, col); });
   // Each value: the generic body's operations, in its order (Dense.mlir).
   Value di = arith::IndexCastOp::create(b, loc, b.getI64Type(), d);
   Value df = arith::SIToFPOp::create(b, loc, b.getF32Type(), di);
@@ -101,13 +96,8 @@ void GatedNormKernel::build(SmallVectorImpl<Operation *> &rest) {
       [&](OpBuilder &, Location, Value col, ValueRange) {
         Value x = value(o, col), zf = value(z, col);
         Value w = memref::LoadOp::create(b, loc, g, ValueRange{col});
-        Value me = fadd(fdiv(s, df), eps);
-        Value inv = fdiv(f32(1.0), math::SqrtOp::create(b, loc, me));
-        Value nw = fmul(fmul(x, inv), w);
-        Value ex =
-            math::ExpOp::create(b, loc, arith::NegFOp::create(b, loc, zf));
-        Value sig = fdiv(f32(1.0), fadd(f32(1.0), ex));
-        memref::StoreOp::create(b, loc, call(narrowFn, fmul(nw, sig)), out,
+        Value y = k3::gatedNormValue(*this, x, zf, w, s, df, eps);
+        memref::StoreOp::create(b, loc, call(narrowFn, y), out,
                                 ValueRange{i, h, col});
         scf::YieldOp::create(b, loc);
       });

@@ -116,7 +116,7 @@ private:
 };
 
 void DecodeKernel::build(SmallVectorImpl<Operation *> &rest) {
-  Value c0 = idx(0), c1 = idx(1);
+  Value c1 = idx(1);
   Value tokens = dim(f, 0), heads = dim(f, 1), dk = dim(f, 2);
   Value dv = dim(z, 2);
   // The state pool as k3-gpu-kda-recurrent takes it: value-first, rows
@@ -204,7 +204,7 @@ void DecodeKernel::convolve(const Conv &cv, Value i, Value c, Value at) {
 
 void DecodeKernel::launch(int64_t per, int64_t values, Value st,
                           Value tokens, Value heads, Value dk) {
-  Value c0 = idx(0), c1 = idx(1);
+  Value c1 = idx(1);
   // A block of V / rows warps holds the head.
   Value dv = idx(values), warps = idx(values / rows);
   auto launch = gpu::LaunchOp::create(b, loc, mul(tokens, heads), c1, c1,
@@ -284,13 +284,8 @@ void DecodeKernel::launch(int64_t per, int64_t values, Value st,
   // 4. The gated RMSNorm (§4.7) as k3-gpu-gated-norm's warp: the head's sum
   // of squares, lane l's values l, l + 32, ... in order, then the tree;
   // lane r < rows normalises value first + r.
-  auto sum = scf::ForOp::create(
-      b, loc, lane, dv, idx(kLanes), ValueRange{f32(0.0)},
-      [&](OpBuilder &, Location, Value col, ValueRange acc) {
-        Value x = shared(add(oAt, col));
-        scf::YieldOp::create(b, loc, fadd(acc[0], fmul(x, x)));
-      });
-  Value ss = warpSum(sum.getResult(0));
+  Value ss = k3::gatedNormSumSquares(
+      *this, lane, dv, [&](Value col) { return shared(add(oAt, col)); });
   Value di = arith::IndexCastOp::create(b, loc, b.getI64Type(), dv);
   Value df = arith::SIToFPOp::create(b, loc, b.getF32Type(), di);
   when(lt(lane, idx(rows)), [&] {
@@ -298,12 +293,8 @@ void DecodeKernel::launch(int64_t per, int64_t values, Value st,
     Value x = shared(add(oAt, c));
     Value zf = widen(scalar(z, {i, h, c}));
     Value w = scalar(gamma, {c});
-    Value me = fadd(fdiv(ss, df), eps);
-    Value inv = fdiv(f32(1.0), math::SqrtOp::create(b, loc, me));
-    Value nw = fmul(fmul(x, inv), w);
-    Value ex = math::ExpOp::create(b, loc, arith::NegFOp::create(b, loc, zf));
-    Value sig = fdiv(f32(1.0), fadd(f32(1.0), ex));
-    store(narrow(fmul(nw, sig)), out, {i, h, c});
+    store(narrow(k3::gatedNormValue(*this, x, zf, w, ss, df, eps)), out,
+          {i, h, c});
   });
   b.setInsertionPointToEnd(&launch.getBody().front());
   gpu::TerminatorOp::create(b, loc);

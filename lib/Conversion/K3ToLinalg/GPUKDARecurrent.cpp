@@ -114,7 +114,7 @@ void RecurrentKernel::build(SmallVectorImpl<Operation *> &rest) {
 
 void RecurrentKernel::launch(int64_t per, Value st, Value tokens,
                              Value heads, Value dk, Value dv) {
-  Value c0 = idx(0), c1 = idx(1);
+  Value c1 = idx(1);
   Value groups = div(mul(mul(tokens, heads), dv), idx(kRows));
   auto launch = gpu::LaunchOp::create(
       b, loc, arith::CeilDivUIOp::create(b, loc, groups, idx(kWarps)), c1, c1,

@@ -3,6 +3,7 @@
 #include "KDAWarp.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 
@@ -98,4 +99,26 @@ void k3::kdaUpdateRows(IndexMath &m, Value rows, Value slot, Value h,
     b.setInsertionPoint(lane0.thenBlock()->getTerminator());
     output(c, total);
   }
+}
+
+Value k3::gatedNormSumSquares(IndexMath &m, Value lane, Value dv,
+                              function_ref<Value(Value col)> value) {
+  auto sum = scf::ForOp::create(
+      m.b, m.loc, lane, dv, m.idx(32), ValueRange{m.f32(0.0)},
+      [&](OpBuilder &, Location, Value col, ValueRange acc) {
+        Value x = value(col);
+        scf::YieldOp::create(m.b, m.loc, m.fadd(acc[0], m.fmul(x, x)));
+      });
+  return warpSum(m.b, m.loc, sum.getResult(0));
+}
+
+Value k3::gatedNormValue(IndexMath &m, Value x, Value z, Value gamma,
+                         Value ss, Value df, Value eps) {
+  OpBuilder &b = m.b;
+  Value me = m.fadd(m.fdiv(ss, df), eps);
+  Value inv = m.fdiv(m.f32(1.0), math::SqrtOp::create(b, m.loc, me));
+  Value nw = m.fmul(m.fmul(x, inv), gamma);
+  Value ex = math::ExpOp::create(b, m.loc, arith::NegFOp::create(b, m.loc, z));
+  Value sig = m.fdiv(m.f32(1.0), m.fadd(m.f32(1.0), ex));
+  return m.fmul(nw, sig);
 }

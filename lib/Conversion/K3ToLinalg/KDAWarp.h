@@ -2,7 +2,9 @@
 //
 // k3-gpu-kda-recurrent and k3-gpu-kda-decode both update a KDA state a warp
 // per few rows (K3_SPEC §4.5): the functions their marks name, the state
-// pool's rows as the warps read them, and a warp's update of its rows.
+// pool's rows as the warps read them, and a warp's update of its rows;
+// k3-gpu-gated-norm and k3-gpu-kda-decode both take the gated RMSNorm of a
+// head in a warp (§4.7).
 //
 //===----------------------------------------------------------------------===//
 
@@ -53,6 +55,19 @@ void kdaUpdateRows(IndexMath &m, Value rows, Value slot, Value h,
                    ArrayRef<Value> kn, ArrayRef<Value> alpha, Value beta,
                    function_ref<Value(Value c)> value,
                    function_ref<void(Value c, Value o)> output);
+
+/// The gated RMSNorm of a head (§4.7) as the generic kernels take it
+/// (Kernels/Dense.mlir, @k3k_gated_rms_norm_rows): the sum of squares of
+/// the head's `dv` values (`value(col)`, f32), lane `lane` taking values
+/// lane, lane + 32, ... in order from 0, then the warp's xor tree (the
+/// same in every lane).
+Value gatedNormSumSquares(IndexMath &m, Value lane, Value dv,
+                          function_ref<Value(Value col)> value);
+
+/// One value of it before rounding: x / sqrt(ss / df + eps) · γ · σ(z) with
+/// the generic body's operations in its order (`df`: V as f32).
+Value gatedNormValue(IndexMath &m, Value x, Value z, Value gamma, Value ss,
+                     Value df, Value eps);
 
 } // namespace mlir::k3
 

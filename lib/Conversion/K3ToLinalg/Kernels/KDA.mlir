@@ -403,7 +403,9 @@ func.func private @k3k_kda(%q: tensor<?x?x?x!act>, %k: tensor<?x?x?x!act>, %v: t
 }
 
 // The three convolutions of @k3k_kda_layer as [T, H, D] tensors (q and k
-// of D = %dk, v of %dv): into [T, H, D] buffers through [T, H·D] views.
+// of D = %dk, v of %dv): into [T, H, D] buffers through [T, H·D] views
+// (MLIR 22's expand-strided-metadata crashes on the other way round, a
+// memref.expand_shape of [T, H·D] with H and D both dynamic).
 func.func private @k3k_kda_convolve(
     %xq: tensor<?x?x!act>, %wq: tensor<?x?x?xf32>, %pq: memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, %sq: memref<?xi32>,
     %xk: tensor<?x?x!act>, %wk: tensor<?x?x?xf32>, %pk: memref<?x?x?x!act, strided<[?, ?, ?], offset: ?>>, %sk: memref<?xi32>,
