@@ -12,7 +12,11 @@
 // time, of one kernel with a block per (token, head), so that the block
 // holds the whole head:
 //   1. each warp loads its 8 rows of the state (option `rows`; lane l
-//      elements P l .. P l + P - 1, P = K / 32), as k3-gpu-kda-recurrent's;
+//      elements P l .. P l + P - 1, P = K / 32), as k3-gpu-kda-recurrent's,
+//      and with them the gate's, β's and the norm's z and γ, which do not
+//      wait for the convolutions (two fewer dependent round trips to
+//      memory: B = 2 0.044 -> 0.041 ms, B = 4 0.066 -> 0.061, H200,
+//      BENCHMARKS.md thirtieth session);
 //   2. the block's threads convolve the head's 2K + V channels (one thread
 //      per channel, the generic kernel's operations in its order), keep
 //      the rounded outputs in workgroup memory and shift the channel's
@@ -224,6 +228,20 @@ void DecodeKernel::launch(int64_t per, int64_t values, Value st,
   SmallVector<SmallVector<Value>> s;
   for (int64_t r = 0; r < rows; ++r)
     s.push_back(loadVector(st, {sl, h, add(first, r), j0}, per));
+  // α = exp(g) of the lane's elements (§4.4), β, and the norm's z and γ of
+  // the lane's value (lane < rows): none waits for the convolutions, so
+  // their loads go out with the state's.
+  SmallVector<Value> fa = loadVector(f, {i, h, j0}, per);
+  Value al = scalar(alog, {h});
+  SmallVector<Value> alpha;
+  for (int64_t e = 0; e < per; ++e) {
+    Value db = scalar(dt, {add(mul(h, dk), add(j0, idx(e)))});
+    Value g = call(fns.gate, {widen(fa[e]), db, al, softplus, lb});
+    alpha.push_back(math::ExpOp::create(b, loc, g));
+  }
+  Value bv = call(fns.sigmoid, widen(scalar(beta, {i, h})));
+  Value mine = add(first, min(lane, idx(rows - 1)));
+  Value zMine = scalar(z, {i, h, mine}), gMine = scalar(gamma, {mine});
 
   // 2. The head's channels of q, k and v (§4.2), a thread each.
   Value kAt = idx(kMaxK), vAt = idx(2 * kMaxK), oAt = idx(2 * kMaxK + kMaxV);
@@ -263,18 +281,12 @@ void DecodeKernel::launch(int64_t per, int64_t values, Value st,
   }
   Value qinv = fmul(call(fns.inv, {warpSum(qs), l2eps}), scale);
   Value kinv = call(fns.inv, {warpSum(ks), l2eps});
-  SmallVector<Value> fa = loadVector(f, {i, h, j0}, per);
-  Value al = scalar(alog, {h});
-  SmallVector<Value> qn, kn, alpha;
+  SmallVector<Value> qn, kn;
   for (int64_t e = 0; e < per; ++e) {
     Value j = add(j0, idx(e));
     qn.push_back(fmul(shared(j), qinv));
     kn.push_back(fmul(shared(add(kAt, j)), kinv));
-    Value db = scalar(dt, {add(mul(h, dk), j)});
-    Value g = call(fns.gate, {widen(fa[e]), db, al, softplus, lb});
-    alpha.push_back(math::ExpOp::create(b, loc, g));
   }
-  Value bv = call(fns.sigmoid, widen(scalar(beta, {i, h})));
   k3::kdaUpdateRows(
       *this, st, sl, h, first, lane, j0, s, qn, kn, alpha, bv,
       [&](Value c) { return shared(add(vAt, c)); },
@@ -289,12 +301,10 @@ void DecodeKernel::launch(int64_t per, int64_t values, Value st,
   Value di = arith::IndexCastOp::create(b, loc, b.getI64Type(), dv);
   Value df = arith::SIToFPOp::create(b, loc, b.getF32Type(), di);
   when(lt(lane, idx(rows)), [&] {
-    Value c = add(first, lane);
-    Value x = shared(add(oAt, c));
-    Value zf = widen(scalar(z, {i, h, c}));
-    Value w = scalar(gamma, {c});
-    store(narrow(k3::gatedNormValue(*this, x, zf, w, ss, df, eps)), out,
-          {i, h, c});
+    Value x = shared(add(oAt, mine));
+    store(narrow(k3::gatedNormValue(*this, x, widen(zMine), gMine, ss, df,
+                                    eps)),
+          out, {i, h, mine});
   });
   b.setInsertionPointToEnd(&launch.getBody().front());
   gpu::TerminatorOp::create(b, loc);
