@@ -706,6 +706,22 @@ def K3GPUSkinnyMMAPass : Pass<"k3-gpu-skinny-mma", "::mlir::ModuleOp"> {
     resets the counter. The split depends on N and K only and a token's
     outputs on its own column only. f32 activations or `sm` below 80: no
     change.
+
+    With the key `addend` (arguments x, W, r `[T, N]`, output; `o` takes
+    the sum and `r[t, n]`) each stored output is `o(sum, r[t, n])`
+    (`@k3k_linear_add_few`: the MoE's round(round(R) + Sh)). With
+    `addend` and `combine_norm = {widen, narrow, round}` (arguments the
+    experts' y `[T, k, D]` f32, ω `[T, k]` f32, γ `[D]`, eps, W, r,
+    output: `@k3k_latent_up_add_few`) x is RMSNorm(Σ_s ω_s y_s; γ), made in
+    the same launch (also needing y 32-byte and γ 16-byte aligned): its
+    first 8 T blocks are, per token, the 32 warps of
+    k3-gpu-attn-res-norm's block for that norm (the same terms and trees),
+    each storing r = round(Σ_s ω_s y_s) and its warps' sums of squares in
+    the workspace and counting itself in a zeroed device `memref.global`;
+    the product blocks start their first stages, wait for the count
+    (`ld.acquire.gpu`, `nvvm.nanosleep` between reads), take each token's
+    1 / rms from the 32 sums with the norm kernel's tree and normalise r
+    as they read it; the last product block resets the counts.
   }];
   let options = [
     Option<"sm", "sm", "int64_t", "90",
@@ -713,6 +729,7 @@ def K3GPUSkinnyMMAPass : Pass<"k3-gpu-skinny-mma", "::mlir::ModuleOp"> {
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::arith::ArithDialect",
+                           "::mlir::math::MathDialect",
                            "::mlir::LLVM::LLVMDialect",
                            "::mlir::NVVM::NVVMDialect",
                            "::mlir::nvgpu::NVGPUDialect",

@@ -41,6 +41,11 @@
 // f32 router logits beside its bf16 projections); a block then stores
 // through a switch on its matrix.
 //
+// With the key `addend` (`{out = @o, addend}`, arguments (x, W, r [T, N],
+// out)) each output is o(sum, r[t, n]): the MoE's round(round(R) + Sh)
+// (Kernels/Dense.mlir @k3k_linear_add_few) made as R is stored, without
+// the add's own kernel.
+//
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16", .bf16):
 // lane = 4 g + t; a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1],
 // a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9]; b0 = B[2t, 2t+1][g],
@@ -65,7 +70,9 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -96,15 +103,35 @@ constexpr int64_t kMaxTokens = 16; // two n8 tiles
 constexpr int64_t kTargetBlocks = 528, kCounters = 4096;
 static_assert(kTargetBlocks <= kCounters, "a split product has counters");
 constexpr llvm::StringLiteral kAttr = "k3.skinny_matmul";
+// `combine_norm`: the blocks that make one token's weighted sum and its
+// warps' sums of squares, as the 32 warps of k3-gpu-attn-res-norm's block
+// of 1024 threads (8 blocks of 4 warps: the same terms, trees and order).
+constexpr int64_t kNormThreads = 1024, kProducers = kNormThreads / (kWarps * 32);
+constexpr int64_t kPer = 8; // bf16 elements per 16-byte piece
+// Entries whose y a producer thread loads together (32 registers).
+constexpr int64_t kSlotsAhead = 4;
+
+/// `combine_norm`'s operands: the experts' y [T, k, D] f32 and weights ω
+/// [T, k], γ [D], eps, and the library's conversions.
+struct CombineNorm {
+  Value ys, wts, gamma, eps;
+  func::FuncOp widen, narrow, round;
+};
 
 class SkinnyKernel : k3::IndexMath {
 public:
-  /// The products of x by `ws` into `outs` (one launch for all).
+  /// The products of x by `ws` into `outs` (one launch for all); with an
+  /// `addend` r (one matrix), each output is o(sum, r[t, n]).
+  /// With `norm` (x null) x is RMSNorm(Σ_s ω_s y_s; γ), made by the
+  /// launch's first blocks (see top).
   SkinnyKernel(OpBuilder &b, Location loc, Value x, ValueRange ws,
-               ValueRange outs, ArrayRef<func::FuncOp> outFns,
-               memref::GlobalOp ringGlobal, memref::GlobalOp countGlobal)
+               ValueRange outs, ArrayRef<func::FuncOp> outFns, Value addend,
+               memref::GlobalOp ringGlobal, memref::GlobalOp countGlobal,
+               std::optional<CombineNorm> norm = std::nullopt,
+               memref::GlobalOp readyGlobal = {})
       : IndexMath{b, loc}, x(x), ws(ws), outs(outs), outFns(outFns),
-        ringGlobal(ringGlobal), countGlobal(countGlobal) {}
+        addend(addend), ringGlobal(ringGlobal), countGlobal(countGlobal),
+        norm(norm), readyGlobal(readyGlobal) {}
 
   void build(SmallVectorImpl<Operation *> &rest);
 
@@ -150,10 +177,39 @@ private:
     });
   }
 
+  /// o(sum) of output i, or o(sum, r[tok, row]) with an addend.
+  Value outValue(OpBuilder &ob, Location l, size_t i, Value sum, Value tok,
+                 Value row) {
+    SmallVector<Value> args = {sum};
+    if (addend)
+      args.push_back(
+          memref::LoadOp::create(ob, l, addend, ValueRange{tok, row}));
+    return func::CallOp::create(ob, l, outFns[i], args).getResult(0);
+  }
+
+  /// combine_norm, producer block `part` of `token`: the thread's pieces
+  /// of r = round(Σ_s ω_s y_s) into x, its warp's sum of squares into
+  /// `squares`, then the count of finished producers.
+  void produce(Value token, Value part, Value tid, Value depth);
+  /// combine_norm, a product block: waits for the producers of `tokens`
+  /// tokens, then each token's 1 / rms from its 32 warp sums (the norm
+  /// kernel's tree), through the ring; sets inv0, inv1.
+  void awaitNorm(Value tid, Value tokens, Value depth);
+  /// combine_norm: the 8 normalised elements k .. k + 7 of token `tok`,
+  /// round(round(r · inv) · γ) (the norm kernel's element operations), as
+  /// the mma's 4 bf16 pairs.
+  SmallVector<Value> normalised(Value tok, Value inv, Value k);
+  /// combine_norm: the product blocks' count; the last resets both counts.
+  void finishNorm(Value tid, Value blocks);
+
   Value x;
   SmallVector<Value> ws, outs;
   SmallVector<func::FuncOp> outFns;
+  Value addend;
   memref::GlobalOp ringGlobal, countGlobal;
+  std::optional<CombineNorm> norm;
+  memref::GlobalOp readyGlobal;
+  Value squares, inv0, inv1;
   // This block's matrix (one of ws; its index), output (if the outputs are
   // alike), workspace and counter.
   Value w, matrix, out, partial, counter;
@@ -202,7 +258,8 @@ SmallVector<Value> SkinnyKernel::compute(Value i, int64_t tiles,
     Value k = add(add(k0, 32 * s), mul(t, 8));
     for (int64_t tile = 0; tile < tiles; ++tile) {
       SmallVector<Value> xt =
-          split(read(x, {tile ? tok1 : tok0, k}, bf16, 8, i32x4), 4);
+          norm ? normalised(tile ? tok1 : tok0, tile ? inv1 : inv0, k)
+               : split(read(x, {tile ? tok1 : tok0, k}, bf16, 8, i32x4), 4);
       for (int64_t h = 0; h < 2; ++h) {
         std::array<Value, 4> a = {r0[2 * h], r1[2 * h], r0[2 * h + 1],
                                   r1[2 * h + 1]};
@@ -230,12 +287,23 @@ SmallVector<Value> SkinnyKernel::sums(int64_t tiles) {
 
 void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   Value c1 = idx(1);
-  Value tokens = memref::DimOp::create(b, loc, x, 0);
-  Value depth = memref::DimOp::create(b, loc, x, 1);
+  Value tokens = memref::DimOp::create(b, loc, norm ? norm->ys : x, 0);
+  Value depth = memref::DimOp::create(b, loc, norm ? norm->ys : x, norm ? 2 : 1);
   Value ok = rem0(depth, kChunk);
   ok = both(ok, cmp(arith::CmpIPredicate::uge, tokens, c1));
   ok = both(ok, cmp(arith::CmpIPredicate::ule, tokens, idx(kMaxTokens)));
-  ok = both(ok, aligned(x));
+  if (norm) {
+    // y's pieces of 8 f32 (32 bytes) and γ's of 8 bf16; ω [T, k] as y.
+    ok = both(ok, both(aligned(norm->ys, 32), aligned(norm->gamma)));
+    for (int64_t i = 0; i < 2; ++i)
+      ok = both(ok, cmp(arith::CmpIPredicate::eq,
+                        memref::DimOp::create(b, loc, norm->wts, i),
+                        memref::DimOp::create(b, loc, norm->ys, i)));
+    ok = both(ok, cmp(arith::CmpIPredicate::eq,
+                      memref::DimOp::create(b, loc, norm->gamma, 0), depth));
+  } else {
+    ok = both(ok, aligned(x));
+  }
   SmallVector<Value> rows;
   for (Value m : ws) {
     rows.push_back(memref::DimOp::create(b, loc, m, 0));
@@ -265,18 +333,53 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
                                   rowBlocks, idx(0)));
   }
   ok = both(ok, cmp(arith::CmpIPredicate::ule, counters, idx(kCounters)));
+  if (addend)
+    ok = both(ok, both(cmp(arith::CmpIPredicate::eq,
+                           memref::DimOp::create(b, loc, addend, 0), tokens),
+                       cmp(arith::CmpIPredicate::eq,
+                           memref::DimOp::create(b, loc, addend, 1),
+                           rows.front())));
   k3::guardBody(b, loc, rest, ok);
   // The slices' sums [S, T, N] (empty without a split).
   for (auto [mat, n] : llvm::zip(mats, rows))
     mat[4] = k3::sliceBuffer(b, loc, cmp(arith::CmpIPredicate::ugt, mat[1], c1),
                              mat[1], tokens, n);
-  auto launch = gpu::LaunchOp::create(b, loc, blocks, c1, c1,
+  // combine_norm: r [T, D] and the warps' sums of squares [T, 32] in the
+  // workspace; the producers' blocks before the products'.
+  Value producers = idx(0);
+  if (norm) {
+    auto outType = cast<MemRefType>(outs[0].getType());
+    x = memref::AllocOp::create(
+        b, loc, MemRefType::get({ShapedType::kDynamic, ShapedType::kDynamic},
+                                outType.getElementType()),
+        ValueRange{tokens, depth});
+    squares = memref::AllocOp::create(
+        b, loc, MemRefType::get({ShapedType::kDynamic, kNormThreads / 32},
+                                b.getF32Type()),
+        ValueRange{tokens});
+    producers = mul(tokens, kProducers);
+  }
+  auto launch = gpu::LaunchOp::create(b, loc, add(producers, blocks), c1, c1,
                                       idx(kWarps * 32), c1, c1);
   launch->setAttr("k3.mma_shape", b.getDenseI64ArrayAttr({16, 8, 16}));
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&launch.getBody().front());
-  // This block's matrix: the last whose first block is at or before it.
   Value block = launch.getBlockIds().x;
+  scf::IfOp producing;
+  if (norm) {
+    // Blocks dispatch in order, so the producers run before or beside
+    // every block that waits for them.
+    producing = scf::IfOp::create(b, loc,
+                                  cmp(arith::CmpIPredicate::ult, block,
+                                      producers),
+                                  /*withElse=*/true);
+    b.setInsertionPointToStart(producing.thenBlock());
+    produce(div(block, kProducers), rem(block, kProducers),
+            launch.getThreadIds().x, depth);
+    b.setInsertionPointToStart(producing.elseBlock());
+    block = sub(block, producers);
+  }
+  // This block's matrix: the last whose first block is at or before it.
   w = ws[0];
   matrix = idx(0);
   out = outs[0];
@@ -325,6 +428,10 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   Value group;
   for (int64_t i = 0; i < kStages - 1; ++i)
     group = issue(idx(i));
+  // combine_norm: the first stages of W are on their way while the
+  // producers finish.
+  if (norm)
+    awaitNorm(tid, tokens, depth);
   // One n8 tile of tokens for T <= 8, two above; a token's column is the
   // same mma either way.
   auto f32 = b.getF32Type();
@@ -391,13 +498,258 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
         });
   }
   combine(entries, tokens);
+  if (norm) {
+    finishNorm(tid, blocks);
+    b.setInsertionPointAfter(producing);
+  }
   gpu::TerminatorOp::create(b, loc);
+}
+
+void SkinnyKernel::produce(Value token, Value part, Value tid, Value depth) {
+  auto f32 = b.getF32Type();
+  Value zero = arith::ConstantFloatOp::create(b, loc, f32, APFloat(0.0f));
+  auto call = [&](func::FuncOp fn, Value v) {
+    return func::CallOp::create(b, loc, fn, v).getResult(0);
+  };
+  // Thread v of the norm kernel's block: pieces 8 v, 8 v + 8192, ...
+  Value v = add(mul(part, kWarps * 32), tid);
+  Value entries = memref::DimOp::create(b, loc, norm->ys, 1);
+  auto pieces = scf::ForOp::create(
+      b, loc, mul(v, kPer), depth, idx(kNormThreads * kPer), ValueRange{zero},
+      [&](OpBuilder &fb, Location, Value j0, ValueRange acc) {
+        OpBuilder::InsertionGuard inner(b);
+        b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
+        // r = round(Σ_s ω_s y_s) from 0, s ascending (@k3k_experts_combine);
+        // the loads of kSlotsAhead entries issued together, then added in
+        // order, the rest one at a time.
+        auto slots = [&](Value from, Value to, int64_t step,
+                         ValueRange init) {
+          return scf::ForOp::create(
+              b, loc, from, to, idx(step), init,
+              [&](OpBuilder &sb, Location, Value s0, ValueRange part) {
+                OpBuilder::InsertionGuard innermost(b);
+                b.setInsertionPoint(sb.getInsertionBlock(),
+                                    sb.getInsertionPoint());
+                SmallVector<Value> w;
+                SmallVector<SmallVector<Value>> y;
+                for (int64_t u = 0; u < step; ++u) {
+                  Value s = add(s0, idx(u));
+                  w.push_back(memref::LoadOp::create(b, loc, norm->wts,
+                                                     ValueRange{token, s}));
+                  y.push_back(loadVector(norm->ys, {token, s, j0}, kPer));
+                }
+                SmallVector<Value> next(part);
+                for (int64_t u = 0; u < step; ++u)
+                  for (int64_t e = 0; e < kPer; ++e)
+                    next[e] = arith::AddFOp::create(
+                        b, loc, next[e],
+                        arith::MulFOp::create(b, loc, w[u], y[u][e]));
+                scf::YieldOp::create(b, loc, next);
+              });
+        };
+        Value most = mul(div(entries, kSlotsAhead), kSlotsAhead);
+        auto sum = slots(most, entries, 1,
+                         slots(idx(0), most, kSlotsAhead,
+                               SmallVector<Value>(kPer, zero))
+                             .getResults());
+        SmallVector<Value> r;
+        Value ss = acc[0];
+        for (Value total : sum.getResults()) {
+          r.push_back(call(norm->narrow, total));
+          Value a = call(norm->widen, r.back());
+          ss = arith::AddFOp::create(b, loc, ss,
+                                     arith::MulFOp::create(b, loc, a, a));
+        }
+        Value vec = vector::FromElementsOp::create(
+            b, loc, VectorType::get({kPer}, r.front().getType()), r);
+        vector::StoreOp::create(b, loc, vec, x, ValueRange{token, j0},
+                                /*nontemporal=*/false, llvm::MaybeAlign(16));
+        scf::YieldOp::create(b, loc, ss);
+      });
+  // Its warp's sum (the norm kernel's warp tree) at [token, 4 part + warp].
+  Value total = k3::warpSum(b, loc, pieces.getResult(0));
+  Value lane = rem(tid, 32), warp = div(tid, 32);
+  scf::IfOp::create(b, loc, cmp(arith::CmpIPredicate::eq, lane, idx(0)),
+                    [&](OpBuilder &tb, Location l) {
+                      memref::StoreOp::create(
+                          tb, l, total, squares,
+                          ValueRange{token, add(mul(part, kWarps), warp)});
+                      scf::YieldOp::create(tb, l);
+                    });
+  // Every thread's stores visible on the GPU before the count.
+  NVVM::MembarOp::create(b, loc, NVVM::MemScopeKind::GPU);
+  gpu::BarrierOp::create(b, loc);
+  Value ready = memref::GetGlobalOp::create(b, loc, readyGlobal.getType(),
+                                            readyGlobal.getSymName());
+  scf::IfOp::create(b, loc, cmp(arith::CmpIPredicate::eq, tid, idx(0)),
+                    [&](OpBuilder &tb, Location l) {
+                      Value one =
+                          arith::ConstantIntOp::create(tb, l, tb.getI32Type(), 1);
+                      memref::AtomicRMWOp::create(tb, l,
+                                                  arith::AtomicRMWKind::addi,
+                                                  one, ready, ValueRange{idx(0)});
+                      scf::YieldOp::create(tb, l);
+                    });
+}
+
+void SkinnyKernel::awaitNorm(Value tid, Value tokens, Value depth) {
+  Type i32 = b.getI32Type();
+  FloatType f32 = b.getF32Type();
+  Value ready = memref::GetGlobalOp::create(b, loc, readyGlobal.getType(),
+                                            readyGlobal.getSymName());
+  Value need = arith::IndexCastOp::create(b, loc, i32,
+                                          mul(tokens, kProducers));
+  // Thread 0 reads the count (ld.acquire at GPU scope) until every
+  // producer has added its 1, with a pause between reads.
+  scf::IfOp::create(
+      b, loc, cmp(arith::CmpIPredicate::eq, tid, idx(0)),
+      [&](OpBuilder &tb, Location l) {
+        OpBuilder::InsertionGuard inner(b);
+        b.setInsertionPoint(tb.getInsertionBlock(), tb.getInsertionPoint());
+        Value at = arith::IndexCastOp::create(
+            b, loc, b.getI64Type(),
+            memref::ExtractAlignedPointerAsIndexOp::create(b, loc, ready));
+        auto wait = scf::WhileOp::create(b, loc, TypeRange{}, ValueRange{});
+        b.createBlock(&wait.getBefore());
+        Value count =
+            LLVM::InlineAsmOp::create(
+                b, loc, i32, ValueRange{at},
+                "ld.acquire.gpu.global.b32 $0, [$1];", "=r,l",
+                /*has_side_effects=*/true, /*is_align_stack=*/false,
+                LLVM::tailcallkind::TailCallKind::None,
+                /*asm_dialect=*/LLVM::AsmDialectAttr(),
+                /*operand_attrs=*/ArrayAttr())
+                .getResult(0);
+        scf::ConditionOp::create(
+            b, loc,
+            arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, count,
+                                  need),
+            ValueRange{});
+        b.createBlock(&wait.getAfter());
+        NVVM::NanosleepOp::create(
+            b, loc, arith::ConstantIntOp::create(b, loc, i32, 32));
+        scf::YieldOp::create(b, loc);
+        b.setInsertionPointAfter(wait);
+        scf::YieldOp::create(b, loc);
+      });
+  gpu::BarrierOp::create(b, loc);
+  // (The producers' r and sums after their counts, in every thread.)
+  NVVM::MembarOp::create(b, loc, NVVM::MemScopeKind::GPU);
+  // 1 / rms of each token as the norm kernel's block: lane l takes warp l's
+  // sum, the tree over them, 1 / sqrt(ss / D + eps). Warp w takes tokens
+  // w, w + 4, ... (their loads first) and keeps them in warp 0's ring's
+  // third stage, which no copy fills before the k loop (token t at
+  // elements 2t, 2t + 1 of row 0).
+  auto f32x1 = VectorType::get({1}, f32);
+  auto bf16x2 = VectorType::get({2}, b.getBF16Type());
+  Value lane = rem(tid, 32), warpId = div(tid, 32);
+  Value df = arith::SIToFPOp::create(
+      b, loc, f32, arith::IndexCastOp::create(b, loc, b.getI64Type(), depth));
+  Value lastToken = sub(tokens, idx(1));
+  SmallVector<Value> mineTokens, parts;
+  for (int64_t i = 0; i < kMaxTokens / kWarps; ++i) {
+    Value t = add(warpId, idx(kWarps * i));
+    mineTokens.push_back(t);
+    parts.push_back(memref::LoadOp::create(
+        b, loc, squares,
+        ValueRange{arith::MinUIOp::create(b, loc, t, lastToken), lane}));
+  }
+  for (auto [t, part] : llvm::zip(mineTokens, parts)) {
+    Value ss = k3::warpSum(b, loc, part);
+    Value mean = arith::DivFOp::create(b, loc, ss, df);
+    Value root = math::SqrtOp::create(
+        b, loc, arith::AddFOp::create(b, loc, mean, norm->eps));
+    Value inv = arith::DivFOp::create(
+        b, loc, arith::ConstantFloatOp::create(b, loc, f32, APFloat(1.0f)),
+        root);
+    Value store = arith::AndIOp::create(
+        b, loc, cmp(arith::CmpIPredicate::eq, lane, idx(0)),
+        cmp(arith::CmpIPredicate::ult, t, tokens));
+    scf::IfOp::create(b, loc, store, [&](OpBuilder &sb, Location) {
+      OpBuilder::InsertionGuard keep(b);
+      b.setInsertionPoint(sb.getInsertionBlock(), sb.getInsertionPoint());
+      vector::StoreOp::create(
+          b, loc,
+          vector::BitCastOp::create(
+              b, loc, bf16x2,
+              vector::FromElementsOp::create(b, loc, f32x1, inv)),
+          ring, ValueRange{idx(0), idx(2), idx(0), mul(t, 2)},
+          /*nontemporal=*/false, llvm::MaybeAlign(4));
+      scf::YieldOp::create(b, loc);
+    });
+  }
+  gpu::BarrierOp::create(b, loc);
+  auto inv = [&](Value tok) {
+    return vector::ExtractOp::create(
+        b, loc,
+        read(ring, {idx(0), idx(2), idx(0), mul(tok, 2)}, b.getBF16Type(), 2,
+             f32x1),
+        ArrayRef<int64_t>{0});
+  };
+  inv0 = inv(tok0);
+  inv1 = inv(tok1);
+  // Read by every warp before warp 0's copies reach its third stage.
+  gpu::BarrierOp::create(b, loc);
+}
+
+SmallVector<Value> SkinnyKernel::normalised(Value tok, Value inv, Value k) {
+  auto call = [&](func::FuncOp fn, Value v) {
+    return func::CallOp::create(b, loc, fn, v).getResult(0);
+  };
+  SmallVector<Value> r = loadVector(x, {tok, k}, kPer);
+  SmallVector<Value> w = loadVector(norm->gamma, {k}, kPer);
+  SmallVector<Value> y;
+  for (int64_t e = 0; e < kPer; ++e) {
+    Value h = call(norm->round,
+                   arith::MulFOp::create(b, loc, call(norm->widen, r[e]), inv));
+    Value g = arith::ExtFOp::create(b, loc, b.getF32Type(), w[e]);
+    y.push_back(call(norm->narrow, arith::MulFOp::create(b, loc, h, g)));
+  }
+  Value vec = vector::FromElementsOp::create(
+      b, loc, VectorType::get({kPer}, y.front().getType()), y);
+  return split(vector::BitCastOp::create(
+                   b, loc, VectorType::get({4}, b.getI32Type()), vec),
+               4);
+}
+
+void SkinnyKernel::finishNorm(Value tid, Value blocks) {
+  // After every thread's loads of r (the next launch's producers write it).
+  gpu::BarrierOp::create(b, loc);
+  Value ready = memref::GetGlobalOp::create(b, loc, readyGlobal.getType(),
+                                            readyGlobal.getSymName());
+  scf::IfOp::create(
+      b, loc, cmp(arith::CmpIPredicate::eq, tid, idx(0)),
+      [&](OpBuilder &tb, Location l) {
+        Value one = arith::ConstantIntOp::create(tb, l, tb.getI32Type(), 1);
+        Value before = memref::AtomicRMWOp::create(
+            tb, l, arith::AtomicRMWKind::addi, one, ready,
+            ValueRange{arith::ConstantIndexOp::create(tb, l, 1)});
+        Value last = arith::IndexCastOp::create(
+            tb, l, tb.getI32Type(),
+            arith::SubIOp::create(tb, l, blocks,
+                                  arith::ConstantIndexOp::create(tb, l, 1)));
+        // Every product block has passed its wait: both counts to 0.
+        scf::IfOp::create(
+            tb, l,
+            arith::CmpIOp::create(tb, l, arith::CmpIPredicate::eq, before,
+                                  last),
+            [&](OpBuilder &zb, Location zl) {
+              Value zero =
+                  arith::ConstantIntOp::create(zb, zl, zb.getI32Type(), 0);
+              for (int64_t i = 0; i < 2; ++i)
+                memref::StoreOp::create(
+                    zb, zl, zero, ready,
+                    ValueRange{arith::ConstantIndexOp::create(zb, zl, i)});
+              scf::YieldOp::create(zb, zl);
+            });
+        scf::YieldOp::create(tb, l);
+      });
 }
 
 void SkinnyKernel::store(OpBuilder &ob, Location l, Value sum, Value tok,
                          Value row) {
   if (alike()) {
-    Value r = func::CallOp::create(ob, l, outFns[0], sum).getResult(0);
+    Value r = outValue(ob, l, 0, sum, tok, row);
     memref::StoreOp::create(ob, l, r, out, ValueRange{tok, row});
     return;
   }
@@ -407,7 +759,7 @@ void SkinnyKernel::store(OpBuilder &ob, Location l, Value sum, Value tok,
   auto fill = [&](Region &region, size_t i) {
     OpBuilder cb = OpBuilder::atBlockBegin(&region.emplaceBlock());
     if (i < outs.size()) {
-      Value r = func::CallOp::create(cb, l, outFns[i], sum).getResult(0);
+      Value r = outValue(cb, l, i, sum, tok, row);
       memref::StoreOp::create(cb, l, r, outs[i], ValueRange{tok, row});
     }
     scf::YieldOp::create(cb, l);
@@ -461,6 +813,9 @@ struct K3GPUSkinnyMMAPass
   }
 
   LogicalResult rewrite(func::FuncOp f) {
+    auto spec = f->getAttrOfType<DictionaryAttr>(kAttr);
+    if (spec && spec.get("combine_norm"))
+      return rewriteCombineNorm(f, spec);
     FailureOr<SmallVector<func::FuncOp>> outFns =
         k3::productOutFunctions(f, kAttr);
     if (failed(outFns))
@@ -474,16 +829,90 @@ struct K3GPUSkinnyMMAPass
     SmallVector<Operation *> rest = k3::bodyOps(body);
     OpBuilder builder(f.getContext());
     builder.setInsertionPointToStart(&body);
-    unsigned m = body.getNumArguments() / 2;
+    // (x, W_1 .. W_m, out_1 .. out_m), or (x, W, r, out) with an addend.
+    bool withAddend =
+        f->getAttrOfType<DictionaryAttr>(kAttr).get("addend") != nullptr;
+    unsigned m = withAddend ? 1 : body.getNumArguments() / 2;
     SkinnyKernel(builder, f.getLoc(), body.getArgument(0),
                  body.getArguments().slice(1, m),
-                 body.getArguments().slice(1 + m, m), *outFns,
+                 body.getArguments().slice(withAddend ? 3 : 1 + m, m),
+                 *outFns, withAddend ? body.getArgument(2) : Value(),
                  // The warps' cp.async rings, one workgroup buffer per block.
                  k3::workgroupBuffer(getOperation(), "k3k_skinny_ring",
                                      {kWarps, kStages, kRows, kChunk}),
                  // The split products' counters, one per row block.
                  k3::deviceCounters(getOperation(), "k3k_skinny_count",
                                     kCounters))
+        .build(rest);
+    return success();
+  }
+
+  /// (y [T, k, D] f32, ω [T, k] f32, γ [D] bf16, eps f32, W [N, D] bf16,
+  /// r [T, N], out [T, N]) with `out` (f32, r's type) -> out's and
+  /// combine_norm = {widen, narrow, round}: @k3k_latent_up_add_few.
+  LogicalResult rewriteCombineNorm(func::FuncOp f, DictionaryAttr spec) {
+    auto fail = [&](const Twine &why) {
+      return f.emitError() << kAttr << ": " << why, failure();
+    };
+    Block &body = f.getBody().front();
+    auto memref = [&](unsigned i, int64_t rank) -> MemRefType {
+      if (i >= body.getNumArguments())
+        return {};
+      auto t = dyn_cast<MemRefType>(body.getArgument(i).getType());
+      return t && t.getRank() == rank ? t : MemRefType();
+    };
+    MemRefType ys = memref(0, 3), wts = memref(1, 2), gamma = memref(2, 1),
+               w = memref(4, 2), r = memref(5, 2), out = memref(6, 2);
+    Builder b(f.getContext());
+    if (body.getNumArguments() != 7 || !spec.get("addend") || !ys ||
+        !ys.getElementType().isF32() || !wts ||
+        !wts.getElementType().isF32() || !gamma ||
+        !gamma.getElementType().isBF16() ||
+        body.getArgument(3).getType() != b.getF32Type() || !w ||
+        !w.getElementType().isBF16() || !w.getLayout().isIdentity() || !r ||
+        !out || r.getElementType() != out.getElementType())
+      return fail("with 'combine_norm', expected 'addend' and (y [T, k, D] "
+                  "f32, weights [T, k] f32, bf16 gamma [D], f32 eps, bf16 W "
+                  "[N, D], addend [T, N], output [T, N]) memrefs");
+    Type act = out.getElementType();
+    auto lookup = [&](DictionaryAttr d, StringRef key, FunctionType type) {
+      auto ref = d ? d.getAs<FlatSymbolRefAttr>(key) : nullptr;
+      auto fn =
+          ref ? SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(f, ref)
+              : nullptr;
+      return fn && fn.getFunctionType() == type ? fn : nullptr;
+    };
+    auto f32 = b.getF32Type();
+    func::FuncOp outFn = lookup(spec, "out", b.getFunctionType({f32, act}, act));
+    if (!outFn)
+      return fail("with 'addend', 'out' must name a function (f32, the "
+                  "addend's element type) -> the output's element type");
+    auto fns = dyn_cast<DictionaryAttr>(spec.get("combine_norm"));
+    CombineNorm norm{body.getArgument(0), body.getArgument(1),
+                     body.getArgument(2), body.getArgument(3),
+                     lookup(fns, "widen", b.getFunctionType(act, f32)),
+                     lookup(fns, "narrow", b.getFunctionType(f32, act)),
+                     lookup(fns, "round", b.getFunctionType(f32, f32))};
+    if (!norm.widen || !norm.narrow || !norm.round)
+      return fail("'combine_norm' must be {widen = (act) -> f32, narrow = "
+                  "(f32) -> act, round = (f32) -> f32}");
+    if (!k3::returnsNothing(body))
+      return fail("the function must return nothing");
+    // bf16 activations only, sm_80 and later (as above).
+    if (!act.isBF16() || sm < 80)
+      return success();
+    SmallVector<Operation *> rest = k3::bodyOps(body);
+    OpBuilder builder(f.getContext());
+    builder.setInsertionPointToStart(&body);
+    ModuleOp module = getOperation();
+    SkinnyKernel(builder, f.getLoc(), Value(), body.getArgument(4),
+                 body.getArgument(6), {outFn}, body.getArgument(5),
+                 k3::workgroupBuffer(module, "k3k_skinny_ring",
+                                     {kWarps, kStages, kRows, kChunk}),
+                 k3::deviceCounters(module, "k3k_skinny_count", kCounters),
+                 norm,
+                 // The producers' count and the product blocks'.
+                 k3::deviceCounters(module, "k3k_skinny_norm_ready", 2))
         .build(rest);
     return success();
   }

@@ -85,6 +85,27 @@ FailureOr<SmallVector<func::FuncOp>> outFunctions(func::FuncOp f,
     auto t = dyn_cast<MemRefType>(body.getArgument(i).getType());
     return t && t.getRank() == 2 && (!identity || t.getLayout().isIdentity());
   };
+  auto element = [&](unsigned i) {
+    return cast<MemRefType>(body.getArgument(i).getType()).getElementType();
+  };
+  Builder b(f.getContext());
+  if (spec.get("addend")) {
+    // (x, W, r, out): each output is out(sum, r[t, n]).
+    if (!several || args != 4 || refs.size() != 1 || !matrix(0, true) ||
+        !matrix(1, true) || !element(1).isBF16() || !matrix(2, false) ||
+        !matrix(3, false))
+      return fail("with 'addend', expected (x [T, K], bf16 W [N, K], addend "
+                  "[T, N], output [T, N]) memrefs and one 'out' function");
+    auto outFn = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(f, refs[0]);
+    if (!outFn || outFn.getFunctionType() !=
+                      b.getFunctionType({b.getF32Type(), element(2)},
+                                        {element(3)}))
+      return fail("with 'addend', 'out' must name a function (f32, the "
+                  "addend's element type) -> the output's element type");
+    if (!k3::returnsNothing(body))
+      return fail("the function must return nothing");
+    return SmallVector<func::FuncOp>{outFn};
+  }
   bool ok = args % 2 == 1 && m >= 1 && (several || m == 1) && matrix(0, true);
   for (unsigned i = 1; ok && i <= m; ++i)
     ok = matrix(i, true) && matrix(m + i, false) &&
@@ -101,7 +122,6 @@ FailureOr<SmallVector<func::FuncOp>> outFunctions(func::FuncOp f,
   if (refs.size() > 1 && refs.size() != m)
     return fail("expected one 'out' function per matrix (" + Twine(m) +
                 "), not " + Twine(refs.size()));
-  Builder b(f.getContext());
   SmallVector<func::FuncOp> outFns;
   for (unsigned i = 0; i < m; ++i) {
     auto out = cast<MemRefType>(body.getArgument(m + 1 + i).getType());

@@ -44,7 +44,9 @@ FailureOr<func::FuncOp> productOutFunction(func::FuncOp f, StringRef attr);
 /// The same for the products of x by several matrices: arguments x, W_1 ..
 /// W_m and outputs 1 .. m (m >= 1), `out` one function for all (outputs
 /// of one type) or an array of one per matrix (`out = [@f_1, ..., @f_m]`,
-/// as k3-group-calls writes it for different products of one x).
+/// as k3-group-calls writes it for different products of one x). With the
+/// key `addend` the arguments are (x, W, r [T, N], output) and `out` is
+/// (f32 sum, r's element) -> the output's element.
 FailureOr<SmallVector<func::FuncOp>> productOutFunctions(func::FuncOp f,
                                                          StringRef attr);
 

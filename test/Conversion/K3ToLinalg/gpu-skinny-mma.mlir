@@ -342,3 +342,221 @@ func.func @mixed_outputs(%x: memref<?x?xbf16>, %w0: memref<?x?xbf16>, %w1: memre
     attributes {k3.skinny_matmul = {out = @sum}} {
   return
 }
+
+// -----
+
+// With an addend r [T, N] (k3k_linear_add_few: the MoE's round(round(R) +
+// Sh)): the same kernel; its shape is part of the run-time choice, and each
+// stored output is o(sum, r[t, n]), also where a split row block's last
+// block stores the slices' total.
+// CHECK-LABEL: func.func @linear_add
+// CHECK-SAME: (%[[X:[^:]+]]: memref<?x?xbf16>, %[[W:[^:]+]]: memref<?x?xbf16>, %[[R:[^:]+]]: memref<?x?xbf16>, %[[OUT:[^:]+]]: memref<?x?xbf16>)
+// CHECK-DAG: %[[T:.+]] = memref.dim %[[X]], %c0
+// CHECK-DAG: %[[N:.+]] = memref.dim %[[W]], %c0
+// CHECK-DAG: %[[RT:.+]] = memref.dim %[[R]], %c0
+// CHECK-DAG: %[[RN:.+]] = memref.dim %[[R]], %c1
+// CHECK-DAG: arith.cmpi eq, %[[RT]], %[[T]]
+// CHECK-DAG: arith.cmpi eq, %[[RN]], %[[N]]
+// CHECK: gpu.launch
+// CHECK: %[[RV:.+]] = memref.load %[[R]][%[[TOK:.+]], %[[ROW:.+]]] : memref<?x?xbf16>
+// CHECK: %[[V:.+]] = func.call @o_add(%{{.+}}, %[[RV]]) : (f32, bf16) -> bf16
+// CHECK: memref.store %[[V]], %[[OUT]][%[[TOK]], %[[ROW]]]
+// CHECK: %[[RV2:.+]] = memref.load %[[R]]
+// CHECK: func.call @o_add(%{{.+}}, %[[RV2]]) : (f32, bf16) -> bf16
+// CHECK: gpu.terminator
+// The generic body in the else.
+// CHECK: } else {
+// CHECK: func.call @generic
+func.func private @o_add(%a: f32, %r: bf16) -> bf16 {
+  %t = arith.truncf %a : f32 to bf16
+  %x = arith.extf %t : bf16 to f32
+  %y = arith.extf %r : bf16 to f32
+  %s = arith.addf %x, %y : f32
+  %o = arith.truncf %s : f32 to bf16
+  return %o : bf16
+}
+func.func private @generic(%x: memref<?x?xbf16>)
+func.func @linear_add(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %r: memref<?x?xbf16>, %out: memref<?x?xbf16>)
+    attributes {k3.skinny_matmul = {out = @o_add, addend}} {
+  func.call @generic(%x) : (memref<?x?xbf16>) -> ()
+  return
+}
+
+// -----
+
+func.func private @o(%a: f32) -> bf16 {
+  %r = arith.truncf %a : f32 to bf16
+  return %r : bf16
+}
+// expected-error @+1 {{k3.skinny_matmul: with 'addend', 'out' must name a function (f32, the addend's element type) -> the output's element type}}
+func.func @addend_out_takes_one(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %r: memref<?x?xbf16>, %out: memref<?x?xbf16>)
+    attributes {k3.skinny_matmul = {out = @o, addend}} {
+  return
+}
+
+// -----
+
+func.func private @o_add(%a: f32, %r: bf16) -> bf16 {
+  %t = arith.truncf %a : f32 to bf16
+  return %t : bf16
+}
+// Two matrices and an addend.
+// expected-error @+1 {{k3.skinny_matmul: with 'addend', expected (x [T, K], bf16 W [N, K], addend [T, N], output [T, N]) memrefs and one 'out' function}}
+func.func @addend_two_matrices(%x: memref<?x?xbf16>, %w0: memref<?x?xbf16>, %w1: memref<?x?xbf16>,
+                               %r: memref<?x?xbf16>, %out: memref<?x?xbf16>)
+    attributes {k3.skinny_matmul = {out = @o_add, addend}} {
+  return
+}
+
+// -----
+
+// With `combine_norm` (k3k_latent_up_add_few: round(W RMSNorm(Σ_s ω_s y_s;
+// γ) + r)): one launch of 8 T producer blocks, then the product's blocks.
+// CHECK-DAG: memref.global "private" @k3k_skinny_norm_ready : memref<2xi32, #gpu.address_space<global>> = dense<0>
+// CHECK-LABEL: func.func @latent_up
+// CHECK-SAME: (%[[YS:[^:]+]]: memref<?x?x?xf32>, %[[WTS:[^:]+]]: memref<?x?xf32>, %[[G:[^:]+]]: memref<?xbf16>, %[[EPS:[^:]+]]: f32, %[[W:[^:]+]]: memref<?x?xbf16>, %[[R:[^:]+]]: memref<?x?xbf16>, %[[OUT:[^:]+]]: memref<?x?xbf16>)
+// T and D from y; y 32-byte and γ 16-byte aligned, ω as y, γ of D.
+// CHECK-DAG: %[[T:.+]] = memref.dim %[[YS]], %c0
+// CHECK-DAG: %[[D:.+]] = memref.dim %[[YS]], %c2
+// CHECK-DAG: arith.remui %[[D]], %c128
+// CHECK-DAG: memref.extract_aligned_pointer_as_index %[[YS]]
+// CHECK-DAG: arith.remui %{{.+}}, %c32
+// CHECK-DAG: memref.dim %[[G]], %c0
+// CHECK: scf.if
+// r [T, D] and the warps' sums of squares [T, 32] in the workspace.
+// CHECK: %[[RB:.+]] = memref.alloc(%[[T]], %[[D]]) : memref<?x?xbf16>
+// CHECK: %[[SQ:.+]] = memref.alloc(%[[T]]) : memref<?x32xf32>
+// CHECK: %[[PROD:.+]] = arith.muli %[[T]], %c8
+// CHECK: %[[GRID:.+]] = arith.addi %[[PROD]], %{{.+}}
+// CHECK: gpu.launch blocks(%[[B:[^,]+]], {{.*}} in (%{{.+}} = %[[GRID]], {{.*}} threads(%[[TID:[^,]+]], {{.*}} in (%{{.+}} = %c128
+// Producer block p of token t: thread v = 128 p + tid of the norm kernel,
+// its pieces 8 v, 8 v + 8192, ...; r = round(Σ_s ω_s y_s) from 0.
+// CHECK: %[[ISP:.+]] = arith.cmpi ult, %[[B]], %[[PROD]]
+// CHECK: scf.if %[[ISP]] {
+// CHECK-DAG: %[[TOK:.+]] = arith.divui %[[B]], %c8
+// CHECK-DAG: %[[PART:.+]] = arith.remui %[[B]], %c8
+// CHECK: %[[V0:.+]] = arith.muli %[[PART]], %c128
+// CHECK: %[[V:.+]] = arith.addi %[[V0]], %[[TID]]
+// CHECK: %[[J0:.+]] = arith.muli %[[V]], %c8
+// The loads of 4 entries together, added in order; then the rest.
+// CHECK: scf.for %[[J:.+]] = %[[J0]] to %[[D]] step %c8192 iter_args(%[[SS:.+]] = %cst
+// CHECK: %[[K4:.+]] = arith.divui %[[K:.+]], %c4
+// CHECK: %[[MOST:.+]] = arith.muli %[[K4]], %c4
+// CHECK: scf.for %[[S:.+]] = %c0 to %[[MOST]] step %c4 iter_args
+// CHECK: memref.load %[[WTS]][%[[TOK]], %[[S]]]
+// CHECK: vector.load %[[YS]][%[[TOK]], %[[S]], %[[J]]] {alignment = 32 : i64} : memref<?x?x?xf32>, vector<8xf32>
+// CHECK-COUNT-3: vector.load %[[YS]]
+// CHECK-COUNT-32: arith.mulf
+// CHECK: scf.for %[[S1:.+]] = %[[MOST]] to %[[K]] step %c1 iter_args
+// CHECK: vector.load %[[YS]][%[[TOK]], %[[S1]], %[[J]]]
+// CHECK-COUNT-8: arith.mulf
+// CHECK: func.call @narrow
+// CHECK: func.call @widen
+// CHECK: vector.store %{{.+}}, %[[RB]][%[[TOK]], %[[J]]] {alignment = 16 : i64}
+// Its warp's tree, lane 0's sum at [t, 4 p + warp]; fence, barrier, count.
+// CHECK-COUNT-5: gpu.shuffle  xor
+// CHECK: memref.store %{{.+}}, %[[SQ]][%[[TOK]], %{{.+}}]
+// CHECK: nvvm.memory.barrier <gpu>
+// CHECK: gpu.barrier
+// CHECK: %[[READY:.+]] = memref.get_global @k3k_skinny_norm_ready
+// CHECK: memref.atomic_rmw addi %c1_i32, %[[READY]][%c0]
+// The product blocks (block - 8 T): the first two stages, then thread 0
+// waits for all 8 T counts.
+// CHECK: } else {
+// CHECK: arith.subi %[[B]], %[[PROD]]
+// CHECK-COUNT-16: nvgpu.device_async_copy
+// CHECK: %[[READY2:.+]] = memref.get_global @k3k_skinny_norm_ready
+// CHECK: %[[NEED:.+]] = arith.index_cast %[[PROD]] : index to i32
+// CHECK: memref.extract_aligned_pointer_as_index %[[READY2]]
+// CHECK: scf.while
+// CHECK: %[[COUNT:.+]] = llvm.inline_asm has_side_effects "ld.acquire.gpu.global.b32 $0, [$1];"
+// CHECK: arith.cmpi ult, %[[COUNT]], %[[NEED]]
+// CHECK: nvvm.nanosleep
+// CHECK: gpu.barrier
+// CHECK: nvvm.memory.barrier <gpu>
+// Each token's 1 / sqrt(ss / D + eps) from its 32 sums: warp w takes
+// tokens w, w + 4, w + 8, w + 12 (their loads first, the index clamped to
+// T - 1), lane 0 keeps each of those below T in the third stage of warp
+// 0's ring.
+// CHECK-COUNT-4: memref.load %[[SQ]][%{{.+}}, %{{.+}}] : memref<?x32xf32>
+// CHECK-COUNT-5: gpu.shuffle  xor
+// CHECK: arith.divf
+// CHECK: arith.addf %{{.+}}, %[[EPS]]
+// CHECK: math.sqrt
+// CHECK: %[[BELOW:.+]] = arith.cmpi ult, %{{.+}}, %[[T]]
+// CHECK: %[[LANE0:.+]] = arith.cmpi eq, %{{.+}}, %c0
+// CHECK: %[[KEEP:.+]] = arith.andi %[[LANE0]], %[[BELOW]]
+// CHECK: scf.if %[[KEEP]] {
+// CHECK: vector.store %{{.+}}, %{{.+}}[%c0, %c2, %c0, %{{.+}}] {alignment = 4 : i64}
+// CHECK-COUNT-3: math.sqrt
+// CHECK: gpu.barrier
+// CHECK: %[[INV0:.+]] = vector.extract
+// CHECK: gpu.barrier
+// Tokens as mma B fragments: round(round(r · inv) · γ) of 8 elements.
+// CHECK: vector.load %[[RB]]
+// CHECK: vector.load %[[G]]
+// CHECK: func.call @widen
+// CHECK: arith.mulf %{{.+}}, %[[INV0]]
+// CHECK: func.call @round
+// CHECK: func.call @narrow
+// CHECK: nvvm.mma.sync
+// Outputs o(sum, r[t, n]).
+// CHECK: func.call @o_add
+// The last product block resets both counts.
+// CHECK: memref.atomic_rmw addi %c1_i32, %[[READY2]][%c1]
+// CHECK: memref.store %c0_i32, %[[READY2]][%c0]
+// CHECK: memref.store %c0_i32, %[[READY2]][%c1]
+// CHECK: gpu.terminator
+// CHECK: } else {
+// CHECK: func.call @generic
+func.func private @widen(%a: bf16) -> f32 {
+  %r = arith.extf %a : bf16 to f32
+  return %r : f32
+}
+func.func private @narrow(%a: f32) -> bf16 {
+  %r = arith.truncf %a : f32 to bf16
+  return %r : bf16
+}
+func.func private @round(%a: f32) -> f32 {
+  %r = arith.truncf %a : f32 to bf16
+  %e = arith.extf %r : bf16 to f32
+  return %e : f32
+}
+func.func private @o_add(%a: f32, %r: bf16) -> bf16 {
+  %t = arith.truncf %a : f32 to bf16
+  return %t : bf16
+}
+func.func private @generic(%x: memref<?x?x?xf32>)
+func.func @latent_up(%ys: memref<?x?x?xf32>, %wts: memref<?x?xf32>, %g: memref<?xbf16>, %eps: f32,
+                     %w: memref<?x?xbf16>, %r: memref<?x?xbf16>, %out: memref<?x?xbf16>)
+    attributes {k3.skinny_matmul = {out = @o_add, addend, combine_norm = {widen = @widen, narrow = @narrow, round = @round}}} {
+  func.call @generic(%ys) : (memref<?x?x?xf32>) -> ()
+  return
+}
+
+// -----
+
+func.func private @o_add(%a: f32, %r: bf16) -> bf16 {
+  %t = arith.truncf %a : f32 to bf16
+  return %t : bf16
+}
+// expected-error @+1 {{k3.skinny_matmul: 'combine_norm' must be {widen = (act) -> f32, narrow = (f32) -> act, round = (f32) -> f32}}}
+func.func @no_conversions(%ys: memref<?x?x?xf32>, %wts: memref<?x?xf32>, %g: memref<?xbf16>, %eps: f32,
+                          %w: memref<?x?xbf16>, %r: memref<?x?xbf16>, %out: memref<?x?xbf16>)
+    attributes {k3.skinny_matmul = {out = @o_add, addend, combine_norm = {}}} {
+  return
+}
+
+// -----
+
+func.func private @o_add(%a: f32, %r: bf16) -> bf16 {
+  %t = arith.truncf %a : f32 to bf16
+  return %t : bf16
+}
+// Without the addend.
+// expected-error @+1 {{k3.skinny_matmul: with 'combine_norm', expected 'addend' and (y [T, k, D] f32, weights [T, k] f32, bf16 gamma [D], f32 eps, bf16 W [N, D], addend [T, N], output [T, N]) memrefs}}
+func.func @no_addend(%ys: memref<?x?x?xf32>, %wts: memref<?x?xf32>, %g: memref<?xbf16>, %eps: f32,
+                     %w: memref<?x?xbf16>, %r: memref<?x?xbf16>, %out: memref<?x?xbf16>)
+    attributes {k3.skinny_matmul = {out = @o_add, combine_norm = {}}} {
+  return
+}

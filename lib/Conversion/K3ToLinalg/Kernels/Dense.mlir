@@ -356,6 +356,59 @@ func.func private @k3k_linear_few(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %o
   return
 }
 
+// k3.linear with a residual term (the MoE's round(R + Sh), §6.3):
+// round(round(x Wᵀ) + r), r [T, N]. For 1 to 15 tokens the product's
+// kernel adds r as it stores each output (@k3k_linear_add_few); the add's
+// own kernel goes.
+func.func private @k3k_linear_add(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %r: tensor<?x?x!act>) -> tensor<?x?x!act> {
+  %c0 = arith.constant 0 : index
+  %t = tensor.dim %x, %c0 : tensor<?x?x!act>
+  %n = tensor.dim %w, %c0 : tensor<?x?xbf16>
+  %few = func.call @k3k_few_tokens(%t) : (index) -> i1
+  %out = memref.alloc(%t, %n) : memref<?x?x!act>
+  scf.if %few {
+    func.call @k3k_linear_add_few(%x, %w, %r, %out) : (tensor<?x?x!act>, tensor<?x?xbf16>, tensor<?x?x!act>, memref<?x?x!act>) -> ()
+  } else {
+    func.call @k3k_linear_many(%x, %w, %out) : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?x!act>) -> ()
+    func.call @k3k_add_into(%out, %r) : (memref<?x?x!act>, tensor<?x?x!act>) -> ()
+  }
+  %y = bufferization.to_tensor %out restrict : memref<?x?x!act> to tensor<?x?x!act>
+  return %y : tensor<?x?x!act>
+}
+
+// @k3k_linear_add of 1 to 15 tokens into %out (`k3.skinny_matmul` with an
+// addend: k3-gpu-skinny-mma's kernel stores @k3k_narrow_add(sum, r) of each
+// output; the body below is what runs elsewhere).
+func.func private @k3k_linear_add_few(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %r: tensor<?x?x!act>, %out: memref<?x?x!act>)
+    attributes {k3.skinny_matmul = {out = @k3k_narrow_add, addend}} {
+  func.call @k3k_linear_few(%x, %w, %out) : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?x!act>) -> ()
+  func.call @k3k_add_into(%out, %r) : (memref<?x?x!act>, tensor<?x?x!act>) -> ()
+  return
+}
+
+// %out = round(%out + %r), element by element (@k3k_add1).
+func.func private @k3k_add_into(%out: memref<?x?x!act>, %r: tensor<?x?x!act>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %t = memref.dim %out, %c0 : memref<?x?x!act>
+  %n = memref.dim %out, %c1 : memref<?x?x!act>
+  scf.parallel (%i, %j) = (%c0, %c0) to (%t, %n) step (%c1, %c1) {
+    %o = memref.load %out[%i, %j] : memref<?x?x!act>
+    %v = tensor.extract %r[%i, %j] : tensor<?x?x!act>
+    %s = func.call @k3k_add1(%o, %v) : (!act, !act) -> !act
+    memref.store %s, %out[%i, %j] : memref<?x?x!act>
+  }
+  return
+}
+
+// An output of @k3k_linear_add_few as it is stored: round(round(sum) + r),
+// the two roundings of @k3k_linear_few's store and @k3k_add1.
+func.func private @k3k_narrow_add(%sum: f32, %r: !act) -> !act {
+  %y = func.call @k3k_narrow(%sum) : (f32) -> !act
+  %s = func.call @k3k_add1(%y, %r) : (!act, !act) -> !act
+  return %s : !act
+}
+
 // k3.lm_head: logits rounded to the activation dtype, returned as f32.
 func.func private @k3k_lm_head(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>) -> tensor<?x?xf32> {
   %c0 = arith.constant 0 : index

@@ -665,29 +665,97 @@ func.func private @k3k_experts_combine_norm_rows(%ys: memref<?x?x?xf32>, %wts: m
 
 // The latent part after the experts (§6.2): R = W_up RMSNorm(r; γ_lat),
 // r the weighted sum of the experts' y; without a latent space R = r. (ξ =
-// W_down x is one of the products of x in @k3k_moe_front.)
+// W_down x is one of the products of x in @k3k_moe_front.) With the shared
+// experts' Sh (`hasshared`) the result is round(R + Sh) (§6.3), made as R
+// is stored (@k3k_linear_add); with all three, K3's MoE, the weighted
+// sum, its norm, W_up and the sum are @k3k_latent_up_add.
 func.func private @k3k_latent_up(%ys: memref<?x?x?xf32>, %wts: memref<?x?xf32>, %norm: tensor<?xbf16>, %hasnorm: i1, %eps: f32,
-                                 %up: tensor<?x?xbf16>, %haslatent: i1) -> tensor<?x?x!act> {
+                                 %up: tensor<?x?xbf16>, %haslatent: i1, %sh: tensor<?x?x!act>, %hasshared: i1) -> tensor<?x?x!act> {
   %c0 = arith.constant 0 : index
   %c2 = arith.constant 2 : index
-  %n = scf.if %hasnorm -> (tensor<?x?x!act>) {
-    %t = memref.dim %ys, %c0 : memref<?x?x?xf32>
-    %l = memref.dim %ys, %c2 : memref<?x?x?xf32>
-    %out = memref.alloc(%t, %l) : memref<?x?x!act>
-    func.call @k3k_experts_combine_norm_rows(%ys, %wts, %norm, %eps, %out) : (memref<?x?x?xf32>, memref<?x?xf32>, tensor<?xbf16>, f32, memref<?x?x!act>) -> ()
-    %y = bufferization.to_tensor %out restrict : memref<?x?x!act> to tensor<?x?x!act>
-    scf.yield %y : tensor<?x?x!act>
+  %both = arith.andi %haslatent, %hasshared : i1
+  %all = arith.andi %both, %hasnorm : i1
+  %res = scf.if %all -> (tensor<?x?x!act>) {
+    %s = func.call @k3k_latent_up_add(%ys, %wts, %norm, %eps, %up, %sh) : (memref<?x?x?xf32>, memref<?x?xf32>, tensor<?xbf16>, f32, tensor<?x?xbf16>, tensor<?x?x!act>) -> tensor<?x?x!act>
+    scf.yield %s : tensor<?x?x!act>
   } else {
-    %r = func.call @k3k_experts_combine(%ys, %wts) : (memref<?x?x?xf32>, memref<?x?xf32>) -> tensor<?x?x!act>
-    scf.yield %r : tensor<?x?x!act>
+    %n = scf.if %hasnorm -> (tensor<?x?x!act>) {
+      %t = memref.dim %ys, %c0 : memref<?x?x?xf32>
+      %l = memref.dim %ys, %c2 : memref<?x?x?xf32>
+      %out = memref.alloc(%t, %l) : memref<?x?x!act>
+      func.call @k3k_experts_combine_norm_rows(%ys, %wts, %norm, %eps, %out) : (memref<?x?x?xf32>, memref<?x?xf32>, tensor<?xbf16>, f32, memref<?x?x!act>) -> ()
+      %y = bufferization.to_tensor %out restrict : memref<?x?x!act> to tensor<?x?x!act>
+      scf.yield %y : tensor<?x?x!act>
+    } else {
+      %r = func.call @k3k_experts_combine(%ys, %wts) : (memref<?x?x?xf32>, memref<?x?xf32>) -> tensor<?x?x!act>
+      scf.yield %r : tensor<?x?x!act>
+    }
+    %u = scf.if %haslatent -> (tensor<?x?x!act>) {
+      %y = scf.if %hasshared -> (tensor<?x?x!act>) {
+        %s = func.call @k3k_linear_add(%n, %up, %sh) : (tensor<?x?x!act>, tensor<?x?xbf16>, tensor<?x?x!act>) -> tensor<?x?x!act>
+        scf.yield %s : tensor<?x?x!act>
+      } else {
+        %r = func.call @k3k_linear(%n, %up) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
+        scf.yield %r : tensor<?x?x!act>
+      }
+      scf.yield %y : tensor<?x?x!act>
+    } else {
+      %y = scf.if %hasshared -> (tensor<?x?x!act>) {
+        %s = func.call @k3k_add(%n, %sh) : (tensor<?x?x!act>, tensor<?x?x!act>) -> tensor<?x?x!act>
+        scf.yield %s : tensor<?x?x!act>
+      } else {
+        scf.yield %n : tensor<?x?x!act>
+      }
+      scf.yield %y : tensor<?x?x!act>
+    }
+    scf.yield %u : tensor<?x?x!act>
   }
-  %u = scf.if %haslatent -> (tensor<?x?x!act>) {
-    %y = func.call @k3k_linear(%n, %up) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
-    scf.yield %y : tensor<?x?x!act>
+  return %res : tensor<?x?x!act>
+}
+
+// round(W_up RMSNorm(Σ_s ω_s y_s; γ) + Sh) (§6.2, §6.3): for 1 to 15
+// tokens one kernel (@k3k_latent_up_add_few), else the weighted sum and
+// norm, then the product and the sum.
+func.func private @k3k_latent_up_add(%ys: memref<?x?x?xf32>, %wts: memref<?x?xf32>, %norm: tensor<?xbf16>, %eps: f32,
+                                     %up: tensor<?x?xbf16>, %sh: tensor<?x?x!act>) -> tensor<?x?x!act> {
+  %c0 = arith.constant 0 : index
+  %c2 = arith.constant 2 : index
+  %t = memref.dim %ys, %c0 : memref<?x?x?xf32>
+  %l = memref.dim %ys, %c2 : memref<?x?x?xf32>
+  %n = tensor.dim %up, %c0 : tensor<?x?xbf16>
+  %few = func.call @k3k_few_tokens(%t) : (index) -> i1
+  %out = memref.alloc(%t, %n) : memref<?x?x!act>
+  scf.if %few {
+    func.call @k3k_latent_up_add_few(%ys, %wts, %norm, %eps, %up, %sh, %out) : (memref<?x?x?xf32>, memref<?x?xf32>, tensor<?xbf16>, f32, tensor<?x?xbf16>, tensor<?x?x!act>, memref<?x?x!act>) -> ()
   } else {
-    scf.yield %n : tensor<?x?x!act>
+    %nb = memref.alloc(%t, %l) : memref<?x?x!act>
+    func.call @k3k_experts_combine_norm_rows(%ys, %wts, %norm, %eps, %nb) : (memref<?x?x?xf32>, memref<?x?xf32>, tensor<?xbf16>, f32, memref<?x?x!act>) -> ()
+    %nt = bufferization.to_tensor %nb restrict : memref<?x?x!act> to tensor<?x?x!act>
+    func.call @k3k_linear_many(%nt, %up, %out) : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?x!act>) -> ()
+    func.call @k3k_add_into(%out, %sh) : (memref<?x?x!act>, tensor<?x?x!act>) -> ()
   }
-  return %u : tensor<?x?x!act>
+  %y = bufferization.to_tensor %out restrict : memref<?x?x!act> to tensor<?x?x!act>
+  return %y : tensor<?x?x!act>
+}
+
+// @k3k_latent_up_add of 1 to 15 tokens into %out (`k3.skinny_matmul` with
+// an addend and `combine_norm`: on a GPU with a bf16 library,
+// k3-gpu-skinny-mma's kernel makes the weighted sum and its norm in its
+// first blocks and the product and the sum in the others; the body below
+// is what runs elsewhere).
+func.func private @k3k_latent_up_add_few(%ys: memref<?x?x?xf32>, %wts: memref<?x?xf32>, %norm: tensor<?xbf16>, %eps: f32,
+                                         %up: tensor<?x?xbf16>, %sh: tensor<?x?x!act>, %out: memref<?x?x!act>)
+    attributes {k3.skinny_matmul = {out = @k3k_narrow_add, addend,
+                                    combine_norm = {widen = @k3k_widen, narrow = @k3k_narrow, round = @k3k_round}}} {
+  %c0 = arith.constant 0 : index
+  %c2 = arith.constant 2 : index
+  %t = memref.dim %ys, %c0 : memref<?x?x?xf32>
+  %l = memref.dim %ys, %c2 : memref<?x?x?xf32>
+  %nb = memref.alloc(%t, %l) : memref<?x?x!act>
+  func.call @k3k_experts_combine_norm_rows(%ys, %wts, %norm, %eps, %nb) : (memref<?x?x?xf32>, memref<?x?xf32>, tensor<?xbf16>, f32, memref<?x?x!act>) -> ()
+  %nt = bufferization.to_tensor %nb restrict : memref<?x?x!act> to tensor<?x?x!act>
+  func.call @k3k_linear_add_few(%nt, %up, %sh, %out) : (tensor<?x?x!act>, tensor<?x?xbf16>, tensor<?x?x!act>, memref<?x?x!act>) -> ()
+  return
 }
 
 // The part of k3.latent_moe before the experts (§6.1–6.3): the products
@@ -728,13 +796,7 @@ func.func private @k3k_moe_shared(%sa: tensor<?x?x!act>, %sb: tensor<?x?x!act>,
 // @k3k_moe_shared.
 func.func private @k3k_moe_back(%ys: memref<?x?x?xf32>, %wts: memref<?x?xf32>, %norm: tensor<?xbf16>, %hasnorm: i1, %eps: f32,
     %up: tensor<?x?xbf16>, %haslatent: i1, %sh: tensor<?x?x!act>, %hasshared: i1) -> tensor<?x?x!act> {
-  %big = func.call @k3k_latent_up(%ys, %wts, %norm, %hasnorm, %eps, %up, %haslatent) : (memref<?x?x?xf32>, memref<?x?xf32>, tensor<?xbf16>, i1, f32, tensor<?x?xbf16>, i1) -> tensor<?x?x!act>
-  %y = scf.if %hasshared -> (tensor<?x?x!act>) {
-    %s = func.call @k3k_add(%big, %sh) : (tensor<?x?x!act>, tensor<?x?x!act>) -> tensor<?x?x!act>
-    scf.yield %s : tensor<?x?x!act>
-  } else {
-    scf.yield %big : tensor<?x?x!act>
-  }
+  %y = func.call @k3k_latent_up(%ys, %wts, %norm, %hasnorm, %eps, %up, %haslatent, %sh, %hasshared) : (memref<?x?x?xf32>, memref<?x?xf32>, tensor<?xbf16>, i1, f32, tensor<?x?xbf16>, i1, tensor<?x?x!act>, i1) -> tensor<?x?x!act>
   return %y : tensor<?x?x!act>
 }
 
