@@ -108,8 +108,9 @@ constexpr llvm::StringLiteral kAttr = "k3.skinny_matmul";
 // of 1024 threads (8 blocks of 4 warps: the same terms, trees and order).
 constexpr int64_t kNormThreads = 1024, kProducers = kNormThreads / (kWarps * 32);
 constexpr int64_t kPer = 8; // bf16 elements per 16-byte piece
-// Entries whose y a producer thread loads together (32 registers).
-constexpr int64_t kSlotsAhead = 4;
+// Entries whose y a producer thread loads together (64 registers; 8
+// against 4: the fused kernel 0.089 -> 0.085 ms per B=8 step, H200).
+constexpr int64_t kSlotsAhead = 8;
 
 /// `combine_norm`'s operands: the experts' y [T, k, D] f32 and weights ω
 /// [T, k], γ [D], eps, and the library's conversions.

@@ -438,15 +438,15 @@ func.func @addend_two_matrices(%x: memref<?x?xbf16>, %w0: memref<?x?xbf16>, %w1:
 // CHECK: %[[V0:.+]] = arith.muli %[[PART]], %c128
 // CHECK: %[[V:.+]] = arith.addi %[[V0]], %[[TID]]
 // CHECK: %[[J0:.+]] = arith.muli %[[V]], %c8
-// The loads of 4 entries together, added in order; then the rest.
+// The loads of 8 entries together, added in order; then the rest.
 // CHECK: scf.for %[[J:.+]] = %[[J0]] to %[[D]] step %c8192 iter_args(%[[SS:.+]] = %cst
-// CHECK: %[[K4:.+]] = arith.divui %[[K:.+]], %c4
-// CHECK: %[[MOST:.+]] = arith.muli %[[K4]], %c4
-// CHECK: scf.for %[[S:.+]] = %c0 to %[[MOST]] step %c4 iter_args
+// CHECK: %[[K8:.+]] = arith.divui %[[K:.+]], %c8
+// CHECK: %[[MOST:.+]] = arith.muli %[[K8]], %c8
+// CHECK: scf.for %[[S:.+]] = %c0 to %[[MOST]] step %c8 iter_args
 // CHECK: memref.load %[[WTS]][%[[TOK]], %[[S]]]
 // CHECK: vector.load %[[YS]][%[[TOK]], %[[S]], %[[J]]] {alignment = 32 : i64} : memref<?x?x?xf32>, vector<8xf32>
-// CHECK-COUNT-3: vector.load %[[YS]]
-// CHECK-COUNT-32: arith.mulf
+// CHECK-COUNT-7: vector.load %[[YS]]
+// CHECK-COUNT-64: arith.mulf
 // CHECK: scf.for %[[S1:.+]] = %[[MOST]] to %[[K]] step %c1 iter_args
 // CHECK: vector.load %[[YS]][%[[TOK]], %[[S1]], %[[J]]]
 // CHECK-COUNT-8: arith.mulf
