@@ -66,9 +66,13 @@ def kernel_model(m, context):
     # bf16 weight element read once, one multiply-add: the kernels of
     # k3k_linear(_few), k3k_matmul_* (16 tokens and more: k3k_matmul_f32),
     # k3k_router_* (the router's scores; few tokens: grouped with the MoE
-    # layer's projections of x, k3k_router_few_x1_linear_few_x3) and
-    # k3k_lm_head_* (the LM head: k3k_lm_head_few for few tokens).
-    out["k3k_linear|k3k_matmul|k3k_router|k3k_lm_head"] = (dense, dense)
+    # layer's projections of x, k3k_router_few_x1_linear_few_x3),
+    # k3k_latent_up_* (few tokens: the latent up projection with the
+    # experts' weighted sum, its norm and the shared experts' add,
+    # k3k_latent_up_add_few) and k3k_lm_head_* (the LM head:
+    # k3k_lm_head_few for few tokens).
+    out["k3k_linear|k3k_matmul|k3k_router|k3k_latent_up|k3k_lm_head"] = (
+        dense, dense)
     # The selected experts: MXFP4 (half a byte per element, scales aside):
     # every k3k_experts_* kernel (the two stages and the weighted sum).
     experts = k * per_expert_all_layers
