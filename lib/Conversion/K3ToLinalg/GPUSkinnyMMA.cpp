@@ -46,6 +46,24 @@
 // (Kernels/Dense.mlir @k3k_linear_add_few) made as R is stored, without
 // the add's own kernel.
 //
+// With `combine_norm` as well (Kernels/MoE.mlir @k3k_latent_up_add_few:
+// arguments y [T, k, D], ω [T, k], γ, eps, W_up, Sh, out) x is the latent
+// RMSNorm of the experts' weighted sum (K3_SPEC §6.2), which was a kernel
+// of its own (k3-gpu-attn-res-norm, a block of 1024 threads per token)
+// before the product's. Now the launch's first 8 T blocks are those 32
+// warps per token: each thread makes its pieces of r = round(Σ_s ω_s y_s)
+// and stores them, each warp its sum of squares, and each block counts
+// itself in a device counter. The product's blocks issue their first two
+// stages of W, wait for the count, take each token's 1 / rms from its 32
+// sums with the norm kernel's tree and normalise r as they read it into
+// the B fragments: the norm kernel's terms, trees and element operations,
+// so the same bits. The wait relies on blocks being dispatched in index
+// order (the producers come first, so a waiting block never holds an SM a
+// producer needs); the last product block resets the counts for the next
+// launch. H200, per batch-1 step of K3's 4 MoE layers: 0.088 ms of three
+// kernels (sum and norm, W_up, the add) -> 0.078 in one (BENCHMARKS.md,
+// thirtieth session).
+//
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16", .bf16):
 // lane = 4 g + t; a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1],
 // a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9]; b0 = B[2t, 2t+1][g],
