@@ -65,10 +65,7 @@ constexpr int64_t kMaxCandidates = 32;
 constexpr llvm::StringLiteral kAttr = "k3.attn_res_norm";
 constexpr llvm::StringLiteral kNormAttr = "k3.rms_norm";
 
-/// The library's conversions of the activation dtype (Kernels/Prelude.*).
-struct Conversions {
-  func::FuncOp widen, narrow, round;
-};
+using k3::Conversions;
 
 class AttnResNormKernel : k3::IndexMath {
 public:
@@ -159,10 +156,7 @@ private:
   /// rows `row` to `row` + count - 1, in every thread.
   SmallVector<Value> totals(int64_t count, Value row);
   /// 1 / sqrt(ss / D + eps), as the generic kernels compute it.
-  Value invRMS(Value ss, Value e) {
-    Value m = fdiv(ss, df);
-    return fdiv(f32(1.0), math::SqrtOp::create(b, loc, fadd(m, e)));
-  }
+  Value invRMS(Value ss, Value e) { return k3::invRMS(*this, ss, df, e); }
   /// An scf.for over [lb, ub) by `step` carrying `init`, its body built by
   /// `body` (induction variable, carried values) -> yielded values.
   scf::ForOp loop(Value lb, Value ub, Value step, ValueRange init,
@@ -269,10 +263,8 @@ void AttnResNormKernel::normalise(Value src, Value inv) {
   pieces({}, [&](Value j0, ValueRange) {
     SmallVector<Value> h = load(src, {token, j0}), w = load(gn, {j0});
     SmallVector<Value> y;
-    for (int64_t e = 0; e < per; ++e) {
-      Value r = call(fns.round, fmul(call(fns.widen, h[e]), inv));
-      y.push_back(call(fns.narrow, fmul(r, widenW(w[e]))));
-    }
+    for (int64_t e = 0; e < per; ++e)
+      y.push_back(k3::rmsNormValue(*this, fns, h[e], inv, w[e]));
     store(y, out, {token, j0});
     return SmallVector<Value>{};
   });
@@ -286,21 +278,12 @@ void AttnResNormKernel::normKernel(Value tokens, Value dim) {
   // Of the experts' weighted sum: the thread's pieces of r = round(Σ_s ω_s
   // y_s) first (from 0, s ascending, a product then a sum, as
   // @k3k_experts_combine), stored in the output for the norm to read.
-  Value entries = ys ? memref::DimOp::create(b, loc, ys, idx(1)) : Value();
   auto squares = pieces({f32(0.0)}, [&](Value j0, ValueRange acc) {
     Value ss = acc[0];
     SmallVector<Value> xs;
     if (ys) {
-      scf::ForOp sum = loop(
-          idx(0), entries, idx(1), SmallVector<Value>(per, f32(0.0)),
-          [&](Value s, ValueRange part) {
-            Value w = memref::LoadOp::create(b, loc, wts, ValueRange{token, s});
-            SmallVector<Value> y = load(ys, {token, s, j0}), next;
-            for (int64_t e = 0; e < per; ++e)
-              next.push_back(fadd(part[e], fmul(w, y[e])));
-            return next;
-          });
-      for (Value r : sum.getResults())
+      for (Value r : k3::weightedSumPiece(*this, ys, wts, token, j0, per,
+                                          /*ahead=*/1))
         xs.push_back(call(fns.narrow, r));
       store(xs, out, {token, j0});
     } else {

@@ -134,7 +134,7 @@ constexpr int64_t kSlotsAhead = 8;
 /// [T, k], γ [D], eps, and the library's conversions.
 struct CombineNorm {
   Value ys, wts, gamma, eps;
-  func::FuncOp widen, narrow, round;
+  k3::Conversions fns;
 };
 
 class SkinnyKernel : k3::IndexMath {
@@ -527,55 +527,22 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
 void SkinnyKernel::produce(Value token, Value part, Value tid, Value depth) {
   auto f32 = b.getF32Type();
   Value zero = arith::ConstantFloatOp::create(b, loc, f32, APFloat(0.0f));
-  auto call = [&](func::FuncOp fn, Value v) {
-    return func::CallOp::create(b, loc, fn, v).getResult(0);
-  };
   // Thread v of the norm kernel's block: pieces 8 v, 8 v + 8192, ...
   Value v = add(mul(part, kWarps * 32), tid);
-  Value entries = memref::DimOp::create(b, loc, norm->ys, 1);
   auto pieces = scf::ForOp::create(
       b, loc, mul(v, kPer), depth, idx(kNormThreads * kPer), ValueRange{zero},
       [&](OpBuilder &fb, Location, Value j0, ValueRange acc) {
         OpBuilder::InsertionGuard inner(b);
         b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
-        // r = round(Σ_s ω_s y_s) from 0, s ascending (@k3k_experts_combine);
-        // the loads of kSlotsAhead entries issued together, then added in
-        // order, the rest one at a time.
-        auto slots = [&](Value from, Value to, int64_t step,
-                         ValueRange init) {
-          return scf::ForOp::create(
-              b, loc, from, to, idx(step), init,
-              [&](OpBuilder &sb, Location, Value s0, ValueRange part) {
-                OpBuilder::InsertionGuard innermost(b);
-                b.setInsertionPoint(sb.getInsertionBlock(),
-                                    sb.getInsertionPoint());
-                SmallVector<Value> w;
-                SmallVector<SmallVector<Value>> y;
-                for (int64_t u = 0; u < step; ++u) {
-                  Value s = add(s0, idx(u));
-                  w.push_back(memref::LoadOp::create(b, loc, norm->wts,
-                                                     ValueRange{token, s}));
-                  y.push_back(loadVector(norm->ys, {token, s, j0}, kPer));
-                }
-                SmallVector<Value> next(part);
-                for (int64_t u = 0; u < step; ++u)
-                  for (int64_t e = 0; e < kPer; ++e)
-                    next[e] = arith::AddFOp::create(
-                        b, loc, next[e],
-                        arith::MulFOp::create(b, loc, w[u], y[u][e]));
-                scf::YieldOp::create(b, loc, next);
-              });
-        };
-        Value most = mul(div(entries, kSlotsAhead), kSlotsAhead);
-        auto sum = slots(most, entries, 1,
-                         slots(idx(0), most, kSlotsAhead,
-                               SmallVector<Value>(kPer, zero))
-                             .getResults());
+        // r = round(Σ_s ω_s y_s) (@k3k_experts_combine), the loads of
+        // kSlotsAhead entries together.
+        SmallVector<Value> sum = k3::weightedSumPiece(
+            *this, norm->ys, norm->wts, token, j0, kPer, kSlotsAhead);
         SmallVector<Value> r;
         Value ss = acc[0];
-        for (Value total : sum.getResults()) {
-          r.push_back(call(norm->narrow, total));
-          Value a = call(norm->widen, r.back());
+        for (Value total : sum) {
+          r.push_back(call(norm->fns.narrow, total));
+          Value a = call(norm->fns.widen, r.back());
           ss = arith::AddFOp::create(b, loc, ss,
                                      arith::MulFOp::create(b, loc, a, a));
         }
@@ -675,12 +642,7 @@ void SkinnyKernel::awaitNorm(Value tid, Value tokens, Value depth) {
   }
   for (auto [t, part] : llvm::zip(mineTokens, parts)) {
     Value ss = k3::warpSum(b, loc, part);
-    Value mean = arith::DivFOp::create(b, loc, ss, df);
-    Value root = math::SqrtOp::create(
-        b, loc, arith::AddFOp::create(b, loc, mean, norm->eps));
-    Value inv = arith::DivFOp::create(
-        b, loc, arith::ConstantFloatOp::create(b, loc, f32, APFloat(1.0f)),
-        root);
+    Value inv = k3::invRMS(*this, ss, df, norm->eps);
     Value store = arith::AndIOp::create(
         b, loc, cmp(arith::CmpIPredicate::eq, lane, idx(0)),
         cmp(arith::CmpIPredicate::ult, t, tokens));
@@ -712,18 +674,11 @@ void SkinnyKernel::awaitNorm(Value tid, Value tokens, Value depth) {
 }
 
 SmallVector<Value> SkinnyKernel::normalised(Value tok, Value inv, Value k) {
-  auto call = [&](func::FuncOp fn, Value v) {
-    return func::CallOp::create(b, loc, fn, v).getResult(0);
-  };
   SmallVector<Value> r = loadVector(x, {tok, k}, kPer);
   SmallVector<Value> w = loadVector(norm->gamma, {k}, kPer);
   SmallVector<Value> y;
-  for (int64_t e = 0; e < kPer; ++e) {
-    Value h = call(norm->round,
-                   arith::MulFOp::create(b, loc, call(norm->widen, r[e]), inv));
-    Value g = arith::ExtFOp::create(b, loc, b.getF32Type(), w[e]);
-    y.push_back(call(norm->narrow, arith::MulFOp::create(b, loc, h, g)));
-  }
+  for (int64_t e = 0; e < kPer; ++e)
+    y.push_back(k3::rmsNormValue(*this, norm->fns, r[e], inv, w[e]));
   Value vec = vector::FromElementsOp::create(
       b, loc, VectorType::get({kPer}, y.front().getType()), y);
   return split(vector::BitCastOp::create(
@@ -732,7 +687,9 @@ SmallVector<Value> SkinnyKernel::normalised(Value tok, Value inv, Value k) {
 }
 
 void SkinnyKernel::finishNorm(Value tid, Value blocks) {
-  // After every thread's loads of r (the next launch's producers write it).
+  // (Thread 0 counts after its own wait, and every thread of the block is
+  // past that wait's barrier, so the count alone would do; the block's
+  // stores are done first here, as in the measured build.)
   gpu::BarrierOp::create(b, loc);
   Value ready = memref::GetGlobalOp::create(b, loc, readyGlobal.getType(),
                                             readyGlobal.getSymName());
@@ -907,12 +864,14 @@ struct K3GPUSkinnyMMAPass
       return fail("with 'addend', 'out' must name a function (f32, the "
                   "addend's element type) -> the output's element type");
     auto fns = dyn_cast<DictionaryAttr>(spec.get("combine_norm"));
-    CombineNorm norm{body.getArgument(0), body.getArgument(1),
-                     body.getArgument(2), body.getArgument(3),
-                     lookup(fns, "widen", b.getFunctionType(act, f32)),
-                     lookup(fns, "narrow", b.getFunctionType(f32, act)),
-                     lookup(fns, "round", b.getFunctionType(f32, f32))};
-    if (!norm.widen || !norm.narrow || !norm.round)
+    CombineNorm norm{body.getArgument(0),
+                     body.getArgument(1),
+                     body.getArgument(2),
+                     body.getArgument(3),
+                     {lookup(fns, "widen", b.getFunctionType(act, f32)),
+                      lookup(fns, "narrow", b.getFunctionType(f32, act)),
+                      lookup(fns, "round", b.getFunctionType(f32, f32))}};
+    if (!norm.fns.widen || !norm.fns.narrow || !norm.fns.round)
       return fail("'combine_norm' must be {widen = (act) -> f32, narrow = "
                   "(f32) -> act, round = (f32) -> f32}");
     if (!k3::returnsNothing(body))

@@ -7,6 +7,8 @@
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
@@ -321,4 +323,54 @@ Value mlir::k3::sliceBuffer(OpBuilder &b, Location loc, Value split,
       b.getF32Type());
   return memref::AllocOp::create(b, loc, type,
                                  ValueRange{parts, rows, cols});
+}
+
+Value mlir::k3::invRMS(IndexMath &m, Value ss, Value df, Value eps) {
+  Value mean = m.fdiv(ss, df);
+  return m.fdiv(m.f32(1.0),
+                math::SqrtOp::create(m.b, m.loc, m.fadd(mean, eps)));
+}
+
+Value mlir::k3::rmsNormValue(IndexMath &m, const Conversions &fns, Value h,
+                             Value inv, Value gamma) {
+  Value r = m.call(fns.round, m.fmul(m.call(fns.widen, h), inv));
+  Value g = arith::ExtFOp::create(m.b, m.loc, m.b.getF32Type(), gamma);
+  return m.call(fns.narrow, m.fmul(r, g));
+}
+
+SmallVector<Value> mlir::k3::weightedSumPiece(IndexMath &m, Value ys,
+                                              Value wts, Value token,
+                                              Value j0, int64_t per,
+                                              int64_t ahead) {
+  OpBuilder &b = m.b;
+  Location loc = m.loc;
+  Value entries = memref::DimOp::create(b, loc, ys, 1);
+  auto slots = [&](Value from, Value to, int64_t step, ValueRange init) {
+    return scf::ForOp::create(
+        b, loc, from, to, m.idx(step), init,
+        [&](OpBuilder &sb, Location, Value s0, ValueRange part) {
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPoint(sb.getInsertionBlock(), sb.getInsertionPoint());
+          SmallVector<Value> w;
+          SmallVector<SmallVector<Value>> y;
+          for (int64_t u = 0; u < step; ++u) {
+            Value s = u ? m.add(s0, m.idx(u)) : s0;
+            w.push_back(memref::LoadOp::create(b, loc, wts,
+                                               ValueRange{token, s}));
+            y.push_back(m.loadVector(ys, {token, s, j0}, per));
+          }
+          SmallVector<Value> next(part);
+          for (int64_t u = 0; u < step; ++u)
+            for (int64_t e = 0; e < per; ++e)
+              next[e] = m.fadd(next[e], m.fmul(w[u], y[u][e]));
+          scf::YieldOp::create(b, loc, next);
+        });
+  };
+  SmallVector<Value> zeros(per, m.f32(0.0));
+  if (ahead <= 1)
+    return slots(m.idx(0), entries, 1, zeros).getResults();
+  Value most = m.mul(m.div(entries, ahead), ahead);
+  return slots(most, entries, 1,
+               slots(m.idx(0), most, ahead, zeros).getResults())
+      .getResults();
 }

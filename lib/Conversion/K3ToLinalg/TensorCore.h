@@ -175,6 +175,29 @@ struct IndexMath {
   }
 };
 
+/// The library's conversions of the activation dtype (Kernels/Prelude.*).
+struct Conversions {
+  func::FuncOp widen, narrow, round;
+};
+
+/// RMSNorm's 1 / sqrt(ss / D + eps) (K3_SPEC §2), as the generic kernels
+/// compute it; `df` is D as f32.
+Value invRMS(IndexMath &m, Value ss, Value df, Value eps);
+
+/// RMSNorm's value of one element: narrow(round(widen(h) · inv) · γ) (γ
+/// bf16), the generic kernels' operations (k3-gpu-attn-res-norm's norms and
+/// k3-gpu-skinny-mma's `combine_norm` make the same bits with it).
+Value rmsNormValue(IndexMath &m, const Conversions &fns, Value h, Value inv,
+                   Value gamma);
+
+/// The f32 sums Σ_s ω[token, s] · y[token, s, j0 + e], e < per, from 0 in s
+/// order (@k3k_experts_combine before its rounding), the loads of `ahead`
+/// entries issued together and the rest one at a time: the same sums for
+/// any `ahead`.
+SmallVector<Value> weightedSumPiece(IndexMath &m, Value ys, Value wts,
+                                    Value token, Value j0, int64_t per,
+                                    int64_t ahead);
+
 } // namespace mlir::k3
 
 #endif // K3_CONVERSION_K3TOLINALG_TENSORCORE_H
