@@ -11,26 +11,12 @@
 // one block of 1024 threads per token, thread e holding expert e, that
 // picks the best remaining expert k times, as the spec states the order.
 //
-// Each expert's key is mapped to an unsigned word that orders as the
-// keys do: a number's float bits made monotonic (sign flipped, negatives
-// inverted; -0 as +0, which compare equal), then 1 for a NaN key (after
-// every number: the generic kernels put NaN keys after the ranked experts,
-// in expert order) and 0 for an expert already taken or past E. A round
-// is `redux.sync umax` of the words over each warp and `umin` of the
-// indices that hold the maximum, lane 0's pair to workgroup memory, one
-// barrier, and the same two reductions over the 32 warps' pairs in every
-// warp, so every thread knows the winner (the pairs alternate between two
-// buffers: a warp writes round r + 2's only after round r + 1's barrier,
-// which every warp passes after reading round r's). The winner stores its
-// index (0 for a NaN key) and keeps s (0 for a NaN key) in workgroup memory
-// for slot r, and takes the word 0. After the k rounds lane l of warp 0
-// takes slot l's weight, and the warp sums them and scales each as the
-// generic kernel does (k3-gpu-warp-reduce's lanes and xor-shuffle tree):
-// the same operations in the same order, so the same bits.
+// The selection and the weights are RouteSelect.cpp's (k3-gpu-skinny-mma's
+// `route` makes them the same way with 128 threads).
 //
 //===----------------------------------------------------------------------===//
 
-#include "TensorCore.h"
+#include "RouteSelect.h"
 #include "k3/Conversion/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -72,31 +58,6 @@ public:
 
 private:
   void kernel(Value tokens, Value experts, Value slots);
-  Value i32(int64_t v) {
-    return arith::ConstantIntOp::create(b, loc, b.getI32Type(), v);
-  }
-  Value toI32(Value v) {
-    return arith::IndexCastUIOp::create(b, loc, b.getI32Type(), v);
-  }
-  Value redux(NVVM::ReduxKind kind, Value v) {
-    return NVVM::ReduxOp::create(b, loc, b.getI32Type(), v, kind, i32(-1));
-  }
-  /// The reductions of a round: the largest word and the lowest index
-  /// that holds it.
-  std::pair<Value, Value> best(Value word, Value index) {
-    Value top = redux(NVVM::ReduxKind::UMAX, word);
-    Value mine = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
-                                       word, top);
-    Value at = redux(NVVM::ReduxKind::UMIN, pick(mine, index, i32(-1)));
-    return {top, at};
-  }
-  /// `then` in an scf.if on `cond`, with no results.
-  void when(Value cond, function_ref<void()> then) {
-    OpBuilder::InsertionGuard guard(b);
-    auto op = scf::IfOp::create(b, loc, cond, /*withElseRegion=*/false);
-    b.setInsertionPointToStart(op.thenBlock());
-    then();
-  }
 
   Value scores, bias, renorm, scaling, idxOut, wtsOut;
   memref::GlobalOp pairsGlobal, weightsGlobal;
@@ -128,88 +89,28 @@ void RouteKernel::kernel(Value tokens, Value experts, Value slots) {
       gpu::LaunchOp::create(b, loc, tokens, c1, c1, idx(kThreads), c1, c1);
   b.setInsertionPointToStart(&launch.getBody().front());
   Value tid = launch.getThreadIds().x, token = launch.getBlockIds().x;
-  Value lane = rem(tid, 32), warp = div(tid, 32);
   Value pairs = memref::GetGlobalOp::create(b, loc, pairsGlobal.getType(),
                                             pairsGlobal.getSymName());
   Value weights = memref::GetGlobalOp::create(
       b, loc, weightsGlobal.getType(), weightsGlobal.getSymName());
-
-  // Thread e's expert: its score, key and word (e < E; the others load
-  // expert 0's and hold the word 0).
-  Value have = lt(tid, experts);
-  Value e = pick(have, tid, idx(0));
-  Value s = memref::LoadOp::create(b, loc, scores, ValueRange{token, e});
-  Value key = arith::AddFOp::create(
-      b, loc, s, memref::LoadOp::create(b, loc, bias, ValueRange{e}));
-  Value number = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::ORD,
-                                       key, key);
-  Value zero = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, key,
-                                     f32(0.0));
-  Value bits = arith::BitcastOp::create(b, loc, b.getI32Type(),
-                                        pick(zero, f32(0.0), key));
-  Value negative =
-      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, bits, i32(0));
-  Value ordered = pick(negative, arith::XOrIOp::create(b, loc, bits, i32(-1)),
-                       arith::OrIOp::create(b, loc, bits, i32(INT32_MIN)));
-  Value word = pick(have, pick(number, ordered, i32(1)), i32(0));
-  Value self = toI32(tid);
-
-  auto rounds = scf::ForOp::create(b, loc, idx(0), slots, c1, word);
-  {
-    OpBuilder::InsertionGuard inner(b);
-    b.setInsertionPointToStart(rounds.getBody());
-    Value r = rounds.getInductionVar();
-    Value w = rounds.getRegionIterArg(0);
-    Value buf = rem(r, 2);
-    auto [top, at] = best(w, self);
-    when(eq(lane, idx(0)), [&] {
-      memref::StoreOp::create(b, loc, top, pairs, ValueRange{buf, idx(0), warp});
-      memref::StoreOp::create(b, loc, at, pairs, ValueRange{buf, c1, warp});
-    });
-    gpu::BarrierOp::create(b, loc);
-    Value warpTop =
-        memref::LoadOp::create(b, loc, pairs, ValueRange{buf, idx(0), lane});
-    Value warpAt =
-        memref::LoadOp::create(b, loc, pairs, ValueRange{buf, c1, lane});
-    Value winner = best(warpTop, warpAt).second;
-    Value won = eq(self, winner);
-    when(won, [&] {
-      Value e64 = arith::IndexCastOp::create(b, loc, b.getI64Type(), e);
-      Value zero64 =
-          arith::ConstantIntOp::create(b, loc, b.getI64Type(), 0);
-      memref::StoreOp::create(b, loc, pick(number, e64, zero64), idxOut,
-                              ValueRange{token, r});
-      memref::StoreOp::create(b, loc, pick(number, s, f32(0.0)), weights,
-                              ValueRange{r});
-    });
-    scf::YieldOp::create(b, loc, pick(won, i32(0), w));
-  }
-  gpu::BarrierOp::create(b, loc);
-
-  // The weights (§6.1) in warp 0, lane l holding slot l: their sum as the
-  // generic kernel takes it (k3-gpu-warp-reduce: each lane's terms from
-  // 0, then an xor-shuffle tree), + 1e-20, then each slot's s / den with
-  // renorm, times scaling.
-  when(lt(tid, idx(32)), [&] {
-    Value mine = lt(lane, slots);
-    Value at = pick(mine, lane, sub(slots, c1));
-    Value w = pick(mine, memref::LoadOp::create(b, loc, weights, at),
-                   f32(0.0));
-    Value total = arith::AddFOp::create(b, loc, f32(0.0), w);
-    for (int64_t offset = 16; offset > 0; offset /= 2) {
-      Value other = gpu::ShuffleOp::create(b, loc, total, i32(offset),
-                                           i32(32), gpu::ShuffleMode::XOR)
-                        .getShuffleResult();
-      total = arith::AddFOp::create(b, loc, total, other);
-    }
-    when(mine, [&] {
-      Value den = arith::AddFOp::create(b, loc, total, f32(1.0e-20));
-      Value q = arith::DivFOp::create(b, loc, w, den);
-      Value scaled =
-          arith::MulFOp::create(b, loc, pick(renorm, q, w), scaling);
-      memref::StoreOp::create(b, loc, scaled, wtsOut, ValueRange{token, lane});
-    });
-  });
+  k3::RouteScratch scratch{
+      [&](Value buf, int64_t field, Value warp, Value v) {
+        memref::StoreOp::create(b, loc, v, pairs,
+                                ValueRange{buf, idx(field), warp});
+      },
+      [&](Value buf, int64_t field, Value warp) -> Value {
+        return memref::LoadOp::create(b, loc, pairs,
+                                      ValueRange{buf, idx(field), warp});
+      },
+      [&](Value slot, Value s) {
+        memref::StoreOp::create(b, loc, s, weights, ValueRange{slot});
+      },
+      [&](Value slot) -> Value {
+        return memref::LoadOp::create(b, loc, weights, ValueRange{slot});
+      }};
+  k3::routeToken(*this,
+                 {scores, bias, renorm, scaling, idxOut, wtsOut}, scratch,
+                 token, tid, kThreads, /*per=*/1, experts, slots);
   gpu::TerminatorOp::create(b, loc);
 }
 

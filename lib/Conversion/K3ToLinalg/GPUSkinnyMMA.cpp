@@ -64,6 +64,18 @@
 // kernels (sum and norm, W_up, the add) -> 0.078 in one (BENCHMARKS.md,
 // thirtieth session).
 //
+// With `route` on one matrix (Kernels/MoE.mlir @k3k_router_route_few: the
+// router's f32 scores, then the routing's bias, renorm, scaling, idx and
+// wts after the outputs) the launch also selects each token's experts
+// (K3_SPEC §6.1), which was a kernel of its own (k3-gpu-route): T blocks
+// right after the router's own wait for a device counter that each router
+// block adds to once its scores are stored (fence, barrier, atomic), then
+// each selects one token's experts with its 128 threads, 8 experts a
+// thread, as k3-gpu-route's block does with 1024 (RouteSelect.cpp: the same
+// winners, sums and scaling, so the same bits). They are dispatched after
+// every router block (index order), so their wait ends; the last of them
+// resets the counts.
+//
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16", .bf16):
 // lane = 4 g + t; a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1],
 // a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9]; b0 = B[2t, 2t+1][g],
@@ -82,7 +94,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "TensorCore.h"
+#include "RouteSelect.h"
 #include "k3/Conversion/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -137,20 +149,33 @@ struct CombineNorm {
   k3::Conversions fns;
 };
 
+/// `route`: the matrix whose output is the router's scores, and the
+/// routing's operands (ops.scores is that output).
+struct Route {
+  unsigned matrix;
+  k3::RouteOperands ops;
+};
+// `route`: experts per thread of a routing block (E <= 128 · 8).
+constexpr int64_t kRoutePer = 8;
+constexpr int64_t kMaxSlots = 32; // one weight per lane of a warp
+
 class SkinnyKernel : k3::IndexMath {
 public:
   /// The products of x by `ws` into `outs` (one launch for all); with an
   /// `addend` r (one matrix), each output is o(sum, r[t, n]).
   /// With `norm` (x null) x is RMSNorm(Σ_s ω_s y_s; γ), made by the
   /// launch's first blocks (see top).
+  /// With `route`, the routing's blocks follow its matrix's (see top).
+  /// `readyGlobal`: the two counts of combine_norm or route.
   SkinnyKernel(OpBuilder &b, Location loc, Value x, ValueRange ws,
                ValueRange outs, ArrayRef<func::FuncOp> outFns, Value addend,
                memref::GlobalOp ringGlobal, memref::GlobalOp countGlobal,
                std::optional<CombineNorm> norm = std::nullopt,
-               memref::GlobalOp readyGlobal = {})
+               memref::GlobalOp readyGlobal = {},
+               std::optional<Route> route = std::nullopt)
       : IndexMath{b, loc}, x(x), ws(ws), outs(outs), outFns(outFns),
         addend(addend), ringGlobal(ringGlobal), countGlobal(countGlobal),
-        norm(norm), readyGlobal(readyGlobal) {}
+        norm(norm), readyGlobal(readyGlobal), route(route) {}
 
   void build(SmallVectorImpl<Operation *> &rest);
 
@@ -218,8 +243,18 @@ private:
   /// round(round(r · inv) · γ) (the norm kernel's element operations), as
   /// the mma's 4 bf16 pairs.
   SmallVector<Value> normalised(Value tok, Value inv, Value k);
-  /// combine_norm: the product blocks' count; the last resets both counts.
-  void finishNorm(Value tid, Value blocks);
+  /// Thread 0 reads count 0 of `readyGlobal` until it is `need` (i32);
+  /// then a barrier and a fence, so the block sees what was counted.
+  void waitFor(Value tid, Value need);
+  /// Count 1 of `readyGlobal` for this block, one of the `waiters` blocks
+  /// that wait; the last resets both counts for the next launch.
+  void finishWaiters(Value tid, Value waiters);
+  /// Stores the block's count in count 0 of `readyGlobal` once its stores
+  /// are visible on the GPU.
+  void countDone(Value tid);
+  /// route: token `token`'s experts and weights, once the `need` router
+  /// blocks are done.
+  void routeBlock(Value token, Value tid, Value need, Value tokens);
 
   Value x;
   SmallVector<Value> ws, outs;
@@ -228,6 +263,7 @@ private:
   memref::GlobalOp ringGlobal, countGlobal;
   std::optional<CombineNorm> norm;
   memref::GlobalOp readyGlobal;
+  std::optional<Route> route;
   Value squares, inv0, inv1;
   // This block's matrix (one of ws; its index), output (if the outputs are
   // alike), workspace and counter.
@@ -338,6 +374,8 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   // Per matrix: row blocks, S, first block, first counter, workspace.
   SmallVector<std::array<Value, 5>> mats;
   Value blocks = idx(0), counters = idx(0);
+  // route: the router's blocks and the first routing block.
+  Value routerBlocks, routeFirst;
   for (Value n : rows) {
     Value rowBlocks = div(n, kRows);
     Value s = arith::MaxUIOp::create(
@@ -348,6 +386,11 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
         c1);
     mats.push_back({rowBlocks, s, blocks, counters, Value()});
     blocks = add(blocks, mul(rowBlocks, s));
+    if (route && mats.size() == route->matrix + 1) {
+      routerBlocks = mul(rowBlocks, s);
+      routeFirst = blocks;
+      blocks = add(blocks, tokens);
+    }
     counters = add(counters, pick(cmp(arith::CmpIPredicate::ugt, s, c1),
                                   rowBlocks, idx(0)));
   }
@@ -358,6 +401,20 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
                        cmp(arith::CmpIPredicate::eq,
                            memref::DimOp::create(b, loc, addend, 1),
                            rows.front())));
+  // route: E = the router's rows <= 128 · 8; 1 <= k <= 32 and k <= E; the
+  // bias [E] and the outputs [T, k].
+  if (route) {
+    const k3::RouteOperands &r = route->ops;
+    Value experts = rows[route->matrix];
+    Value slots = memref::DimOp::create(b, loc, r.idx, 1);
+    ok = both(ok, both(lt(idx(0), slots), lt(slots, idx(kMaxSlots + 1))));
+    ok = both(ok, both(cmp(arith::CmpIPredicate::ule, slots, experts),
+                       lt(experts, idx(kWarps * 32 * kRoutePer + 1))));
+    ok = both(ok, eq(memref::DimOp::create(b, loc, r.bias, 0), experts));
+    ok = both(ok, eq(memref::DimOp::create(b, loc, r.idx, 0), tokens));
+    ok = both(ok, eq(memref::DimOp::create(b, loc, r.wts, 0), tokens));
+    ok = both(ok, eq(memref::DimOp::create(b, loc, r.wts, 1), slots));
+  }
   k3::guardBody(b, loc, rest, ok);
   // The slices' sums [S, T, N] (empty without a split).
   for (auto [mat, n] : llvm::zip(mats, rows))
@@ -397,6 +454,21 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
             launch.getThreadIds().x, depth);
     b.setInsertionPointToStart(producing.elseBlock());
     block = sub(block, producers);
+  }
+  // route: T blocks after the router's select the experts.
+  scf::IfOp routing;
+  if (route) {
+    routing = scf::IfOp::create(
+        b, loc,
+        both(cmp(arith::CmpIPredicate::uge, block, routeFirst),
+             lt(block, add(routeFirst, tokens))),
+        /*withElse=*/true);
+    b.setInsertionPointToStart(routing.thenBlock());
+    routeBlock(sub(block, routeFirst), launch.getThreadIds().x,
+               arith::IndexCastOp::create(b, loc, b.getI32Type(),
+                                          routerBlocks),
+               tokens);
+    b.setInsertionPointToStart(routing.elseBlock());
   }
   // This block's matrix: the last whose first block is at or before it.
   w = ws[0];
@@ -518,10 +590,86 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   }
   combine(entries, tokens);
   if (norm) {
-    finishNorm(tid, blocks);
+    finishWaiters(tid, blocks);
     b.setInsertionPointAfter(producing);
   }
+  if (route) {
+    // A router block's scores (its slice's, or all of a row block's in
+    // the last slice's block) are stored: its count.
+    scf::IfOp::create(b, loc, eq(matrix, idx(route->matrix)),
+                      [&](OpBuilder &tb, Location) {
+                        OpBuilder::InsertionGuard inner(b);
+                        b.setInsertionPoint(tb.getInsertionBlock(),
+                                            tb.getInsertionPoint());
+                        countDone(tid);
+                        scf::YieldOp::create(b, loc);
+                      });
+    b.setInsertionPointAfter(routing);
+  }
   gpu::TerminatorOp::create(b, loc);
+}
+
+void SkinnyKernel::routeBlock(Value token, Value tid, Value need,
+                              Value tokens) {
+  waitFor(tid, need);
+  // The selection's pairs and scores in the ring (this block copies no
+  // W): rows 0-3 of warp 0's first stage and row 0 of its second, each
+  // i32 or f32 as two bf16.
+  Value ringBuf = memref::GetGlobalOp::create(b, loc, ringGlobal.getType(),
+                                              ringGlobal.getSymName());
+  Type bf16 = b.getBF16Type();
+  auto bf16x2 = VectorType::get({2}, bf16);
+  auto put = [&](Value v, ValueRange at) {
+    vector::StoreOp::create(
+        b, loc,
+        vector::BitCastOp::create(
+            b, loc, bf16x2,
+            vector::FromElementsOp::create(
+                b, loc, VectorType::get({1}, v.getType()), v)),
+        ringBuf, at, /*nontemporal=*/false, llvm::MaybeAlign(4));
+  };
+  auto get = [&](Type type, ValueRange at) -> Value {
+    return vector::ExtractOp::create(
+        b, loc, read(ringBuf, at, bf16, 2, VectorType::get({1}, type)),
+        ArrayRef<int64_t>{0});
+  };
+  Type i32 = b.getI32Type(), f32 = b.getF32Type();
+  k3::RouteScratch scratch{
+      [&](Value buf, int64_t field, Value warp, Value v) {
+        put(v, {idx(0), idx(0), add(mul(buf, 2), field), mul(warp, 2)});
+      },
+      [&](Value buf, int64_t field, Value warp) {
+        return get(i32, {idx(0), idx(0), add(mul(buf, 2), field),
+                         mul(warp, 2)});
+      },
+      [&](Value slot, Value v) {
+        put(v, {idx(0), idx(1), idx(0), mul(slot, 2)});
+      },
+      [&](Value slot) {
+        return get(f32, {idx(0), idx(1), idx(0), mul(slot, 2)});
+      }};
+  Value experts = memref::DimOp::create(b, loc, route->ops.scores, 1);
+  Value slots = memref::DimOp::create(b, loc, route->ops.idx, 1);
+  k3::routeToken(*this, route->ops, scratch, token, tid, kWarps * 32,
+                 kRoutePer, experts, slots);
+  finishWaiters(tid, tokens);
+}
+
+void SkinnyKernel::countDone(Value tid) {
+  // Every thread's stores visible on the GPU before the count.
+  NVVM::MembarOp::create(b, loc, NVVM::MemScopeKind::GPU);
+  gpu::BarrierOp::create(b, loc);
+  Value ready = memref::GetGlobalOp::create(b, loc, readyGlobal.getType(),
+                                            readyGlobal.getSymName());
+  scf::IfOp::create(b, loc, cmp(arith::CmpIPredicate::eq, tid, idx(0)),
+                    [&](OpBuilder &tb, Location l) {
+                      Value one =
+                          arith::ConstantIntOp::create(tb, l, tb.getI32Type(), 1);
+                      memref::AtomicRMWOp::create(tb, l,
+                                                  arith::AtomicRMWKind::addi,
+                                                  one, ready, ValueRange{idx(0)});
+                      scf::YieldOp::create(tb, l);
+                    });
 }
 
 void SkinnyKernel::produce(Value token, Value part, Value tid, Value depth) {
@@ -562,31 +710,15 @@ void SkinnyKernel::produce(Value token, Value part, Value tid, Value depth) {
                           ValueRange{token, add(mul(part, kWarps), warp)});
                       scf::YieldOp::create(tb, l);
                     });
-  // Every thread's stores visible on the GPU before the count.
-  NVVM::MembarOp::create(b, loc, NVVM::MemScopeKind::GPU);
-  gpu::BarrierOp::create(b, loc);
-  Value ready = memref::GetGlobalOp::create(b, loc, readyGlobal.getType(),
-                                            readyGlobal.getSymName());
-  scf::IfOp::create(b, loc, cmp(arith::CmpIPredicate::eq, tid, idx(0)),
-                    [&](OpBuilder &tb, Location l) {
-                      Value one =
-                          arith::ConstantIntOp::create(tb, l, tb.getI32Type(), 1);
-                      memref::AtomicRMWOp::create(tb, l,
-                                                  arith::AtomicRMWKind::addi,
-                                                  one, ready, ValueRange{idx(0)});
-                      scf::YieldOp::create(tb, l);
-                    });
+  countDone(tid);
 }
 
-void SkinnyKernel::awaitNorm(Value tid, Value tokens, Value depth) {
+void SkinnyKernel::waitFor(Value tid, Value need) {
   Type i32 = b.getI32Type();
-  FloatType f32 = b.getF32Type();
   Value ready = memref::GetGlobalOp::create(b, loc, readyGlobal.getType(),
                                             readyGlobal.getSymName());
-  Value need = arith::IndexCastOp::create(b, loc, i32,
-                                          mul(tokens, kProducers));
   // Thread 0 reads the count (ld.acquire at GPU scope) until every
-  // producer has added its 1, with a pause between reads.
+  // block counted has added its 1, with a pause between reads.
   scf::IfOp::create(
       b, loc, cmp(arith::CmpIPredicate::eq, tid, idx(0)),
       [&](OpBuilder &tb, Location l) {
@@ -619,8 +751,14 @@ void SkinnyKernel::awaitNorm(Value tid, Value tokens, Value depth) {
         scf::YieldOp::create(b, loc);
       });
   gpu::BarrierOp::create(b, loc);
-  // (The producers' r and sums after their counts, in every thread.)
+  // (What was counted is read after the count, in every thread.)
   NVVM::MembarOp::create(b, loc, NVVM::MemScopeKind::GPU);
+}
+
+void SkinnyKernel::awaitNorm(Value tid, Value tokens, Value depth) {
+  FloatType f32 = b.getF32Type();
+  waitFor(tid, arith::IndexCastOp::create(b, loc, b.getI32Type(),
+                                          mul(tokens, kProducers)));
   // 1 / rms of each token as the norm kernel's block: lane l takes warp l's
   // sum, the tree over them, 1 / sqrt(ss / D + eps). Warp w takes tokens
   // w, w + 4, ... (their loads first) and keeps them in warp 0's ring's
@@ -686,7 +824,7 @@ SmallVector<Value> SkinnyKernel::normalised(Value tok, Value inv, Value k) {
                4);
 }
 
-void SkinnyKernel::finishNorm(Value tid, Value blocks) {
+void SkinnyKernel::finishWaiters(Value tid, Value waiters) {
   // (Thread 0 counts after its own wait, and every thread of the block is
   // past that wait's barrier, so the count alone would do; the block's
   // stores are done first here, as in the measured build.)
@@ -702,9 +840,9 @@ void SkinnyKernel::finishNorm(Value tid, Value blocks) {
             ValueRange{arith::ConstantIndexOp::create(tb, l, 1)});
         Value last = arith::IndexCastOp::create(
             tb, l, tb.getI32Type(),
-            arith::SubIOp::create(tb, l, blocks,
+            arith::SubIOp::create(tb, l, waiters,
                                   arith::ConstantIndexOp::create(tb, l, 1)));
-        // Every product block has passed its wait: both counts to 0.
+        // Every waiting block has passed its wait: both counts to 0.
         scf::IfOp::create(
             tb, l,
             arith::CmpIOp::create(tb, l, arith::CmpIPredicate::eq, before,
@@ -796,6 +934,9 @@ struct K3GPUSkinnyMMAPass
         k3::productOutFunctions(f, kAttr);
     if (failed(outFns))
       return failure();
+    unsigned matrices = spec.get("addend") ? 1 : outFns->size();
+    if (spec.get("route") && failed(checkRoute(f, spec, matrices)))
+      return failure();
     Block &body = f.getBody().front();
     auto x = cast<MemRefType>(body.getArgument(0).getType());
     // bf16 activations only (an f32 library keeps its CUDA-core kernels);
@@ -806,20 +947,75 @@ struct K3GPUSkinnyMMAPass
     OpBuilder builder(f.getContext());
     builder.setInsertionPointToStart(&body);
     // (x, W_1 .. W_m, out_1 .. out_m), or (x, W, r, out) with an addend.
-    bool withAddend =
-        f->getAttrOfType<DictionaryAttr>(kAttr).get("addend") != nullptr;
-    unsigned m = withAddend ? 1 : body.getNumArguments() / 2;
+    bool withAddend = spec.get("addend") != nullptr;
+    unsigned m = withAddend ? 1 : outFns->size();
+    std::optional<Route> route;
+    if (std::optional<unsigned> routed = k3::routedMatrix(spec)) {
+      Value scores = body.getArgument(1 + m + *routed);
+      route = Route{*routed,
+                    {scores, body.getArgument(1 + 2 * m),
+                     body.getArgument(2 + 2 * m), body.getArgument(3 + 2 * m),
+                     body.getArgument(4 + 2 * m), body.getArgument(5 + 2 * m)}};
+    }
+    ModuleOp module = getOperation();
     SkinnyKernel(builder, f.getLoc(), body.getArgument(0),
                  body.getArguments().slice(1, m),
                  body.getArguments().slice(withAddend ? 3 : 1 + m, m),
                  *outFns, withAddend ? body.getArgument(2) : Value(),
                  // The warps' cp.async rings, one workgroup buffer per block.
-                 k3::workgroupBuffer(getOperation(), "k3k_skinny_ring",
+                 k3::workgroupBuffer(module, "k3k_skinny_ring",
                                      {kWarps, kStages, kRows, kChunk}),
                  // The split products' counters, one per row block.
-                 k3::deviceCounters(getOperation(), "k3k_skinny_count",
-                                    kCounters))
+                 k3::deviceCounters(module, "k3k_skinny_count", kCounters),
+                 std::nullopt,
+                 // The router blocks' count and the routing blocks'.
+                 route ? k3::deviceCounters(module, "k3k_skinny_route_ready", 2)
+                       : memref::GlobalOp(),
+                 route)
         .build(rest);
+    return success();
+  }
+
+  /// `route`: one flagged matrix, no addend, and after the outputs (bias
+  /// [E] f32, renorm i1, scaling f32, idx [T, k] i64, wts [T, k] f32) with
+  /// the flagged matrix's output f32 [T, E].
+  LogicalResult checkRoute(func::FuncOp f, DictionaryAttr spec, unsigned m) {
+    auto fail = [&](const Twine &why) {
+      return f.emitError() << kAttr << ": " << why, failure();
+    };
+    Attribute flags = spec.get("route");
+    auto isFlag = [](Attribute a) { return isa<BoolAttr>(a); };
+    auto list = dyn_cast<ArrayAttr>(flags);
+    if (!isFlag(flags) &&
+        !(list && list.size() == m && llvm::all_of(list, isFlag)))
+      return fail("'route' must be a bool or one bool per matrix");
+    std::optional<unsigned> routed = k3::routedMatrix(spec);
+    if (!routed)
+      return success();
+    if (list && llvm::count_if(list, [](Attribute a) {
+          return cast<BoolAttr>(a).getValue();
+        }) > 1)
+      return fail("'route' may flag one matrix only");
+    if (spec.get("addend"))
+      return fail("'route' and 'addend' do not go together");
+    Block &body = f.getBody().front();
+    auto memref = [&](unsigned i, int64_t rank, Type element) {
+      auto t = i < body.getNumArguments()
+                   ? dyn_cast<MemRefType>(body.getArgument(i).getType())
+                   : MemRefType();
+      return t && t.getRank() == rank && t.getElementType() == element;
+    };
+    Builder b(f.getContext());
+    Type f32 = b.getF32Type();
+    unsigned at = 1 + 2 * m;
+    if (body.getNumArguments() != at + k3::kRouteOperands ||
+        !memref(1 + m + *routed, 2, f32) || !memref(at, 1, f32) ||
+        !body.getArgument(at + 1).getType().isInteger(1) ||
+        body.getArgument(at + 2).getType() != f32 ||
+        !memref(at + 3, 2, b.getI64Type()) || !memref(at + 4, 2, f32))
+      return fail("with 'route', expected the routed matrix's output [T, E] "
+                  "f32 and after the outputs (bias [E] f32, renorm i1, "
+                  "scaling f32, idx [T, k] i64, weights [T, k] f32)");
     return success();
   }
 

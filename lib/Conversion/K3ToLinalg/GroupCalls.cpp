@@ -14,6 +14,13 @@
 // kernel that runs all three (`k3.call_group`). Each output is computed
 // exactly as by its own call.
 //
+// A product may take operands after (x, W) that its few and many functions
+// take after y's buffer: the MoE router's bias, renorm, scaling and the
+// routing's index and weight buffers (Kernels/MoE.mlir @k3k_router_route),
+// so that the skinny kernel that makes the router's scores also selects
+// the experts. The group's few function takes them after the outputs, the
+// members' in member order.
+//
 //===----------------------------------------------------------------------===//
 
 #include "k3/Conversion/Passes.h"
@@ -47,7 +54,8 @@ constexpr llvm::StringLiteral kProductAttr = "k3.product_group";
 constexpr llvm::StringLiteral kGroupAttr = "k3.call_group";
 
 /// A function marked `k3.product_group = {few, many, few_tokens}` and the
-/// three functions it names.
+/// three functions it names: (x, W, a...) -> y, with few and many (x, W,
+/// y's buffer, a...).
 struct Product {
   func::FuncOp fn, few, many, fewTokens;
 };
@@ -67,18 +75,20 @@ FailureOr<Product> productOf(func::FuncOp fn) {
     return fail("expected {few = @f, many = @m, few_tokens = @p} naming "
                 "functions");
   FunctionType type = fn.getFunctionType();
-  if (type.getNumInputs() != 2 || type.getNumResults() != 1 ||
+  if (type.getNumInputs() < 2 || type.getNumResults() != 1 ||
       !isa<RankedTensorType>(type.getResult(0)))
-    return fail("expected (x, W) -> y");
+    return fail("expected (x, W, ...) -> y");
   Builder b(fn.getContext());
-  // The products write y's buffer: (x, W, out) -> ().
+  // The products write y's buffer: (x, W, out, a...) -> ().
   auto out = cast<RankedTensorType>(type.getResult(0));
-  FunctionType into = b.getFunctionType(
-      {type.getInput(0), type.getInput(1),
-       MemRefType::get(out.getShape(), out.getElementType())},
-      {});
+  SmallVector<Type> inputs = {type.getInput(0), type.getInput(1),
+                              MemRefType::get(out.getShape(),
+                                              out.getElementType())};
+  llvm::append_range(inputs, type.getInputs().drop_front(2));
+  FunctionType into = b.getFunctionType(inputs, {});
   if (p.few.getFunctionType() != into || p.many.getFunctionType() != into)
-    return fail("'few' and 'many' must take (x, W, y's buffer)");
+    return fail("'few' and 'many' must take (x, W, y's buffer) and then the "
+                "product's other operands");
   if (p.fewTokens.getFunctionType() !=
       b.getFunctionType({b.getIndexType()}, {b.getI1Type()}))
     return fail("'few_tokens' must be (index) -> i1");
@@ -205,8 +215,9 @@ LogicalResult groupFixed(ModuleOp module, func::FuncOp fn, DominanceInfo &dom) {
 /// The marks of the members' few-token functions, for their group's: a
 /// mark all of them carry alike is copied; a dictionary mark whose entries
 /// differ between them (k3.skinny_matmul's `out`: an f32 router beside bf16
-/// projections) gets those entries as arrays, one value per member. None
-/// if the members' marks cannot be merged.
+/// projections) gets those entries as arrays, one value per member, `false`
+/// for a member without the entry (the router's `route` flag). None if the
+/// members' marks cannot be merged.
 std::optional<SmallVector<NamedAttribute>>
 mergedMarks(ArrayRef<func::FuncOp> fews) {
   MLIRContext *ctx = func::FuncOp(fews.front()).getContext();
@@ -228,21 +239,25 @@ mergedMarks(ArrayRef<func::FuncOp> fews) {
       marks.push_back(a);
       continue;
     }
-    auto first = dyn_cast<DictionaryAttr>(values.front());
-    if (!first)
-      return std::nullopt;
+    // The entries' names in first appearance order.
+    llvm::MapVector<StringAttr, SmallVector<Attribute>> byName;
+    for (Attribute v : values) {
+      auto d = dyn_cast<DictionaryAttr>(v);
+      if (!d)
+        return std::nullopt;
+      for (NamedAttribute e : d)
+        byName[e.getName()];
+    }
+    Attribute absent = BoolAttr::get(ctx, false);
     SmallVector<NamedAttribute> entries;
-    for (NamedAttribute e : first) {
-      SmallVector<Attribute> each;
+    for (auto &[name, each] : byName) {
       for (Attribute v : values) {
-        auto d = dyn_cast<DictionaryAttr>(v);
-        if (!d || d.size() != first.size() || !d.get(e.getName()))
-          return std::nullopt;
-        each.push_back(d.get(e.getName()));
+        Attribute e = cast<DictionaryAttr>(v).get(name);
+        each.push_back(e ? e : absent);
       }
-      entries.emplace_back(e.getName(), llvm::all_equal(each)
-                                            ? each.front()
-                                            : ArrayAttr::get(ctx, each));
+      entries.emplace_back(name, llvm::all_equal(each)
+                                     ? each.front()
+                                     : ArrayAttr::get(ctx, each));
     }
     marks.emplace_back(a.getName(), DictionaryAttr::get(ctx, entries));
   }
@@ -307,11 +322,14 @@ func::FuncOp Grouper::groupedFew(ArrayRef<Product> members) {
   if (!marks)
     return {};
   int64_t m = members.size();
+  // (x, W_1 .. W_m, out_1 .. out_m, a_1..., ..., a_m...).
   SmallVector<Type> inputs{fews.front().getFunctionType().getInput(0)};
   for (func::FuncOp f : fews)
     inputs.push_back(f.getFunctionType().getInput(1));
   for (func::FuncOp f : fews)
     inputs.push_back(f.getFunctionType().getInput(2));
+  for (func::FuncOp f : fews)
+    llvm::append_range(inputs, f.getFunctionType().getInputs().drop_front(3));
   OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
   Location loc = fews.front().getLoc();
   auto f = func::FuncOp::create(b, loc, name, b.getFunctionType(inputs, {}));
@@ -320,11 +338,15 @@ func::FuncOp Grouper::groupedFew(ArrayRef<Product> members) {
     f->setAttr(a.getName(), a.getValue());
   Block *body = f.addEntryBlock();
   b.setInsertionPointToStart(body);
-  for (int64_t i = 0; i < m; ++i)
-    func::CallOp::create(b, loc, fews[i],
-                         ValueRange{body->getArgument(0),
-                                    body->getArgument(1 + i),
-                                    body->getArgument(1 + m + i)});
+  unsigned extra = 1 + 2 * m;
+  for (int64_t i = 0; i < m; ++i) {
+    SmallVector<Value> args{body->getArgument(0), body->getArgument(1 + i),
+                            body->getArgument(1 + m + i)};
+    unsigned n = fews[i].getFunctionType().getNumInputs() - 3;
+    llvm::append_range(args, body->getArguments().slice(extra, n));
+    extra += n;
+    func::CallOp::create(b, loc, fews[i], args);
+  }
   func::ReturnOp::create(b, loc);
   return f;
 }
@@ -338,10 +360,11 @@ func::FuncOp Grouper::grouped(ArrayRef<Product> members) {
   if (!few)
     return {};
   int64_t m = members.size();
+  // (x, W_1, a_1..., ..., W_m, a_m...): the calls' operands after x.
   SmallVector<Type> inputs{fns.front().getFunctionType().getInput(0)},
       results;
   for (func::FuncOp fn : fns) {
-    inputs.push_back(fn.getFunctionType().getInput(1));
+    llvm::append_range(inputs, fn.getFunctionType().getInputs().drop_front());
     results.push_back(fn.getFunctionType().getResult(0));
   }
   OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
@@ -354,16 +377,22 @@ func::FuncOp Grouper::grouped(ArrayRef<Product> members) {
   Value x = body->getArgument(0);
   Value t = tensor::DimOp::create(b, loc, x, 0);
   SmallVector<Value> args{x}, bufs;
-  for (int64_t i = 0; i < m; ++i) {
-    Value w = body->getArgument(1 + i);
+  SmallVector<ValueRange> rests;
+  for (int64_t i = 0, at = 1; i < m; ++i) {
+    Value w = body->getArgument(at);
+    unsigned n = fns[i].getFunctionType().getNumInputs() - 2;
+    rests.push_back(body->getArguments().slice(at + 1, n));
+    at += 1 + n;
     args.push_back(w);
-    Value n = tensor::DimOp::create(b, loc, w, 0);
+    Value rows = tensor::DimOp::create(b, loc, w, 0);
     auto out = cast<RankedTensorType>(results[i]);
     bufs.push_back(memref::AllocOp::create(
         b, loc, MemRefType::get(out.getShape(), out.getElementType()),
-        ValueRange{t, n}));
+        ValueRange{t, rows}));
   }
   llvm::append_range(args, bufs);
+  for (ValueRange r : rests)
+    llvm::append_range(args, r);
   Value isFew =
       func::CallOp::create(b, loc, members.front().fewTokens, t).getResult(0);
   // Both branches write the result buffers (as @k3k_linear).
@@ -374,9 +403,11 @@ func::FuncOp Grouper::grouped(ArrayRef<Product> members) {
         scf::YieldOp::create(tb, l);
       },
       [&](OpBuilder &eb, Location l) {
-        for (int64_t i = 0; i < m; ++i)
-          func::CallOp::create(eb, l, members[i].many,
-                               ValueRange{x, args[1 + i], bufs[i]});
+        for (int64_t i = 0; i < m; ++i) {
+          SmallVector<Value> one{x, args[1 + i], bufs[i]};
+          llvm::append_range(one, rests[i]);
+          func::CallOp::create(eb, l, members[i].many, one);
+        }
         scf::YieldOp::create(eb, l);
       });
   SmallVector<Value> outs;
@@ -388,12 +419,13 @@ func::FuncOp Grouper::grouped(ArrayRef<Product> members) {
 }
 
 void Grouper::group(ArrayRef<func::CallOp> calls, DominanceInfo &dom) {
-  // The calls whose weight is available at the first; the others keep
-  // their own call.
+  // The calls whose weight (and other operands) are available at the
+  // first; the others keep their own call.
   func::CallOp first = calls.front();
   SmallVector<func::CallOp> members{first};
   for (func::CallOp call : calls.drop_front())
-    if (available(call.getOperand(1), first, dom))
+    if (llvm::all_of(call.getOperands().drop_front(),
+                     [&](Value v) { return available(v, first, dom); }))
       members.push_back(call);
   if (members.size() < 2)
     return;

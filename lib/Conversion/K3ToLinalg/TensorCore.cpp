@@ -81,7 +81,10 @@ FailureOr<SmallVector<func::FuncOp>> outFunctions(func::FuncOp f,
                           "= [@function, ...]} (one per matrix)"
                         : "expected a dictionary {out = @function}");
   Block &body = f.getBody().front();
+  // `route`: the routing's operands after the outputs.
   unsigned args = body.getNumArguments();
+  if (k3::routedMatrix(spec) && args >= k3::kRouteOperands)
+    args -= k3::kRouteOperands;
   unsigned m = args / 2;
   auto matrix = [&](unsigned i, bool identity) {
     auto t = dyn_cast<MemRefType>(body.getArgument(i).getType());
@@ -141,6 +144,21 @@ FailureOr<SmallVector<func::FuncOp>> outFunctions(func::FuncOp f,
   return outFns;
 }
 } // namespace
+
+std::optional<unsigned> mlir::k3::routedMatrix(DictionaryAttr spec) {
+  Attribute route = spec ? spec.get("route") : nullptr;
+  auto on = [](Attribute a) {
+    auto flag = dyn_cast_or_null<BoolAttr>(a);
+    return flag && flag.getValue();
+  };
+  if (on(route))
+    return 0;
+  if (auto list = dyn_cast_or_null<ArrayAttr>(route))
+    for (auto [i, a] : llvm::enumerate(list))
+      if (on(a))
+        return i;
+  return std::nullopt;
+}
 
 FailureOr<func::FuncOp> mlir::k3::productOutFunction(func::FuncOp f,
                                                      StringRef attr) {

@@ -19,6 +19,7 @@
 #include "mlir/IR/BuiltinOps.h"
 
 #include <array>
+#include <optional>
 
 namespace mlir::k3 {
 
@@ -44,11 +45,20 @@ FailureOr<func::FuncOp> productOutFunction(func::FuncOp f, StringRef attr);
 /// The same for the products of x by several matrices: arguments x, W_1 ..
 /// W_m and outputs 1 .. m (m >= 1), `out` one function for all (outputs
 /// of one type) or an array of one per matrix (`out = [@f_1, ..., @f_m]`,
-/// as k3-group-calls writes it for different products of one x). With the
+/// as k3-group-calls writes it for different products of one x), then the
+/// routing's operands with `route` (routedMatrix). With the
 /// key `addend` the arguments are (x, W, r [T, N], output) and `out` is
 /// (f32 sum, r's element) -> the output's element.
 FailureOr<SmallVector<func::FuncOp>> productOutFunctions(func::FuncOp f,
                                                          StringRef attr);
+
+/// The matrix of a `k3.skinny_matmul` mark whose product also routes
+/// (`route = true`, or an array of flags, one per matrix, as k3-group-calls
+/// merges the marks): the first flagged one, if any. Its kernel takes the
+/// routing's kRouteOperands operands after the outputs (bias [E], renorm,
+/// scaling, idx [T, k], wts [T, k]: Kernels/MoE.mlir @k3k_router_route).
+std::optional<unsigned> routedMatrix(DictionaryAttr spec);
+constexpr unsigned kRouteOperands = 5;
 
 /// The operations of `body` before its terminator: the generic body that a
 /// kernel-building pass moves into the `else` of its run-time choice.

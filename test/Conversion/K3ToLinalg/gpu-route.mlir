@@ -35,10 +35,10 @@
 // CHECK: scf.if
 // One block of 1024 threads per token.
 // CHECK: gpu.launch blocks(%[[TOK:[^,]+]], {{.*}} in (%{{.+}} = %[[T]], %{{.+}} = %c1, %{{.+}} = %c1) threads(%[[TID:[^,]+]], {{.*}} in (%{{.+}} = %c1024,
-// CHECK: %[[LANE:.+]] = arith.remui %[[TID]], %c32
-// CHECK: %[[WARP:.+]] = arith.divui %[[TID]], %c32
 // CHECK: %[[PAIRS:.+]] = memref.get_global @k3k_route_pairs
 // CHECK: %[[WS:.+]] = memref.get_global @k3k_route_weights
+// CHECK: %[[LANE:.+]] = arith.remui %[[TID]], %c32
+// CHECK: %[[WARP:.+]] = arith.divui %[[TID]], %c32
 // Thread e's expert (threads past E load expert 0's) and its key s + b.
 // CHECK: %[[HAVE:.+]] = arith.cmpi ult, %[[TID]], %[[E]]
 // CHECK: %[[EI:.+]] = arith.select %[[HAVE]], %[[TID]], %c0

@@ -465,8 +465,8 @@ func.func @addend_two_matrices(%x: memref<?x?xbf16>, %w0: memref<?x?xbf16>, %w1:
 // CHECK: } else {
 // CHECK: arith.subi %[[B]], %[[PROD]]
 // CHECK-COUNT-16: nvgpu.device_async_copy
-// CHECK: %[[READY2:.+]] = memref.get_global @k3k_skinny_norm_ready
 // CHECK: %[[NEED:.+]] = arith.index_cast %[[PROD]] : index to i32
+// CHECK: %[[READY2:.+]] = memref.get_global @k3k_skinny_norm_ready
 // CHECK: memref.extract_aligned_pointer_as_index %[[READY2]]
 // CHECK: scf.while
 // CHECK: %[[COUNT:.+]] = llvm.inline_asm has_side_effects "ld.acquire.gpu.global.b32 $0, [$1];"
@@ -558,5 +558,143 @@ func.func private @o_add(%a: f32, %r: bf16) -> bf16 {
 func.func @no_addend(%ys: memref<?x?x?xf32>, %wts: memref<?x?xf32>, %g: memref<?xbf16>, %eps: f32,
                      %w: memref<?x?xbf16>, %r: memref<?x?xbf16>, %out: memref<?x?xbf16>)
     attributes {k3.skinny_matmul = {out = @o_add, combine_norm = {}}} {
+  return
+}
+
+// -----
+
+// `route` on the router (k3-group-calls' merge: one flag per matrix): the
+// launch also selects each token's experts. The guard adds 1 <= k <= 32,
+// k <= E <= 1024, the bias [E] and the outputs [T, k]; the grid is the
+// router's blocks, then T routing blocks, then the other matrices'.
+// CHECK-LABEL: func.func @front
+// CHECK-SAME: (%[[X:[^:]+]]: memref<?x?xbf16>, %[[WR:[^:]+]]: memref<?x?xbf16>, %{{[^:]+}}: memref<?x?xbf16>, %[[S:[^:]+]]: memref<?x?xf32>, %{{[^:]+}}: memref<?x?xbf16>, %[[B:[^:]+]]: memref<?xf32>, %[[RN:[^:]+]]: i1, %[[SC:[^:]+]]: f32, %[[I:[^:]+]]: memref<?x?xi64>, %[[W:[^:]+]]: memref<?x?xf32>)
+// CHECK: %[[T:.+]] = memref.dim %[[X]], %c0
+// CHECK: %[[E:.+]] = memref.dim %[[WR]], %c0
+// CHECK: %[[RB:.+]] = arith.muli %{{.+}}, %{{.+}} : index
+// CHECK: %[[RE:.+]] = arith.addi %[[RB]], %[[T]] : index
+// CHECK: %[[GRID:.+]] = arith.addi %[[RE]], %{{.+}} : index
+// CHECK: %[[K:.+]] = memref.dim %[[I]], %c1
+// CHECK: arith.cmpi ult, %[[K]], %c33
+// CHECK: arith.cmpi ult, %[[E]], %c1025
+// CHECK: arith.cmpi ule, %[[K]], %[[E]]
+// CHECK: gpu.launch blocks(%[[BLK:[^,]+]], {{.*}} in (%{{.+}} = %[[GRID]], %{{.+}} = %c1, %{{.+}} = %c1) threads(%[[TID:[^,]+]], {{.*}} in (%{{.+}} = %c128,
+// Routing block b - RB (token): thread 0 waits until the RB router blocks
+// have counted, then the selection, 8 experts a thread (e, e + 128, ...).
+// CHECK: %[[LATE:.+]] = arith.cmpi ult, %[[BLK]], %[[RE]]
+// CHECK: %[[EARLY:.+]] = arith.cmpi uge, %[[BLK]], %[[RB]]
+// CHECK: %[[ROUTING:.+]] = arith.andi %[[EARLY]], %[[LATE]]
+// CHECK: scf.if %[[ROUTING]] {
+// CHECK: %[[NEED:.+]] = arith.index_cast %[[RB]] : index to i32
+// CHECK: %[[TOK:.+]] = arith.subi %[[BLK]], %[[RB]]
+// CHECK: %[[READY:.+]] = memref.get_global @k3k_skinny_route_ready
+// CHECK: scf.while
+// CHECK: %[[COUNT:.+]] = llvm.inline_asm has_side_effects "ld.acquire.gpu.global.b32 $0, [$1];"
+// CHECK: arith.cmpi ult, %[[COUNT]], %[[NEED]]
+// CHECK: nvvm.nanosleep
+// CHECK: gpu.barrier
+// CHECK: nvvm.memory.barrier <gpu>
+// CHECK: %[[RING:.+]] = memref.get_global @k3k_skinny_ring
+// CHECK: memref.load %[[S]][%[[TOK]], %{{.+}}]
+// CHECK: memref.load %[[B]][
+// CHECK: arith.addi %[[TID]], %c128
+// CHECK-COUNT-7: memref.load %[[S]][%[[TOK]], %{{.+}}]
+// CHECK: scf.for %[[R:.+]] = %c0 to %[[K]] step %c1 iter_args({{.+}}) -> (i32, i32, i32, i32, i32, i32, i32, i32) {
+// The thread's best word, the warp's largest and lowest index holding it,
+// the 4 warps' pairs through the ring, the winner's stores.
+// CHECK-COUNT-7: arith.cmpi ugt
+// CHECK: nvvm.redux.sync  umax
+// CHECK: nvvm.redux.sync  umin
+// CHECK: vector.store %{{.+}}, %[[RING]][%c0, %c0,
+// CHECK: vector.store %{{.+}}, %[[RING]][%c0, %c0,
+// CHECK: gpu.barrier
+// CHECK: arith.minui %{{.+}}, %c3 : index
+// CHECK: nvvm.redux.sync  umax
+// CHECK: nvvm.redux.sync  umin
+// CHECK-COUNT-8: memref.store %{{.+}}, %[[I]][%[[TOK]], %[[R]]]
+// CHECK: scf.yield
+// Warp 0: the weights' sum (xor tree), s / (sum + 1e-20) with renorm,
+// times scaling.
+// CHECK: gpu.barrier
+// CHECK-COUNT-5: gpu.shuffle  xor
+// CHECK: arith.divf
+// CHECK: arith.select %[[RN]]
+// CHECK: arith.mulf %{{.+}}, %[[SC]]
+// CHECK: memref.store %{{.+}}, %[[W]][%[[TOK]],
+// The routing blocks' count; the last resets both.
+// CHECK: gpu.barrier
+// CHECK: memref.atomic_rmw addi %c1_i32, %[[READY]][%c1]
+// CHECK: memref.store %c0_i32, %[[READY]][%c0]
+// CHECK: memref.store %c0_i32, %[[READY]][%c1]
+// The product blocks; a router block counts itself once its scores are
+// stored.
+// CHECK: } else {
+// CHECK: scf.index_switch
+// CHECK: memref.store %{{.+}}, %[[S]]
+// CHECK: %[[READY3:.+]] = memref.get_global @k3k_skinny_route_ready
+// CHECK: memref.atomic_rmw addi %c1_i32, %[[READY3]][%c0]
+func.func private @s(%a: f32) -> f32 {
+  return %a : f32
+}
+func.func private @o(%a: f32) -> bf16 {
+  %r = arith.truncf %a : f32 to bf16
+  return %r : bf16
+}
+func.func private @generic(%x: memref<?x?xbf16>) {
+  return
+}
+func.func @front(%x: memref<?x?xbf16>, %wr: memref<?x?xbf16>, %wa: memref<?x?xbf16>,
+                 %scores: memref<?x?xf32>, %ya: memref<?x?xbf16>, %bias: memref<?xf32>,
+                 %renorm: i1, %scaling: f32, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>)
+    attributes {k3.skinny_matmul = {out = [@s, @o], route = [true, false]}} {
+  func.call @generic(%x) : (memref<?x?xbf16>) -> ()
+  return
+}
+
+// -----
+
+func.func private @s(%a: f32) -> f32 {
+  return %a : f32
+}
+// expected-error @+1 {{k3.skinny_matmul: 'route' may flag one matrix only}}
+func.func @two_routers(%x: memref<?x?xbf16>, %w1: memref<?x?xbf16>, %w2: memref<?x?xbf16>,
+                       %s1: memref<?x?xf32>, %s2: memref<?x?xf32>, %bias: memref<?xf32>,
+                       %renorm: i1, %scaling: f32, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>)
+    attributes {k3.skinny_matmul = {out = @s, route = [true, true]}} {
+  return
+}
+
+// -----
+
+func.func private @s(%a: f32) -> f32 {
+  return %a : f32
+}
+// expected-error @+1 {{k3.skinny_matmul: 'route' must be a bool or one bool per matrix}}
+func.func @not_a_flag(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %s: memref<?x?xf32>)
+    attributes {k3.skinny_matmul = {out = @s, route = "yes"}} {
+  return
+}
+
+// -----
+
+func.func private @s2(%a: f32, %r: f32) -> f32 {
+  return %a : f32
+}
+// expected-error @+1 {{k3.skinny_matmul: 'route' and 'addend' do not go together}}
+func.func @with_addend(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %r: memref<?x?xf32>, %s: memref<?x?xf32>,
+                       %bias: memref<?xf32>, %renorm: i1, %scaling: f32, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>)
+    attributes {k3.skinny_matmul = {out = @s2, addend, route = true}} {
+  return
+}
+
+// -----
+
+func.func private @s(%a: f32) -> f32 {
+  return %a : f32
+}
+// expected-error @+1 {{k3.skinny_matmul: with 'route', expected the routed matrix's output [T, E] f32 and after the outputs (bias [E] f32, renorm i1, scaling f32, idx [T, k] i64, weights [T, k] f32)}}
+func.func @f32_indices(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %s: memref<?x?xf32>,
+                       %bias: memref<?xf32>, %renorm: i1, %scaling: f32, %idx: memref<?x?xf32>, %wts: memref<?x?xf32>)
+    attributes {k3.skinny_matmul = {out = @s, route = true}} {
   return
 }

@@ -104,7 +104,7 @@ func.func private @few_tokens(%t: index) -> i1 {
 func.func private @few(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>, %out: memref<?x?xf32>) {
   return
 }
-// expected-error @+1 {{k3.product_group: 'few' and 'many' must take (x, W, y's buffer)}}
+// expected-error @+1 {{k3.product_group: 'few' and 'many' must take (x, W, y's buffer) and then the product's other operands}}
 func.func private @lin(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>) -> tensor<?x?xbf16>
     attributes {k3.product_group = {few = @few, many = @few, few_tokens = @few_tokens}} {
   return %x : tensor<?x?xbf16>
@@ -195,7 +195,7 @@ func.func private @few_tokens(%t: index) -> i1 {
 func.func private @few(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>, %out: memref<?x?xbf16>) {
   return
 }
-// expected-error @+1 {{k3.product_group: expected (x, W) -> y}}
+// expected-error @+1 {{k3.product_group: expected (x, W, ...) -> y}}
 func.func private @lin(%x: tensor<?x?xbf16>) -> tensor<?x?xbf16>
     attributes {k3.product_group = {few = @few, many = @few, few_tokens = @few_tokens}} {
   return %x : tensor<?x?xbf16>
@@ -344,4 +344,82 @@ func.func @unmergeable(%x: tensor<?x?xbf16>, %a: tensor<?x?xbf16>, %b: tensor<?x
   %0 = call @lin(%x, %a) : (tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xbf16>
   %1 = call @plain(%x, %b) : (tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xbf16>
   return %0, %1 : tensor<?x?xbf16>, tensor<?x?xbf16>
+}
+
+// -----
+
+// A product with operands after (x, W) (the router's routing operands)
+// joins the others of its x: the group takes them after the matrices'
+// operands in call order, the few function after the outputs, and each
+// member's few and many call gets its own. A mark entry that only one
+// member has (`route`) becomes an array with `false` for the others. A
+// call whose extra operand is made after the first call keeps its own.
+// CHECK-LABEL: func.func @routed_front
+// CHECK-SAME: (%[[X:[^:]+]]: tensor<?x?xbf16>, %[[R:[^:]+]]: tensor<?x?xbf16>, %[[A:[^:]+]]: tensor<?x?xbf16>, %[[B:[^:]+]]: tensor<?xf32>, %[[N:[^:]+]]: i1, %[[S:[^:]+]]: f32, %[[I:[^:]+]]: memref<?x?xi64>, %[[W:[^:]+]]: memref<?x?xf32>)
+// CHECK: %[[G:.+]]:2 = call @route_x1_lin_x1(%[[X]], %[[R]], %[[B]], %[[N]], %[[S]], %[[I]], %[[W]], %[[A]])
+// CHECK: %[[LATE:.+]] = memref.alloc
+// CHECK: call @route(%[[X]], %[[R]], %[[B]], %[[N]], %[[S]], %[[LATE]], %[[W]])
+// CHECK: func.func private @rfew_x1_few_x1(%[[FX:[^:]+]]: tensor<?x?xbf16>, %[[F1:[^:]+]]: tensor<?x?xbf16>, %[[F2:[^:]+]]: tensor<?x?xbf16>, %[[O1:[^:]+]]: memref<?x?xf32>, %[[O2:[^:]+]]: memref<?x?xbf16>, %[[FB:[^:]+]]: tensor<?xf32>, %[[FN:[^:]+]]: i1, %[[FS:[^:]+]]: f32, %[[FI:[^:]+]]: memref<?x?xi64>, %[[FW:[^:]+]]: memref<?x?xf32>)
+// CHECK-SAME: attributes {k3.skinny_matmul = {out = [@s, @o], route = [true, false]}}
+// CHECK-NEXT: call @rfew(%[[FX]], %[[F1]], %[[O1]], %[[FB]], %[[FN]], %[[FS]], %[[FI]], %[[FW]])
+// CHECK-NEXT: call @few(%[[FX]], %[[F2]], %[[O2]])
+// CHECK: func.func private @route_x1_lin_x1(%[[GX:[^:]+]]: tensor<?x?xbf16>, %[[G1:[^:]+]]: tensor<?x?xbf16>, %[[GB:[^:]+]]: tensor<?xf32>, %[[GN:[^:]+]]: i1, %[[GS:[^:]+]]: f32, %[[GI:[^:]+]]: memref<?x?xi64>, %[[GW:[^:]+]]: memref<?x?xf32>, %[[G2:[^:]+]]: tensor<?x?xbf16>) -> (tensor<?x?xf32>, tensor<?x?xbf16>)
+// CHECK: %[[B1:.+]] = memref.alloc({{.+}}) : memref<?x?xf32>
+// CHECK: %[[B2:.+]] = memref.alloc({{.+}}) : memref<?x?xbf16>
+// CHECK: func.call @rfew_x1_few_x1(%[[GX]], %[[G1]], %[[G2]], %[[B1]], %[[B2]], %[[GB]], %[[GN]], %[[GS]], %[[GI]], %[[GW]])
+// CHECK: } else {
+// CHECK-NEXT: func.call @rmany(%[[GX]], %[[G1]], %[[B1]], %[[GB]], %[[GN]], %[[GS]], %[[GI]], %[[GW]])
+// CHECK-NEXT: func.call @many(%[[GX]], %[[G2]], %[[B2]])
+func.func private @o(%a: f32) -> bf16 {
+  %r = arith.truncf %a : f32 to bf16
+  return %r : bf16
+}
+func.func private @s(%a: f32) -> f32 {
+  return %a : f32
+}
+func.func private @few_tokens(%t: index) -> i1 {
+  %c16 = arith.constant 16 : index
+  %few = arith.cmpi ult, %t, %c16 : index
+  return %few : i1
+}
+func.func private @few(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>, %out: memref<?x?xbf16>)
+    attributes {k3.skinny_matmul = {out = @o}} {
+  return
+}
+func.func private @many(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>, %out: memref<?x?xbf16>) {
+  return
+}
+func.func private @rfew(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>, %out: memref<?x?xf32>, %bias: tensor<?xf32>,
+                        %renorm: i1, %scaling: f32, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>)
+    attributes {k3.skinny_matmul = {out = @s, route = true}} {
+  return
+}
+func.func private @rmany(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>, %out: memref<?x?xf32>, %bias: tensor<?xf32>,
+                         %renorm: i1, %scaling: f32, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>) {
+  return
+}
+func.func private @lin(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>) -> tensor<?x?xbf16>
+    attributes {k3.product_group = {few = @few, many = @many, few_tokens = @few_tokens}} {
+  return %x : tensor<?x?xbf16>
+}
+func.func private @route(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>, %bias: tensor<?xf32>, %renorm: i1, %scaling: f32,
+                         %idx: memref<?x?xi64>, %wts: memref<?x?xf32>) -> tensor<?x?xf32>
+    attributes {k3.product_group = {few = @rfew, many = @rmany, few_tokens = @few_tokens}} {
+  %c0 = arith.constant 0 : index
+  %t = tensor.dim %x, %c0 : tensor<?x?xbf16>
+  %out = memref.alloc(%t, %t) : memref<?x?xf32>
+  %y = bufferization.to_tensor %out restrict : memref<?x?xf32> to tensor<?x?xf32>
+  return %y : tensor<?x?xf32>
+}
+func.func @routed_front(%x: tensor<?x?xbf16>, %r: tensor<?x?xbf16>, %a: tensor<?x?xbf16>, %bias: tensor<?xf32>,
+                        %renorm: i1, %scaling: f32, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>)
+    -> (tensor<?x?xf32>, tensor<?x?xbf16>, tensor<?x?xf32>) {
+  %0 = call @route(%x, %r, %bias, %renorm, %scaling, %idx, %wts)
+      : (tensor<?x?xbf16>, tensor<?x?xbf16>, tensor<?xf32>, i1, f32, memref<?x?xi64>, memref<?x?xf32>) -> tensor<?x?xf32>
+  %1 = call @lin(%x, %a) : (tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xbf16>
+  %c2 = arith.constant 2 : index
+  %late = memref.alloc(%c2, %c2) : memref<?x?xi64>
+  %2 = call @route(%x, %r, %bias, %renorm, %scaling, %late, %wts)
+      : (tensor<?x?xbf16>, tensor<?x?xbf16>, tensor<?xf32>, i1, f32, memref<?x?xi64>, memref<?x?xf32>) -> tensor<?x?xf32>
+  return %0, %1, %2 : tensor<?x?xf32>, tensor<?x?xbf16>, tensor<?x?xf32>
 }

@@ -210,26 +210,6 @@ func.func private @k3k_mxfp4_group(%bytes: vector<16xi8>, %s: i8, %x: vector<32x
   return %r : f32
 }
 
-// The router's scores s = σ(x Wᵀ) (§6.1): the f32 sum of each logit, then
-// the sigmoid. A product function (`k3.product_group`, as @k3k_matmul_f32),
-// so that the router joins a MoE layer's other products of x in one call.
-func.func private @k3k_router_scores(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>) -> tensor<?x?xf32>
-    attributes {k3.product_group = {few = @k3k_router_few, many = @k3k_router_many,
-                                    few_tokens = @k3k_few_tokens}} {
-  %c0 = arith.constant 0 : index
-  %t = tensor.dim %x, %c0 : tensor<?x?x!act>
-  %n = tensor.dim %w, %c0 : tensor<?x?xbf16>
-  %out = memref.alloc(%t, %n) : memref<?x?xf32>
-  %few = func.call @k3k_few_tokens(%t) : (index) -> i1
-  scf.if %few {
-    func.call @k3k_router_few(%x, %w, %out) : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?xf32>) -> ()
-  } else {
-    func.call @k3k_router_many(%x, %w, %out) : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?xf32>) -> ()
-  }
-  %r = bufferization.to_tensor %out restrict : memref<?x?xf32> to tensor<?x?xf32>
-  return %r : tensor<?x?xf32>
-}
-
 // σ of every element of %out, in place.
 func.func private @k3k_sigmoid_rows(%out: memref<?x?xf32>) {
   %c0 = arith.constant 0 : index
@@ -260,32 +240,66 @@ func.func private @k3k_router_few(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %o
   return
 }
 
-// Selection of the top-k experts of every token (§6.1) from the router's
-// scores s (@k3k_router_scores) by the keys s + b (the bias only selects);
-// weights ω = s / (Σ_sel s + 1e-20) · scaling when `renorm`.
-// Returns (indices [T, k], weights [T, k]), in the order of the keys
-// (descending; equal keys by expert index), as picking the best remaining
-// expert k times would give them. Computed in parallel: an expert's slot is
-// its rank, the number of experts before it in that order, counted by one
-// loop (a warp's lanes split it on a GPU) that makes each key as it reads
-// it. A NaN key takes no rank; the slots past the ranked experts hold
-// expert 0 with weight 0, each written by the NaN key that as many NaN
-// keys precede.
-func.func private @k3k_route(%scores: tensor<?x?xf32>, %bias: tensor<?xf32>, %topk: index,
-                             %renorm: i1, %scaling: f32) -> (memref<?x?xi64>, memref<?x?xf32>) {
+// The router's scores s = σ(x Wᵀ) (§6.1: the f32 sum of each logit, then
+// the sigmoid) and the selection of every token's top-k experts by the
+// keys s + b (the bias only selects) into %idx and %wts [T, k]: weights
+// ω = s / (Σ_sel s + 1e-20) · scaling when `renorm`. A product function with the routing's operands after
+// (x, W): k3-group-calls joins it to a MoE layer's other products of x,
+// and for a decode step k3-gpu-skinny-mma's kernel for all of them also
+// routes (`route`).
+func.func private @k3k_router_route(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %bias: tensor<?xf32>,
+    %renorm: i1, %scaling: f32, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>) -> tensor<?x?xf32>
+    attributes {k3.product_group = {few = @k3k_router_route_few, many = @k3k_router_route_many,
+                                    few_tokens = @k3k_few_tokens}} {
   %c0 = arith.constant 0 : index
-  %t = tensor.dim %scores, %c0 : tensor<?x?xf32>
-  %idx = memref.alloc(%t, %topk) : memref<?x?xi64>
-  %wts = memref.alloc(%t, %topk) : memref<?x?xf32>
-  func.call @k3k_route_rows(%scores, %bias, %renorm, %scaling, %idx, %wts)
-      : (tensor<?x?xf32>, tensor<?xf32>, i1, f32, memref<?x?xi64>, memref<?x?xf32>) -> ()
-  return %idx, %wts : memref<?x?xi64>, memref<?x?xf32>
+  %t = tensor.dim %x, %c0 : tensor<?x?x!act>
+  %n = tensor.dim %w, %c0 : tensor<?x?xbf16>
+  %out = memref.alloc(%t, %n) : memref<?x?xf32>
+  %few = func.call @k3k_few_tokens(%t) : (index) -> i1
+  scf.if %few {
+    func.call @k3k_router_route_few(%x, %w, %out, %bias, %renorm, %scaling, %idx, %wts)
+        : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?xf32>, tensor<?xf32>, i1, f32, memref<?x?xi64>, memref<?x?xf32>) -> ()
+  } else {
+    func.call @k3k_router_route_many(%x, %w, %out, %bias, %renorm, %scaling, %idx, %wts)
+        : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?xf32>, tensor<?xf32>, i1, f32, memref<?x?xi64>, memref<?x?xf32>) -> ()
+  }
+  %r = bufferization.to_tensor %out restrict : memref<?x?xf32> to tensor<?x?xf32>
+  return %r : tensor<?x?xf32>
 }
 
-// The same into %idx and %wts [T, k] (`k3.route`: on a GPU, k3-gpu-route
-// gives each token one block that picks the best remaining expert k times
-// and scales the weights, one kernel; the body below is what runs
-// elsewhere).
+// 16 tokens and more (or none): the scores' kernels, then the routing's.
+func.func private @k3k_router_route_many(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %out: memref<?x?xf32>,
+    %bias: tensor<?xf32>, %renorm: i1, %scaling: f32, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>) {
+  func.call @k3k_router_many(%x, %w, %out) : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?xf32>) -> ()
+  %s = bufferization.to_tensor %out restrict : memref<?x?xf32> to tensor<?x?xf32>
+  func.call @k3k_route_rows(%s, %bias, %renorm, %scaling, %idx, %wts)
+      : (tensor<?x?xf32>, tensor<?xf32>, i1, f32, memref<?x?xi64>, memref<?x?xf32>) -> ()
+  return
+}
+
+// 1 to 15 tokens (`k3.skinny_matmul` with `route`: on a GPU the scores'
+// kernel's last blocks select the experts as k3-gpu-route's kernel does).
+func.func private @k3k_router_route_few(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %out: memref<?x?xf32>,
+    %bias: tensor<?xf32>, %renorm: i1, %scaling: f32, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>)
+    attributes {k3.skinny_matmul = {out = @k3k_sigmoid, route = true}} {
+  func.call @k3k_router_few(%x, %w, %out) : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?xf32>) -> ()
+  %s = bufferization.to_tensor %out restrict : memref<?x?xf32> to tensor<?x?xf32>
+  func.call @k3k_route_rows(%s, %bias, %renorm, %scaling, %idx, %wts)
+      : (tensor<?x?xf32>, tensor<?xf32>, i1, f32, memref<?x?xi64>, memref<?x?xf32>) -> ()
+  return
+}
+
+// Routing (§6.1) in parallel: an expert's slot is its rank, the number of
+// experts before it in the keys' order (descending; equal keys by expert
+// index), as picking the best remaining expert k times would give them,
+// counted by one loop (a warp's lanes split it on a GPU) that makes each
+// key as it reads it. A NaN key takes no rank; the slots past the ranked
+// experts hold expert 0 with weight 0, each written by the NaN key that as
+// many NaN keys precede.
+// Into %idx and %wts [T, k], in the order of the keys (`k3.route`: on a
+// GPU, k3-gpu-route gives each token one block that picks the best
+// remaining expert k times and scales the weights, one kernel; the body
+// below is what runs elsewhere).
 func.func private @k3k_route_rows(%scores: tensor<?x?xf32>, %bias: tensor<?xf32>, %renorm: i1, %scaling: f32,
                                   %idx: memref<?x?xi64>, %wts: memref<?x?xf32>)
     attributes {k3.route} {
@@ -760,19 +774,23 @@ func.func private @k3k_latent_up_add_few(%ys: memref<?x?x?xf32>, %wts: memref<?x
 
 // The part of k3.latent_moe before the experts (§6.1–6.3): the products
 // of x in one block, so that k3-group-calls makes them one call (one
-// kernel for a decode step): the router's scores, ξ's projection and the
-// shared experts' gate and up (each [T, 0] when the model has no latent
-// space or no shared experts); then the routing and ξ (x without a latent
-// space).
+// kernel for a decode step): the router's scores and the routing, ξ's
+// projection and the shared experts' gate and up (each [T, 0] when the
+// model has no latent space or no shared experts); then ξ (x without a
+// latent space).
 func.func private @k3k_moe_front(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf16>, %bias: tensor<?xf32>,
     %down: tensor<?x?xbf16>, %haslatent: i1, %sg: tensor<?x?xbf16>, %su: tensor<?x?xbf16>,
     %topk: index, %renorm: i1, %scaling: f32)
     -> (memref<?x?xi64>, memref<?x?xf32>, tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?x!act>) {
-  %scores = func.call @k3k_router_scores(%x, %wr) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?xf32>
+  %c0 = arith.constant 0 : index
+  %t = tensor.dim %x, %c0 : tensor<?x?x!act>
+  %idx = memref.alloc(%t, %topk) : memref<?x?xi64>
+  %wts = memref.alloc(%t, %topk) : memref<?x?xf32>
+  %scores = func.call @k3k_router_route(%x, %wr, %bias, %renorm, %scaling, %idx, %wts)
+      : (tensor<?x?x!act>, tensor<?x?xbf16>, tensor<?xf32>, i1, f32, memref<?x?xi64>, memref<?x?xf32>) -> tensor<?x?xf32>
   %xd = func.call @k3k_linear(%x, %down) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
   %sa = func.call @k3k_linear(%x, %sg) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
   %sb = func.call @k3k_linear(%x, %su) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
-  %idx, %wts = func.call @k3k_route(%scores, %bias, %topk, %renorm, %scaling) : (tensor<?x?xf32>, tensor<?xf32>, index, i1, f32) -> (memref<?x?xi64>, memref<?x?xf32>)
   %xi = arith.select %haslatent, %xd, %x : tensor<?x?x!act>
   return %idx, %wts, %xi, %sa, %sb : memref<?x?xi64>, memref<?x?xf32>, tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?x!act>
 }
