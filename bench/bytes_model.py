@@ -66,7 +66,8 @@ def kernel_model(m, context):
     # bf16 weight element read once, one multiply-add: the kernels of
     # k3k_linear(_few), k3k_matmul_* (16 tokens and more: k3k_matmul_f32),
     # k3k_router_* (the router's scores; few tokens: grouped with the MoE
-    # layer's projections of x, k3k_router_few_x1_linear_few_x3),
+    # layer's projections of x and with the routing,
+    # k3k_router_route_few_x1_linear_few_x3),
     # k3k_latent_up_* (few tokens: the latent up projection with the
     # experts' weighted sum, its norm and the shared experts' add,
     # k3k_latent_up_add_few) and k3k_lm_head_* (the LM head:

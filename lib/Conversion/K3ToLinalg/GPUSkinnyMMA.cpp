@@ -73,8 +73,10 @@
 // each selects one token's experts with its 128 threads, 8 experts a
 // thread, as k3-gpu-route's block does with 1024 (RouteSelect.cpp: the same
 // winners, sums and scaling, so the same bits). They are dispatched after
-// every router block (index order), so their wait ends; the last of them
-// resets the counts.
+// every router block (index order), so their wait ends. Each counts itself
+// once its experts are stored; the last groups the step's (token, slot)
+// entries by expert for the experts' kernels, as @k3k_group_by_expert_into
+// (a kernel of its own before), and resets the counts.
 //
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16", .bf16):
 // lane = 4 g + t; a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1],
@@ -149,11 +151,12 @@ struct CombineNorm {
   k3::Conversions fns;
 };
 
-/// `route`: the matrix whose output is the router's scores, and the
-/// routing's operands (ops.scores is that output).
+/// `route`: the matrix whose output is the router's scores, the routing's
+/// operands (ops.scores is that output) and the grouping's outputs.
 struct Route {
   unsigned matrix;
   k3::RouteOperands ops;
+  Value order, rank;
 };
 // `route`: experts per thread of a routing block (E <= 128 · 8).
 constexpr int64_t kRoutePer = 8;
@@ -253,8 +256,11 @@ private:
   /// are visible on the GPU.
   void countDone(Value tid);
   /// route: token `token`'s experts and weights, once the `need` router
-  /// blocks are done.
+  /// blocks are done; the last routing block groups the entries.
   void routeBlock(Value token, Value tid, Value need, Value tokens);
+  /// route: @k3k_group_by_expert_into's order and rank of the T · k
+  /// entries, entry q by thread q % 128.
+  void groupByExpert(Value tid, Value tokens, Value slots);
 
   Value x;
   SmallVector<Value> ws, outs;
@@ -414,6 +420,9 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
     ok = both(ok, eq(memref::DimOp::create(b, loc, r.idx, 0), tokens));
     ok = both(ok, eq(memref::DimOp::create(b, loc, r.wts, 0), tokens));
     ok = both(ok, eq(memref::DimOp::create(b, loc, r.wts, 1), slots));
+    Value entries = mul(tokens, slots);
+    ok = both(ok, eq(memref::DimOp::create(b, loc, route->order, 0), entries));
+    ok = both(ok, eq(memref::DimOp::create(b, loc, route->rank, 0), entries));
   }
   k3::guardBody(b, loc, rest, ok);
   // The slices' sums [S, T, N] (empty without a split).
@@ -652,7 +661,97 @@ void SkinnyKernel::routeBlock(Value token, Value tid, Value need,
   Value slots = memref::DimOp::create(b, loc, route->ops.idx, 1);
   k3::routeToken(*this, route->ops, scratch, token, tid, kWarps * 32,
                  kRoutePer, experts, slots);
-  finishWaiters(tid, tokens);
+  // The token's experts visible on the GPU, then the block's count; the
+  // last block's thread 0 tells its block through the ring.
+  NVVM::MembarOp::create(b, loc, NVVM::MemScopeKind::GPU);
+  gpu::BarrierOp::create(b, loc);
+  Value ready = memref::GetGlobalOp::create(b, loc, readyGlobal.getType(),
+                                            readyGlobal.getSymName());
+  Value first = eq(tid, idx(0));
+  SmallVector<Value> flagAt = {idx(0), idx(1), idx(1), idx(0)};
+  scf::IfOp::create(b, loc, first, [&](OpBuilder &tb, Location) {
+    OpBuilder::InsertionGuard inner(b);
+    b.setInsertionPoint(tb.getInsertionBlock(), tb.getInsertionPoint());
+    Value before = memref::AtomicRMWOp::create(
+        b, loc, arith::AtomicRMWKind::addi,
+        arith::ConstantIntOp::create(b, loc, i32, 1), ready,
+        ValueRange{idx(1)});
+    Value last = eq(arith::IndexCastOp::create(b, loc, b.getIndexType(), before),
+                    sub(tokens, idx(1)));
+    put(arith::ExtUIOp::create(b, loc, i32, last), flagAt);
+    scf::YieldOp::create(b, loc);
+  });
+  gpu::BarrierOp::create(b, loc);
+  Value last = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne,
+                                     get(i32, flagAt),
+                                     arith::ConstantIntOp::create(b, loc, i32, 0));
+  // Every routing block has counted (so every router block had): the
+  // step's experts, read after the counts; then the counts to 0.
+  scf::IfOp::create(b, loc, last, [&](OpBuilder &tb, Location) {
+    OpBuilder::InsertionGuard inner(b);
+    b.setInsertionPoint(tb.getInsertionBlock(), tb.getInsertionPoint());
+    NVVM::MembarOp::create(b, loc, NVVM::MemScopeKind::GPU);
+    groupByExpert(tid, tokens, slots);
+    scf::IfOp::create(b, loc, first, [&](OpBuilder &zb, Location zl) {
+      Value zero = arith::ConstantIntOp::create(zb, zl, zb.getI32Type(), 0);
+      for (int64_t i = 0; i < 2; ++i)
+        memref::StoreOp::create(
+            zb, zl, zero, ready,
+            ValueRange{arith::ConstantIndexOp::create(zb, zl, i)});
+      scf::YieldOp::create(zb, zl);
+    });
+    scf::YieldOp::create(b, loc);
+  });
+}
+
+void SkinnyKernel::groupByExpert(Value tid, Value tokens, Value slots) {
+  // Entry q = t · k + s goes to #{q' : e_q' < e_q, or e_q' = e_q and q' <
+  // q}; rank is the second term. Integer counts (the generic kernel's f32
+  // counts are exact below 2^24 entries: the same numbers).
+  Value c1 = idx(1), zero = idx(0);
+  Value entries = mul(tokens, slots);
+  Type i64 = b.getI64Type();
+  scf::ForOp::create(
+      b, loc, tid, entries, idx(kWarps * 32), ValueRange{},
+      [&](OpBuilder &fb, Location, Value q, ValueRange) {
+        OpBuilder::InsertionGuard inner(b);
+        b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
+        Value eq64 = memref::LoadOp::create(
+            b, loc, route->ops.idx, ValueRange{div(q, slots), rem(q, slots)});
+        auto outer = scf::ForOp::create(
+            b, loc, zero, tokens, c1, ValueRange{zero, zero},
+            [&](OpBuilder &ob, Location, Value t, ValueRange acc) {
+              OpBuilder::InsertionGuard keep(b);
+              b.setInsertionPoint(ob.getInsertionBlock(), ob.getInsertionPoint());
+              auto row = scf::ForOp::create(
+                  b, loc, zero, slots, c1, acc,
+                  [&](OpBuilder &ib, Location, Value s, ValueRange counts) {
+                    OpBuilder::InsertionGuard keep2(b);
+                    b.setInsertionPoint(ib.getInsertionBlock(),
+                                        ib.getInsertionPoint());
+                    Value v = memref::LoadOp::create(b, loc, route->ops.idx,
+                                                     ValueRange{t, s});
+                    Value lower = cmp(arith::CmpIPredicate::slt, v, eq64);
+                    Value tie = both(
+                        cmp(arith::CmpIPredicate::eq, v, eq64),
+                        lt(add(mul(t, slots), s), q));
+                    scf::YieldOp::create(
+                        b, loc,
+                        ValueRange{add(counts[0], pick(lower, c1, zero)),
+                                   add(counts[1], pick(tie, c1, zero))});
+                  });
+              scf::YieldOp::create(b, loc, row.getResults());
+            });
+        Value below = outer.getResult(0), ties = outer.getResult(1);
+        Value pos = add(below, ties);
+        memref::StoreOp::create(b, loc,
+                                arith::IndexCastOp::create(b, loc, i64, q),
+                                route->order, ValueRange{pos});
+        memref::StoreOp::create(b, loc,
+                                arith::IndexCastOp::create(b, loc, i64, ties),
+                                route->rank, ValueRange{pos});
+        scf::YieldOp::create(b, loc);
+      });
 }
 
 void SkinnyKernel::countDone(Value tid) {
@@ -955,7 +1054,9 @@ struct K3GPUSkinnyMMAPass
       route = Route{*routed,
                     {scores, body.getArgument(1 + 2 * m),
                      body.getArgument(2 + 2 * m), body.getArgument(3 + 2 * m),
-                     body.getArgument(4 + 2 * m), body.getArgument(5 + 2 * m)}};
+                     body.getArgument(4 + 2 * m), body.getArgument(5 + 2 * m)},
+                    body.getArgument(6 + 2 * m),
+                    body.getArgument(7 + 2 * m)};
     }
     ModuleOp module = getOperation();
     SkinnyKernel(builder, f.getLoc(), body.getArgument(0),
@@ -977,8 +1078,8 @@ struct K3GPUSkinnyMMAPass
   }
 
   /// `route`: one flagged matrix, no addend, and after the outputs (bias
-  /// [E] f32, renorm i1, scaling f32, idx [T, k] i64, wts [T, k] f32) with
-  /// the flagged matrix's output f32 [T, E].
+  /// [E] f32, renorm i1, scaling f32, idx [T, k] i64, wts [T, k] f32, order
+  /// and rank [T k] i64) with the flagged matrix's output f32 [T, E].
   LogicalResult checkRoute(func::FuncOp f, DictionaryAttr spec, unsigned m) {
     auto fail = [&](const Twine &why) {
       return f.emitError() << kAttr << ": " << why, failure();
@@ -1012,10 +1113,13 @@ struct K3GPUSkinnyMMAPass
         !memref(1 + m + *routed, 2, f32) || !memref(at, 1, f32) ||
         !body.getArgument(at + 1).getType().isInteger(1) ||
         body.getArgument(at + 2).getType() != f32 ||
-        !memref(at + 3, 2, b.getI64Type()) || !memref(at + 4, 2, f32))
+        !memref(at + 3, 2, b.getI64Type()) || !memref(at + 4, 2, f32) ||
+        !memref(at + 5, 1, b.getI64Type()) ||
+        !memref(at + 6, 1, b.getI64Type()))
       return fail("with 'route', expected the routed matrix's output [T, E] "
                   "f32 and after the outputs (bias [E] f32, renorm i1, "
-                  "scaling f32, idx [T, k] i64, weights [T, k] f32)");
+                  "scaling f32, idx [T, k] i64, weights [T, k] f32, order "
+                  "[T k] i64, rank [T k] i64)");
     return success();
   }
 

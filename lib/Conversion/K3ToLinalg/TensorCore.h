@@ -56,9 +56,10 @@ FailureOr<SmallVector<func::FuncOp>> productOutFunctions(func::FuncOp f,
 /// (`route = true`, or an array of flags, one per matrix, as k3-group-calls
 /// merges the marks): the first flagged one, if any. Its kernel takes the
 /// routing's kRouteOperands operands after the outputs (bias [E], renorm,
-/// scaling, idx [T, k], wts [T, k]: Kernels/MoE.mlir @k3k_router_route).
+/// scaling, idx [T, k], wts [T, k], order and rank [T · k]:
+/// Kernels/MoE.mlir @k3k_router_route).
 std::optional<unsigned> routedMatrix(DictionaryAttr spec);
-constexpr unsigned kRouteOperands = 5;
+constexpr unsigned kRouteOperands = 7;
 
 /// The operations of `body` before its terminator: the generic body that a
 /// kernel-building pass moves into the `else` of its run-time choice.

@@ -568,7 +568,7 @@ func.func @no_addend(%ys: memref<?x?x?xf32>, %wts: memref<?x?xf32>, %g: memref<?
 // k <= E <= 1024, the bias [E] and the outputs [T, k]; the grid is the
 // router's blocks, then T routing blocks, then the other matrices'.
 // CHECK-LABEL: func.func @front
-// CHECK-SAME: (%[[X:[^:]+]]: memref<?x?xbf16>, %[[WR:[^:]+]]: memref<?x?xbf16>, %{{[^:]+}}: memref<?x?xbf16>, %[[S:[^:]+]]: memref<?x?xf32>, %{{[^:]+}}: memref<?x?xbf16>, %[[B:[^:]+]]: memref<?xf32>, %[[RN:[^:]+]]: i1, %[[SC:[^:]+]]: f32, %[[I:[^:]+]]: memref<?x?xi64>, %[[W:[^:]+]]: memref<?x?xf32>)
+// CHECK-SAME: (%[[X:[^:]+]]: memref<?x?xbf16>, %[[WR:[^:]+]]: memref<?x?xbf16>, %{{[^:]+}}: memref<?x?xbf16>, %[[S:[^:]+]]: memref<?x?xf32>, %{{[^:]+}}: memref<?x?xbf16>, %[[B:[^:]+]]: memref<?xf32>, %[[RN:[^:]+]]: i1, %[[SC:[^:]+]]: f32, %[[I:[^:]+]]: memref<?x?xi64>, %[[W:[^:]+]]: memref<?x?xf32>, %[[ORD:[^:]+]]: memref<?xi64>, %[[RK:[^:]+]]: memref<?xi64>)
 // CHECK: %[[T:.+]] = memref.dim %[[X]], %c0
 // CHECK: %[[E:.+]] = memref.dim %[[WR]], %c0
 // CHECK: %[[RB:.+]] = arith.muli %{{.+}}, %{{.+}} : index
@@ -621,9 +621,34 @@ func.func @no_addend(%ys: memref<?x?x?xf32>, %wts: memref<?x?xf32>, %g: memref<?
 // CHECK: arith.select %[[RN]]
 // CHECK: arith.mulf %{{.+}}, %[[SC]]
 // CHECK: memref.store %{{.+}}, %[[W]][%[[TOK]],
-// The routing blocks' count; the last resets both.
+// The routing blocks' count once their experts are stored; the last
+// (told through the ring) groups the T k entries by expert, entry q by
+// thread q % 128 (the count of lower experts and of earlier equal ones),
+// then resets both counts.
+// CHECK: nvvm.memory.barrier <gpu>
+// CHECK-NEXT: gpu.barrier
+// CHECK: %[[BEFORE:.+]] = memref.atomic_rmw addi %c1_i32, %[[READY]][%c1]
+// CHECK: %[[BI:.+]] = arith.index_cast %[[BEFORE]] : i32 to index
+// CHECK: %[[ISLAST:.+]] = arith.cmpi eq, %[[BI]],
+// CHECK: arith.extui %[[ISLAST]] : i1 to i32
+// CHECK: vector.store %{{.+}}, %[[RING]][%c0, %c1, %c1, %c0]
 // CHECK: gpu.barrier
-// CHECK: memref.atomic_rmw addi %c1_i32, %[[READY]][%c1]
+// CHECK: %[[FLAG:.+]] = vector.load %[[RING]][%c0, %c1, %c1, %c0]
+// CHECK: scf.if %{{.+}} {
+// CHECK-NEXT: nvvm.memory.barrier <gpu>
+// CHECK: scf.for %[[Q:.+]] = %[[TID]] to %{{.+}} step %c128 {
+// CHECK: %[[EQ:.+]] = memref.load %[[I]][
+// CHECK: scf.for
+// CHECK: scf.for
+// CHECK: %[[V:.+]] = memref.load %[[I]][
+// CHECK-DAG: arith.cmpi slt, %[[V]], %[[EQ]] : i64
+// CHECK-DAG: arith.cmpi eq, %[[V]], %[[EQ]] : i64
+// CHECK: scf.yield %{{.+}}#0, %{{.+}}#1 : index, index
+// CHECK: %[[POS:.+]] = arith.addi %[[C:[0-9]+]]#0, %[[C]]#1 : index
+// CHECK: %[[Q64:.+]] = arith.index_cast %[[Q]] : index to i64
+// CHECK: memref.store %[[Q64]], %[[ORD]][%[[POS]]]
+// CHECK: %[[T64:.+]] = arith.index_cast %[[C]]#1 : index to i64
+// CHECK: memref.store %[[T64]], %[[RK]][%[[POS]]]
 // CHECK: memref.store %c0_i32, %[[READY]][%c0]
 // CHECK: memref.store %c0_i32, %[[READY]][%c1]
 // The product blocks; a router block counts itself once its scores are
@@ -645,7 +670,8 @@ func.func private @generic(%x: memref<?x?xbf16>) {
 }
 func.func @front(%x: memref<?x?xbf16>, %wr: memref<?x?xbf16>, %wa: memref<?x?xbf16>,
                  %scores: memref<?x?xf32>, %ya: memref<?x?xbf16>, %bias: memref<?xf32>,
-                 %renorm: i1, %scaling: f32, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>)
+                 %renorm: i1, %scaling: f32, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>,
+                 %order: memref<?xi64>, %rank: memref<?xi64>)
     attributes {k3.skinny_matmul = {out = [@s, @o], route = [true, false]}} {
   func.call @generic(%x) : (memref<?x?xbf16>) -> ()
   return
@@ -659,7 +685,8 @@ func.func private @s(%a: f32) -> f32 {
 // expected-error @+1 {{k3.skinny_matmul: 'route' may flag one matrix only}}
 func.func @two_routers(%x: memref<?x?xbf16>, %w1: memref<?x?xbf16>, %w2: memref<?x?xbf16>,
                        %s1: memref<?x?xf32>, %s2: memref<?x?xf32>, %bias: memref<?xf32>,
-                       %renorm: i1, %scaling: f32, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>)
+                       %renorm: i1, %scaling: f32, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>,
+                       %order: memref<?xi64>, %rank: memref<?xi64>)
     attributes {k3.skinny_matmul = {out = @s, route = [true, true]}} {
   return
 }
@@ -682,7 +709,8 @@ func.func private @s2(%a: f32, %r: f32) -> f32 {
 }
 // expected-error @+1 {{k3.skinny_matmul: 'route' and 'addend' do not go together}}
 func.func @with_addend(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %r: memref<?x?xf32>, %s: memref<?x?xf32>,
-                       %bias: memref<?xf32>, %renorm: i1, %scaling: f32, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>)
+                       %bias: memref<?xf32>, %renorm: i1, %scaling: f32, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>,
+                       %order: memref<?xi64>, %rank: memref<?xi64>)
     attributes {k3.skinny_matmul = {out = @s2, addend, route = true}} {
   return
 }
@@ -692,9 +720,10 @@ func.func @with_addend(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %r: memref<?x
 func.func private @s(%a: f32) -> f32 {
   return %a : f32
 }
-// expected-error @+1 {{k3.skinny_matmul: with 'route', expected the routed matrix's output [T, E] f32 and after the outputs (bias [E] f32, renorm i1, scaling f32, idx [T, k] i64, weights [T, k] f32)}}
+// expected-error @+1 {{k3.skinny_matmul: with 'route', expected the routed matrix's output [T, E] f32 and after the outputs (bias [E] f32, renorm i1, scaling f32, idx [T, k] i64, weights [T, k] f32, order [T k] i64, rank [T k] i64)}}
 func.func @f32_indices(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %s: memref<?x?xf32>,
-                       %bias: memref<?xf32>, %renorm: i1, %scaling: f32, %idx: memref<?x?xf32>, %wts: memref<?x?xf32>)
+                       %bias: memref<?xf32>, %renorm: i1, %scaling: f32, %idx: memref<?x?xf32>, %wts: memref<?x?xf32>,
+                       %order: memref<?xi64>, %rank: memref<?xi64>)
     attributes {k3.skinny_matmul = {out = @s, route = true}} {
   return
 }

@@ -243,12 +243,15 @@ func.func private @k3k_router_few(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %o
 // The router's scores s = σ(x Wᵀ) (§6.1: the f32 sum of each logit, then
 // the sigmoid) and the selection of every token's top-k experts by the
 // keys s + b (the bias only selects) into %idx and %wts [T, k]: weights
-// ω = s / (Σ_sel s + 1e-20) · scaling when `renorm`. A product function with the routing's operands after
+// ω = s / (Σ_sel s + 1e-20) · scaling when `renorm`, and the (token,
+// slot) entries grouped by expert into %order and %rank [T · k] for the
+// experts' kernels (@k3k_group_by_expert_into). A product function with the routing's operands after
 // (x, W): k3-group-calls joins it to a MoE layer's other products of x,
 // and for a decode step k3-gpu-skinny-mma's kernel for all of them also
 // routes (`route`).
 func.func private @k3k_router_route(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %bias: tensor<?xf32>,
-    %renorm: i1, %scaling: f32, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>) -> tensor<?x?xf32>
+    %renorm: i1, %scaling: f32, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>,
+    %order: memref<?xi64>, %rank: memref<?xi64>) -> tensor<?x?xf32>
     attributes {k3.product_group = {few = @k3k_router_route_few, many = @k3k_router_route_many,
                                     few_tokens = @k3k_few_tokens}} {
   %c0 = arith.constant 0 : index
@@ -257,11 +260,11 @@ func.func private @k3k_router_route(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>, 
   %out = memref.alloc(%t, %n) : memref<?x?xf32>
   %few = func.call @k3k_few_tokens(%t) : (index) -> i1
   scf.if %few {
-    func.call @k3k_router_route_few(%x, %w, %out, %bias, %renorm, %scaling, %idx, %wts)
-        : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?xf32>, tensor<?xf32>, i1, f32, memref<?x?xi64>, memref<?x?xf32>) -> ()
+    func.call @k3k_router_route_few(%x, %w, %out, %bias, %renorm, %scaling, %idx, %wts, %order, %rank)
+        : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?xf32>, tensor<?xf32>, i1, f32, memref<?x?xi64>, memref<?x?xf32>, memref<?xi64>, memref<?xi64>) -> ()
   } else {
-    func.call @k3k_router_route_many(%x, %w, %out, %bias, %renorm, %scaling, %idx, %wts)
-        : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?xf32>, tensor<?xf32>, i1, f32, memref<?x?xi64>, memref<?x?xf32>) -> ()
+    func.call @k3k_router_route_many(%x, %w, %out, %bias, %renorm, %scaling, %idx, %wts, %order, %rank)
+        : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?xf32>, tensor<?xf32>, i1, f32, memref<?x?xi64>, memref<?x?xf32>, memref<?xi64>, memref<?xi64>) -> ()
   }
   %r = bufferization.to_tensor %out restrict : memref<?x?xf32> to tensor<?x?xf32>
   return %r : tensor<?x?xf32>
@@ -269,23 +272,28 @@ func.func private @k3k_router_route(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>, 
 
 // 16 tokens and more (or none): the scores' kernels, then the routing's.
 func.func private @k3k_router_route_many(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %out: memref<?x?xf32>,
-    %bias: tensor<?xf32>, %renorm: i1, %scaling: f32, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>) {
+    %bias: tensor<?xf32>, %renorm: i1, %scaling: f32, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>,
+    %order: memref<?xi64>, %rank: memref<?xi64>) {
   func.call @k3k_router_many(%x, %w, %out) : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?xf32>) -> ()
   %s = bufferization.to_tensor %out restrict : memref<?x?xf32> to tensor<?x?xf32>
   func.call @k3k_route_rows(%s, %bias, %renorm, %scaling, %idx, %wts)
       : (tensor<?x?xf32>, tensor<?xf32>, i1, f32, memref<?x?xi64>, memref<?x?xf32>) -> ()
+  func.call @k3k_group_by_expert_into(%idx, %order, %rank) : (memref<?x?xi64>, memref<?xi64>, memref<?xi64>) -> ()
   return
 }
 
 // 1 to 15 tokens (`k3.skinny_matmul` with `route`: on a GPU the scores'
-// kernel's last blocks select the experts as k3-gpu-route's kernel does).
+// kernel's last blocks select the experts as k3-gpu-route's kernel does,
+// and the last of them groups the entries).
 func.func private @k3k_router_route_few(%x: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %out: memref<?x?xf32>,
-    %bias: tensor<?xf32>, %renorm: i1, %scaling: f32, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>)
+    %bias: tensor<?xf32>, %renorm: i1, %scaling: f32, %idx: memref<?x?xi64>, %wts: memref<?x?xf32>,
+    %order: memref<?xi64>, %rank: memref<?xi64>)
     attributes {k3.skinny_matmul = {out = @k3k_sigmoid, route = true}} {
   func.call @k3k_router_few(%x, %w, %out) : (tensor<?x?x!act>, tensor<?x?xbf16>, memref<?x?xf32>) -> ()
   %s = bufferization.to_tensor %out restrict : memref<?x?xf32> to tensor<?x?xf32>
   func.call @k3k_route_rows(%s, %bias, %renorm, %scaling, %idx, %wts)
       : (tensor<?x?xf32>, tensor<?xf32>, i1, f32, memref<?x?xi64>, memref<?x?xf32>) -> ()
+  func.call @k3k_group_by_expert_into(%idx, %order, %rank) : (memref<?x?xi64>, memref<?xi64>, memref<?xi64>) -> ()
   return
 }
 
@@ -378,7 +386,8 @@ func.func private @k3k_route_rows(%scores: tensor<?x?xf32>, %bias: tensor<?xf32>
   return
 }
 
-// The (token, slot) entries of a step grouped by expert: order[g] =
+// The (token, slot) entries of a step grouped by expert, into order and
+// rank [T · topk] (made with the routing: @k3k_router_route): order[g] =
 // t·topk + s, experts ascending, entries in order within one expert. The
 // expert stages below walk the entries in this order, so that the warps of a
 // block and neighbouring blocks work on one expert's weight rows together
@@ -388,7 +397,7 @@ func.func private @k3k_route_rows(%scores: tensor<?x?xf32>, %bias: tensor<?xf32>
 // a count (in f32, exact below 2^24 entries) that a warp splits. rank[p] is
 // the second term, the entry's place among its expert's: the expert stages'
 // tensor-core kernels cut an expert's entries into segments of 8 by it.
-func.func private @k3k_group_by_expert(%idx: memref<?x?xi64>) -> (memref<?xi64>, memref<?xi64>) {
+func.func private @k3k_group_by_expert_into(%idx: memref<?x?xi64>, %order: memref<?xi64>, %rank: memref<?xi64>) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %zero = arith.constant 0.0 : f32
@@ -396,8 +405,6 @@ func.func private @k3k_group_by_expert(%idx: memref<?x?xi64>) -> (memref<?xi64>,
   %t = memref.dim %idx, %c0 : memref<?x?xi64>
   %topk = memref.dim %idx, %c1 : memref<?x?xi64>
   %nq = arith.muli %t, %topk : index
-  %order = memref.alloc(%nq) : memref<?xi64>
-  %rank = memref.alloc(%nq) : memref<?xi64>
   scf.parallel (%q) = (%c0) to (%nq) step (%c1) {
     %qi = arith.divui %q, %topk : index
     %qs = arith.remui %q, %topk : index
@@ -424,11 +431,11 @@ func.func private @k3k_group_by_expert(%idx: memref<?x?xi64>) -> (memref<?xi64>,
     memref.store %q64, %order[%p] : memref<?xi64>
     memref.store %r64, %rank[%p] : memref<?xi64>
   }
-  return %order, %rank : memref<?xi64>, memref<?xi64>
+  return
 }
 
 // The two MXFP4 expert stages below run over the (token, slot) entries in
-// expert order (`order` and `rank`, from @k3k_group_by_expert; `rank` is
+// expert order (`order` and `rank`, from @k3k_group_by_expert_into; `rank` is
 // only for the tensor-core kernels' segments). Each is a function of
 // its own that `k3.mxfp4_experts` describes to k3-gpu-experts-mma, which
 // gives it a tensor-core kernel on the GPU: the attribute names the stage's
@@ -555,6 +562,7 @@ func.func private @k3k_experts_down_mxfp4(%hid: memref<?x?x?x!act>, %idx: memref
 //   y[t,s] = round(W2_e h[t,s])                             (j, entry) in parallel
 // returning y [T, topk, L]; @k3k_latent_up makes r from it.
 func.func private @k3k_experts_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>,
+                                     %order: memref<?xi64>, %rank: memref<?xi64>,
                                      %w1p: tensor<?x?x?xi8>, %w1s: tensor<?x?x?xi8>,
                                      %w3p: tensor<?x?x?xi8>, %w3s: tensor<?x?x?xi8>,
                                      %w2p: tensor<?x?x?xi8>, %w2s: tensor<?x?x?xi8>,
@@ -565,7 +573,6 @@ func.func private @k3k_experts_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64
   %l = tensor.dim %xi, %c1 : tensor<?x?x!act>
   %ni = tensor.dim %w1p, %c1 : tensor<?x?x?xi8>
   %topk = memref.dim %idx, %c1 : memref<?x?xi64>
-  %order, %rank = func.call @k3k_group_by_expert(%idx) : (memref<?x?xi64>) -> (memref<?xi64>, memref<?xi64>)
   // h is rounded to the activation type, so it is stored in it.
   %hid = memref.alloc(%t, %topk, %ni) : memref<?x?x?x!act>
   func.call @k3k_experts_up_mxfp4(%xi, %idx, %order, %rank, %w1p, %w1s, %w3p, %w3s, %silu, %b1, %b2, %hid) : (tensor<?x?x!act>, memref<?x?xi64>, memref<?xi64>, memref<?xi64>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, i1, f32, f32, memref<?x?x?x!act>) -> ()
@@ -579,6 +586,7 @@ func.func private @k3k_experts_mxfp4(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64
 //   y[t,s] = round(W2_e h[t,s])                             (j, entry) in parallel
 // returning y [T, topk, L]; @k3k_latent_up makes r from it.
 func.func private @k3k_experts_bf16(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>,
+                                     %order: memref<?xi64>, %rank: memref<?xi64>,
                                      %w1: tensor<?x?x?xbf16>, %w3: tensor<?x?x?xbf16>, %w2: tensor<?x?x?xbf16>,
                                      %silu: i1, %b1: f32, %b2: f32) -> memref<?x?x?xf32> {
   %c0 = arith.constant 0 : index
@@ -588,7 +596,6 @@ func.func private @k3k_experts_bf16(%xi: tensor<?x?x!act>, %idx: memref<?x?xi64>
   %l = tensor.dim %xi, %c1 : tensor<?x?x!act>
   %ni = tensor.dim %w1, %c1 : tensor<?x?x?xbf16>
   %topk = memref.dim %idx, %c1 : memref<?x?xi64>
-  %order, %rank = func.call @k3k_group_by_expert(%idx) : (memref<?x?xi64>) -> (memref<?xi64>, memref<?xi64>)
   %nq = arith.muli %t, %topk : index
   %hid = memref.alloc(%t, %topk, %ni) : memref<?x?x?xf32>
   scf.parallel (%n, %q) = (%c0, %c0) to (%ni, %nq) step (%c1, %c1) {
@@ -781,18 +788,21 @@ func.func private @k3k_latent_up_add_few(%ys: memref<?x?x?xf32>, %wts: memref<?x
 func.func private @k3k_moe_front(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf16>, %bias: tensor<?xf32>,
     %down: tensor<?x?xbf16>, %haslatent: i1, %sg: tensor<?x?xbf16>, %su: tensor<?x?xbf16>,
     %topk: index, %renorm: i1, %scaling: f32)
-    -> (memref<?x?xi64>, memref<?x?xf32>, tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?x!act>) {
+    -> (memref<?x?xi64>, memref<?x?xf32>, memref<?xi64>, memref<?xi64>, tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?x!act>) {
   %c0 = arith.constant 0 : index
   %t = tensor.dim %x, %c0 : tensor<?x?x!act>
   %idx = memref.alloc(%t, %topk) : memref<?x?xi64>
   %wts = memref.alloc(%t, %topk) : memref<?x?xf32>
-  %scores = func.call @k3k_router_route(%x, %wr, %bias, %renorm, %scaling, %idx, %wts)
-      : (tensor<?x?x!act>, tensor<?x?xbf16>, tensor<?xf32>, i1, f32, memref<?x?xi64>, memref<?x?xf32>) -> tensor<?x?xf32>
+  %nq = arith.muli %t, %topk : index
+  %order = memref.alloc(%nq) : memref<?xi64>
+  %rank = memref.alloc(%nq) : memref<?xi64>
+  %scores = func.call @k3k_router_route(%x, %wr, %bias, %renorm, %scaling, %idx, %wts, %order, %rank)
+      : (tensor<?x?x!act>, tensor<?x?xbf16>, tensor<?xf32>, i1, f32, memref<?x?xi64>, memref<?x?xf32>, memref<?xi64>, memref<?xi64>) -> tensor<?x?xf32>
   %xd = func.call @k3k_linear(%x, %down) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
   %sa = func.call @k3k_linear(%x, %sg) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
   %sb = func.call @k3k_linear(%x, %su) : (tensor<?x?x!act>, tensor<?x?xbf16>) -> tensor<?x?x!act>
   %xi = arith.select %haslatent, %xd, %x : tensor<?x?x!act>
-  return %idx, %wts, %xi, %sa, %sb : memref<?x?xi64>, memref<?x?xf32>, tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?x!act>
+  return %idx, %wts, %order, %rank, %xi, %sa, %sb : memref<?x?xi64>, memref<?x?xf32>, memref<?xi64>, memref<?xi64>, tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?x!act>
 }
 
 // The shared experts' output Sh (§6.3) from their gate and up products a
@@ -825,9 +835,9 @@ func.func private @k3k_latent_moe_mxfp4(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf
     %norm: tensor<?xbf16>, %hasnorm: i1, %eps: f32,
     %sg: tensor<?x?xbf16>, %su: tensor<?x?xbf16>, %sd: tensor<?x?xbf16>, %hasshared: i1,
     %topk: index, %renorm: i1, %scaling: f32, %silu: i1, %b1: f32, %b2: f32) -> tensor<?x?x!act> {
-  %idx, %wts, %xi, %sa, %sb = func.call @k3k_moe_front(%x, %wr, %bias, %down, %haslatent, %sg, %su, %topk, %renorm, %scaling) : (tensor<?x?x!act>, tensor<?x?xbf16>, tensor<?xf32>, tensor<?x?xbf16>, i1, tensor<?x?xbf16>, tensor<?x?xbf16>, index, i1, f32) -> (memref<?x?xi64>, memref<?x?xf32>, tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?x!act>)
+  %idx, %wts, %order, %rank, %xi, %sa, %sb = func.call @k3k_moe_front(%x, %wr, %bias, %down, %haslatent, %sg, %su, %topk, %renorm, %scaling) : (tensor<?x?x!act>, tensor<?x?xbf16>, tensor<?xf32>, tensor<?x?xbf16>, i1, tensor<?x?xbf16>, tensor<?x?xbf16>, index, i1, f32) -> (memref<?x?xi64>, memref<?x?xf32>, memref<?xi64>, memref<?xi64>, tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?x!act>)
   %sh = func.call @k3k_moe_shared(%sa, %sb, %sd, %hasshared, %silu, %b1, %b2) : (tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?xbf16>, i1, i1, f32, f32) -> tensor<?x?x!act>
-  %ys = func.call @k3k_experts_mxfp4(%xi, %idx, %w1p, %w1s, %w3p, %w3s, %w2p, %w2s, %silu, %b1, %b2) : (tensor<?x?x!act>, memref<?x?xi64>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, i1, f32, f32) -> memref<?x?x?xf32>
+  %ys = func.call @k3k_experts_mxfp4(%xi, %idx, %order, %rank, %w1p, %w1s, %w3p, %w3s, %w2p, %w2s, %silu, %b1, %b2) : (tensor<?x?x!act>, memref<?x?xi64>, memref<?xi64>, memref<?xi64>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, tensor<?x?x?xi8>, i1, f32, f32) -> memref<?x?x?xf32>
   %y = func.call @k3k_moe_back(%ys, %wts, %norm, %hasnorm, %eps, %up, %haslatent, %sh, %hasshared) : (memref<?x?x?xf32>, memref<?x?xf32>, tensor<?xbf16>, i1, f32, tensor<?x?xbf16>, i1, tensor<?x?x!act>, i1) -> tensor<?x?x!act>
   return %y : tensor<?x?x!act>
 }
@@ -839,9 +849,9 @@ func.func private @k3k_latent_moe_bf16(%x: tensor<?x?x!act>, %wr: tensor<?x?xbf1
     %norm: tensor<?xbf16>, %hasnorm: i1, %eps: f32,
     %sg: tensor<?x?xbf16>, %su: tensor<?x?xbf16>, %sd: tensor<?x?xbf16>, %hasshared: i1,
     %topk: index, %renorm: i1, %scaling: f32, %silu: i1, %b1: f32, %b2: f32) -> tensor<?x?x!act> {
-  %idx, %wts, %xi, %sa, %sb = func.call @k3k_moe_front(%x, %wr, %bias, %down, %haslatent, %sg, %su, %topk, %renorm, %scaling) : (tensor<?x?x!act>, tensor<?x?xbf16>, tensor<?xf32>, tensor<?x?xbf16>, i1, tensor<?x?xbf16>, tensor<?x?xbf16>, index, i1, f32) -> (memref<?x?xi64>, memref<?x?xf32>, tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?x!act>)
+  %idx, %wts, %order, %rank, %xi, %sa, %sb = func.call @k3k_moe_front(%x, %wr, %bias, %down, %haslatent, %sg, %su, %topk, %renorm, %scaling) : (tensor<?x?x!act>, tensor<?x?xbf16>, tensor<?xf32>, tensor<?x?xbf16>, i1, tensor<?x?xbf16>, tensor<?x?xbf16>, index, i1, f32) -> (memref<?x?xi64>, memref<?x?xf32>, memref<?xi64>, memref<?xi64>, tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?x!act>)
   %sh = func.call @k3k_moe_shared(%sa, %sb, %sd, %hasshared, %silu, %b1, %b2) : (tensor<?x?x!act>, tensor<?x?x!act>, tensor<?x?xbf16>, i1, i1, f32, f32) -> tensor<?x?x!act>
-  %ys = func.call @k3k_experts_bf16(%xi, %idx, %w1, %w3, %w2, %silu, %b1, %b2) : (tensor<?x?x!act>, memref<?x?xi64>, tensor<?x?x?xbf16>, tensor<?x?x?xbf16>, tensor<?x?x?xbf16>, i1, f32, f32) -> memref<?x?x?xf32>
+  %ys = func.call @k3k_experts_bf16(%xi, %idx, %order, %rank, %w1, %w3, %w2, %silu, %b1, %b2) : (tensor<?x?x!act>, memref<?x?xi64>, memref<?xi64>, memref<?xi64>, tensor<?x?x?xbf16>, tensor<?x?x?xbf16>, tensor<?x?x?xbf16>, i1, f32, f32) -> memref<?x?x?xf32>
   %y = func.call @k3k_moe_back(%ys, %wts, %norm, %hasnorm, %eps, %up, %haslatent, %sh, %hasshared) : (memref<?x?x?xf32>, memref<?x?xf32>, tensor<?xbf16>, i1, f32, tensor<?x?xbf16>, i1, tensor<?x?x!act>, i1) -> tensor<?x?x!act>
   return %y : tensor<?x?x!act>
 }
