@@ -65,18 +65,21 @@
 // thirtieth session).
 //
 // With `route` on one matrix (Kernels/MoE.mlir @k3k_router_route_few: the
-// router's f32 scores, then the routing's bias, renorm, scaling, idx and
-// wts after the outputs) the launch also selects each token's experts
-// (K3_SPEC §6.1), which was a kernel of its own (k3-gpu-route): T blocks
-// right after the router's own wait for a device counter that each router
-// block adds to once its scores are stored (fence, barrier, atomic), then
-// each selects one token's experts with its 128 threads, 8 experts a
-// thread, as k3-gpu-route's block does with 1024 (RouteSelect.cpp: the same
-// winners, sums and scaling, so the same bits). They are dispatched after
-// every router block (index order), so their wait ends. Each counts itself
-// once its experts are stored; the last groups the step's (token, slot)
-// entries by expert for the experts' kernels, as @k3k_group_by_expert_into
-// (a kernel of its own before), and resets the counts.
+// router's f32 scores, then the routing's bias, renorm, scaling, idx, wts,
+// order and rank after the outputs) the launch also selects each token's
+// experts (K3_SPEC §6.1), which was a kernel of its own (k3-gpu-route): T
+// blocks placed right after the router's own blocks wait for a device
+// counter that each router block adds to once its scores are stored
+// (fence, barrier, atomic, as the producers above; two launches of the
+// kernel never overlap: it writes its module's globals, which
+// k3-gpu-kernel-access tells the runtime), then each selects one token's
+// experts with its 128 threads, 8 experts a thread, as k3-gpu-route's
+// block does with 1024 (RouteSelect.cpp: the same winners, sums and
+// scaling, so the same bits). They are dispatched after every router block
+// (index order), so their wait ends. Each counts itself once its experts
+// are stored; the last groups the step's (token, slot) entries by expert
+// for the experts' kernels, as @k3k_group_by_expert_into (a kernel of its
+// own before), and resets the counts.
 //
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16", .bf16):
 // lane = 4 g + t; a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1],
