@@ -165,6 +165,17 @@ struct Route {
 constexpr int64_t kRoutePer = 8;
 constexpr int64_t kMaxSlots = 32; // one weight per lane of a warp
 
+/// Both counts of `ready` (combine_norm's or route's) to 0, for the next
+/// launch; ends the region `b` builds in.
+void resetCounts(OpBuilder &b, Location loc, Value ready) {
+  Value zero = arith::ConstantIntOp::create(b, loc, b.getI32Type(), 0);
+  for (int64_t i = 0; i < 2; ++i)
+    memref::StoreOp::create(
+        b, loc, zero, ready,
+        ValueRange{arith::ConstantIndexOp::create(b, loc, i)});
+  scf::YieldOp::create(b, loc);
+}
+
 class SkinnyKernel : k3::IndexMath {
 public:
   /// The products of x by `ws` into `outs` (one launch for all); with an
@@ -696,12 +707,7 @@ void SkinnyKernel::routeBlock(Value token, Value tid, Value need,
     NVVM::MembarOp::create(b, loc, NVVM::MemScopeKind::GPU);
     groupByExpert(tid, tokens, slots);
     scf::IfOp::create(b, loc, first, [&](OpBuilder &zb, Location zl) {
-      Value zero = arith::ConstantIntOp::create(zb, zl, zb.getI32Type(), 0);
-      for (int64_t i = 0; i < 2; ++i)
-        memref::StoreOp::create(
-            zb, zl, zero, ready,
-            ValueRange{arith::ConstantIndexOp::create(zb, zl, i)});
-      scf::YieldOp::create(zb, zl);
+      resetCounts(zb, zl, ready);
     });
     scf::YieldOp::create(b, loc);
   });
@@ -949,15 +955,7 @@ void SkinnyKernel::finishWaiters(Value tid, Value waiters) {
             tb, l,
             arith::CmpIOp::create(tb, l, arith::CmpIPredicate::eq, before,
                                   last),
-            [&](OpBuilder &zb, Location zl) {
-              Value zero =
-                  arith::ConstantIntOp::create(zb, zl, zb.getI32Type(), 0);
-              for (int64_t i = 0; i < 2; ++i)
-                memref::StoreOp::create(
-                    zb, zl, zero, ready,
-                    ValueRange{arith::ConstantIndexOp::create(zb, zl, i)});
-              scf::YieldOp::create(zb, zl);
-            });
+            [&](OpBuilder &zb, Location zl) { resetCounts(zb, zl, ready); });
         scf::YieldOp::create(tb, l);
       });
 }
