@@ -16,7 +16,8 @@
 //
 // A product may take operands after (x, W) that its few and many functions
 // take after y's buffer: the MoE router's bias, renorm, scaling and the
-// routing's index and weight buffers (Kernels/MoE.mlir @k3k_router_route),
+// routing's index, weight, order and rank buffers (Kernels/MoE.mlir
+// @k3k_router_route),
 // so that the skinny kernel that makes the router's scores also selects
 // the experts. The group's few function takes them after the outputs, the
 // members' in member order.
@@ -215,9 +216,9 @@ LogicalResult groupFixed(ModuleOp module, func::FuncOp fn, DominanceInfo &dom) {
 /// The marks of the members' few-token functions, for their group's: a
 /// mark all of them carry alike is copied; a dictionary mark whose entries
 /// differ between them (k3.skinny_matmul's `out`: an f32 router beside bf16
-/// projections) gets those entries as arrays, one value per member, `false`
-/// for a member without the entry (the router's `route` flag). None if the
-/// members' marks cannot be merged.
+/// projections) gets those entries as arrays, one value per member; a flag
+/// (a bool entry) that some members lack is `false` for them (the router's
+/// `route`). None if the members' marks cannot be merged.
 std::optional<SmallVector<NamedAttribute>>
 mergedMarks(ArrayRef<func::FuncOp> fews) {
   MLIRContext *ctx = func::FuncOp(fews.front()).getContext();
@@ -251,10 +252,16 @@ mergedMarks(ArrayRef<func::FuncOp> fews) {
     Attribute absent = BoolAttr::get(ctx, false);
     SmallVector<NamedAttribute> entries;
     for (auto &[name, each] : byName) {
+      bool lacking = false, flags = true;
       for (Attribute v : values) {
         Attribute e = cast<DictionaryAttr>(v).get(name);
+        lacking |= !e;
+        flags &= !e || isa<BoolAttr>(e);
         each.push_back(e ? e : absent);
       }
+      // Only a flag defaults to false; another entry must be everyone's.
+      if (lacking && !flags)
+        return std::nullopt;
       entries.emplace_back(name, llvm::all_equal(each)
                                      ? each.front()
                                      : ArrayAttr::get(ctx, each));

@@ -423,3 +423,44 @@ func.func @routed_front(%x: tensor<?x?xbf16>, %r: tensor<?x?xbf16>, %a: tensor<?
       : (tensor<?x?xbf16>, tensor<?x?xbf16>, tensor<?xf32>, i1, f32, memref<?x?xi64>, memref<?x?xf32>) -> tensor<?x?xf32>
   return %0, %1, %2 : tensor<?x?xf32>, tensor<?x?xbf16>, tensor<?x?xf32>
 }
+
+// -----
+
+// Only a flag that some members lack defaults to false: a mark entry of
+// another kind (here a unit `addend`) that one member lacks leaves the
+// products ungrouped.
+// CHECK-LABEL: func.func @entry_not_a_flag
+// CHECK: call @lin(
+// CHECK: call @other(
+// CHECK-NOT: _x1_
+func.func private @o(%a: f32) -> bf16 {
+  %r = arith.truncf %a : f32 to bf16
+  return %r : bf16
+}
+func.func private @few_tokens(%t: index) -> i1 {
+  %c16 = arith.constant 16 : index
+  %few = arith.cmpi ult, %t, %c16 : index
+  return %few : i1
+}
+func.func private @few(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>, %out: memref<?x?xbf16>)
+    attributes {k3.skinny_matmul = {out = @o}} {
+  return
+}
+func.func private @ofew(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>, %out: memref<?x?xbf16>)
+    attributes {k3.skinny_matmul = {out = @o, addend}} {
+  return
+}
+func.func private @lin(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>) -> tensor<?x?xbf16>
+    attributes {k3.product_group = {few = @few, many = @few, few_tokens = @few_tokens}} {
+  return %x : tensor<?x?xbf16>
+}
+func.func private @other(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>) -> tensor<?x?xbf16>
+    attributes {k3.product_group = {few = @ofew, many = @ofew, few_tokens = @few_tokens}} {
+  return %x : tensor<?x?xbf16>
+}
+func.func @entry_not_a_flag(%x: tensor<?x?xbf16>, %a: tensor<?x?xbf16>, %b: tensor<?x?xbf16>)
+    -> (tensor<?x?xbf16>, tensor<?x?xbf16>) {
+  %0 = call @lin(%x, %a) : (tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xbf16>
+  %1 = call @other(%x, %b) : (tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xbf16>
+  return %0, %1 : tensor<?x?xbf16>, tensor<?x?xbf16>
+}
