@@ -968,9 +968,9 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     // q̂ and q_r per token, transposed: qt[i, e, h] for the R + dr elements e
     // of a cache row and the heads h padded to a multiple of %hblk (a padded
     // head repeats head H-1 and is never stored), so that the scores below
-    // load the q̂ of 8 heads at once. q̂: one thread per (token or 8 tokens,
-    // head, element), the threads of a warp along the weight row (below);
-    // q_r: one per (token, head, element).
+    // load the q̂ of 8 heads at once: one kernel, a thread per (token or 8
+    // tokens, head, element), the threads of a warp along the weight row
+    // (below); the elements past R copy q_r.
     %hblk = arith.constant 8 : index
     %rblk = arith.constant 4 : index
     %nhb = arith.ceildivui %nh, %hblk : index
@@ -990,64 +990,75 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     %tlast = arith.subi %t, %c1 : index
     %few = arith.cmpi ult, %t, %c4q : index
     scf.if %few {
-      scf.parallel (%i, %hp, %e) = (%c0, %c0, %c0) to (%t, %nhp, %r) step (%c1, %c1, %c1) {
+      scf.parallel (%i, %hp, %e) = (%c0, %c0, %c0) to (%t, %nhp, %w) step (%c1, %c1, %c1) {
         %h = arith.minui %hp, %hlast : index
         %qbase = arith.muli %h, %dq : index
         %kvbase = arith.muli %h, %dkv : index
-        // Four terms per iteration, their loads issued together (the sum
-        // still in d order), then the rest one by one.
-        %dnr = arith.remui %dn, %c4q : index
-        %dn4 = arith.subi %dn, %dnr : index
-        %s4 = scf.for %d = %c0 to %dn4 step %c4q iter_args(%a = %zero) -> (f32) {
-          %qi0 = arith.addi %qbase, %d : index
-          %qv0 = tensor.extract %q[%i, %qi0] : tensor<?x?x!act>
-          %qf0 = func.call @k3k_widen(%qv0) : (!act) -> f32
-          %row0 = arith.addi %kvbase, %d : index
-          %wv0 = tensor.extract %wkvb[%row0, %e] : tensor<?x?xbf16>
-          %wf0 = arith.extf %wv0 : bf16 to f32
-          %pr0 = arith.mulf %qf0, %wf0 : f32
-          %dk1 = arith.addi %d, %c1q : index
-          %qi1 = arith.addi %qbase, %dk1 : index
-          %qv1 = tensor.extract %q[%i, %qi1] : tensor<?x?x!act>
-          %qf1 = func.call @k3k_widen(%qv1) : (!act) -> f32
-          %row1 = arith.addi %kvbase, %dk1 : index
-          %wv1 = tensor.extract %wkvb[%row1, %e] : tensor<?x?xbf16>
-          %wf1 = arith.extf %wv1 : bf16 to f32
-          %pr1 = arith.mulf %qf1, %wf1 : f32
-          %dk2 = arith.addi %d, %c2q : index
-          %qi2 = arith.addi %qbase, %dk2 : index
-          %qv2 = tensor.extract %q[%i, %qi2] : tensor<?x?x!act>
-          %qf2 = func.call @k3k_widen(%qv2) : (!act) -> f32
-          %row2 = arith.addi %kvbase, %dk2 : index
-          %wv2 = tensor.extract %wkvb[%row2, %e] : tensor<?x?xbf16>
-          %wf2 = arith.extf %wv2 : bf16 to f32
-          %pr2 = arith.mulf %qf2, %wf2 : f32
-          %dk3 = arith.addi %d, %c3q : index
-          %qi3 = arith.addi %qbase, %dk3 : index
-          %qv3 = tensor.extract %q[%i, %qi3] : tensor<?x?x!act>
-          %qf3 = func.call @k3k_widen(%qv3) : (!act) -> f32
-          %row3 = arith.addi %kvbase, %dk3 : index
-          %wv3 = tensor.extract %wkvb[%row3, %e] : tensor<?x?xbf16>
-          %wf3 = arith.extf %wv3 : bf16 to f32
-          %pr3 = arith.mulf %qf3, %wf3 : f32
-          %s1 = arith.addf %a, %pr0 : f32
-          %s2 = arith.addf %s1, %pr1 : f32
-          %s3 = arith.addf %s2, %pr2 : f32
-          %s4n = arith.addf %s3, %pr3 : f32
-          scf.yield %s4n : f32
-        }
-        %s = scf.for %d = %dn4 to %dn step %c1 iter_args(%a = %s4) -> (f32) {
-          %qi = arith.addi %qbase, %d : index
+        %isq = arith.cmpi ult, %e, %r : index
+        scf.if %isq {
+          // Four terms per iteration, their loads issued together (the sum
+          // still in d order), then the rest one by one.
+          %dnr = arith.remui %dn, %c4q : index
+          %dn4 = arith.subi %dn, %dnr : index
+          %s4 = scf.for %d = %c0 to %dn4 step %c4q iter_args(%a = %zero) -> (f32) {
+            %qi0 = arith.addi %qbase, %d : index
+            %qv0 = tensor.extract %q[%i, %qi0] : tensor<?x?x!act>
+            %qf0 = func.call @k3k_widen(%qv0) : (!act) -> f32
+            %row0 = arith.addi %kvbase, %d : index
+            %wv0 = tensor.extract %wkvb[%row0, %e] : tensor<?x?xbf16>
+            %wf0 = arith.extf %wv0 : bf16 to f32
+            %pr0 = arith.mulf %qf0, %wf0 : f32
+            %dk1 = arith.addi %d, %c1q : index
+            %qi1 = arith.addi %qbase, %dk1 : index
+            %qv1 = tensor.extract %q[%i, %qi1] : tensor<?x?x!act>
+            %qf1 = func.call @k3k_widen(%qv1) : (!act) -> f32
+            %row1 = arith.addi %kvbase, %dk1 : index
+            %wv1 = tensor.extract %wkvb[%row1, %e] : tensor<?x?xbf16>
+            %wf1 = arith.extf %wv1 : bf16 to f32
+            %pr1 = arith.mulf %qf1, %wf1 : f32
+            %dk2 = arith.addi %d, %c2q : index
+            %qi2 = arith.addi %qbase, %dk2 : index
+            %qv2 = tensor.extract %q[%i, %qi2] : tensor<?x?x!act>
+            %qf2 = func.call @k3k_widen(%qv2) : (!act) -> f32
+            %row2 = arith.addi %kvbase, %dk2 : index
+            %wv2 = tensor.extract %wkvb[%row2, %e] : tensor<?x?xbf16>
+            %wf2 = arith.extf %wv2 : bf16 to f32
+            %pr2 = arith.mulf %qf2, %wf2 : f32
+            %dk3 = arith.addi %d, %c3q : index
+            %qi3 = arith.addi %qbase, %dk3 : index
+            %qv3 = tensor.extract %q[%i, %qi3] : tensor<?x?x!act>
+            %qf3 = func.call @k3k_widen(%qv3) : (!act) -> f32
+            %row3 = arith.addi %kvbase, %dk3 : index
+            %wv3 = tensor.extract %wkvb[%row3, %e] : tensor<?x?xbf16>
+            %wf3 = arith.extf %wv3 : bf16 to f32
+            %pr3 = arith.mulf %qf3, %wf3 : f32
+            %s1 = arith.addf %a, %pr0 : f32
+            %s2 = arith.addf %s1, %pr1 : f32
+            %s3 = arith.addf %s2, %pr2 : f32
+            %s4n = arith.addf %s3, %pr3 : f32
+            scf.yield %s4n : f32
+          }
+          %s = scf.for %d = %dn4 to %dn step %c1 iter_args(%a = %s4) -> (f32) {
+            %qi = arith.addi %qbase, %d : index
+            %qv = tensor.extract %q[%i, %qi] : tensor<?x?x!act>
+            %qf = func.call @k3k_widen(%qv) : (!act) -> f32
+            %row = arith.addi %kvbase, %d : index
+            %wv = tensor.extract %wkvb[%row, %e] : tensor<?x?xbf16>
+            %wf = arith.extf %wv : bf16 to f32
+            %pr = arith.mulf %qf, %wf : f32
+            %s2 = arith.addf %a, %pr : f32
+            scf.yield %s2 : f32
+          }
+          memref.store %s, %qt[%i, %e, %hp] : memref<?x?x?xf32>
+        } else {
+          // q_r (element e - R of the head's rope part) as it is.
+          %qr0 = arith.addi %qbase, %dn : index
+          %qr1 = arith.addi %qr0, %e : index
+          %qi = arith.subi %qr1, %r : index
           %qv = tensor.extract %q[%i, %qi] : tensor<?x?x!act>
           %qf = func.call @k3k_widen(%qv) : (!act) -> f32
-          %row = arith.addi %kvbase, %d : index
-          %wv = tensor.extract %wkvb[%row, %e] : tensor<?x?xbf16>
-          %wf = arith.extf %wv : bf16 to f32
-          %pr = arith.mulf %qf, %wf : f32
-          %s2 = arith.addf %a, %pr : f32
-          scf.yield %s2 : f32
+          memref.store %qf, %qt[%i, %e, %hp] : memref<?x?x?xf32>
         }
-        memref.store %s, %qt[%i, %e, %hp] : memref<?x?x?xf32>
       }
     } else {
       // Eight tokens per thread (token block %ib: tokens 8 ib .. 8 ib + 7; a
@@ -1058,60 +1069,67 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
       %tb = arith.constant 8 : index
       %ntb = arith.ceildivui %t, %tb : index
       %zero8 = arith.constant dense<0.0> : vector<8xf32>
-      scf.parallel (%ib, %hp, %e) = (%c0, %c0, %c0) to (%ntb, %nhp, %r) step (%c1, %c1, %c1) {
+      scf.parallel (%ib, %hp, %e) = (%c0, %c0, %c0) to (%ntb, %nhp, %w) step (%c1, %c1, %c1) {
         %h = arith.minui %hp, %hlast : index
         %qbase = arith.muli %h, %dq : index
         %kvbase = arith.muli %h, %dkv : index
         %i0 = arith.muli %ib, %tb : index
-        // Sixteen terms per iteration, their loads issued together (the sum
-        // still in d order), then the rest one by one. H200 against four:
-        // the MLA layer's small kernels 0.122 -> 0.116 ms at batch 8 and
-        // 0.683 -> 0.663 at batch 64; the loop above, with sixteen, went
-        // 0.043 -> 0.052 at batch 1 and keeps four (BENCHMARKS.md,
-        // twenty-fourth session).
-        %c8q = arith.constant 8 : index
-        %c12q = arith.constant 12 : index
-        %c16q = arith.constant 16 : index
-        %dnr = arith.remui %dn, %c16q : index
-        %dn4 = arith.subi %dn, %dnr : index
-        %s4 = scf.for %d = %c0 to %dn4 step %c16q iter_args(%a = %zero8) -> (vector<8xf32>) {
-          %qi0 = arith.addi %qbase, %d : index
-          %row0 = arith.addi %kvbase, %d : index
-          %a1 = func.call @k3k_mla_qk4x8(%q, %wkvb, %i0, %tlast, %qi0, %row0, %e, %a) : (tensor<?x?x!act>, tensor<?x?xbf16>, index, index, index, index, index, vector<8xf32>) -> vector<8xf32>
-          %qi1 = arith.addi %qi0, %c4q : index
-          %row1 = arith.addi %row0, %c4q : index
-          %a2 = func.call @k3k_mla_qk4x8(%q, %wkvb, %i0, %tlast, %qi1, %row1, %e, %a1) : (tensor<?x?x!act>, tensor<?x?xbf16>, index, index, index, index, index, vector<8xf32>) -> vector<8xf32>
-          %qi2 = arith.addi %qi0, %c8q : index
-          %row2 = arith.addi %row0, %c8q : index
-          %a3 = func.call @k3k_mla_qk4x8(%q, %wkvb, %i0, %tlast, %qi2, %row2, %e, %a2) : (tensor<?x?x!act>, tensor<?x?xbf16>, index, index, index, index, index, vector<8xf32>) -> vector<8xf32>
-          %qi3 = arith.addi %qi0, %c12q : index
-          %row3 = arith.addi %row0, %c12q : index
-          %a4 = func.call @k3k_mla_qk4x8(%q, %wkvb, %i0, %tlast, %qi3, %row3, %e, %a3) : (tensor<?x?x!act>, tensor<?x?xbf16>, index, index, index, index, index, vector<8xf32>) -> vector<8xf32>
-          scf.yield %a4 : vector<8xf32>
+        %isq = arith.cmpi ult, %e, %r : index
+        scf.if %isq {
+          // Sixteen terms per iteration, their loads issued together (the sum
+          // still in d order), then the rest one by one. H200 against four:
+          // the MLA layer's small kernels 0.122 -> 0.116 ms at batch 8 and
+          // 0.683 -> 0.663 at batch 64; the loop above, with sixteen, went
+          // 0.043 -> 0.052 at batch 1 and keeps four (BENCHMARKS.md,
+          // twenty-fourth session).
+          %c8q = arith.constant 8 : index
+          %c12q = arith.constant 12 : index
+          %c16q = arith.constant 16 : index
+          %dnr = arith.remui %dn, %c16q : index
+          %dn4 = arith.subi %dn, %dnr : index
+          %s4 = scf.for %d = %c0 to %dn4 step %c16q iter_args(%a = %zero8) -> (vector<8xf32>) {
+            %qi0 = arith.addi %qbase, %d : index
+            %row0 = arith.addi %kvbase, %d : index
+            %a1 = func.call @k3k_mla_qk4x8(%q, %wkvb, %i0, %tlast, %qi0, %row0, %e, %a) : (tensor<?x?x!act>, tensor<?x?xbf16>, index, index, index, index, index, vector<8xf32>) -> vector<8xf32>
+            %qi1 = arith.addi %qi0, %c4q : index
+            %row1 = arith.addi %row0, %c4q : index
+            %a2 = func.call @k3k_mla_qk4x8(%q, %wkvb, %i0, %tlast, %qi1, %row1, %e, %a1) : (tensor<?x?x!act>, tensor<?x?xbf16>, index, index, index, index, index, vector<8xf32>) -> vector<8xf32>
+            %qi2 = arith.addi %qi0, %c8q : index
+            %row2 = arith.addi %row0, %c8q : index
+            %a3 = func.call @k3k_mla_qk4x8(%q, %wkvb, %i0, %tlast, %qi2, %row2, %e, %a2) : (tensor<?x?x!act>, tensor<?x?xbf16>, index, index, index, index, index, vector<8xf32>) -> vector<8xf32>
+            %qi3 = arith.addi %qi0, %c12q : index
+            %row3 = arith.addi %row0, %c12q : index
+            %a4 = func.call @k3k_mla_qk4x8(%q, %wkvb, %i0, %tlast, %qi3, %row3, %e, %a3) : (tensor<?x?x!act>, tensor<?x?xbf16>, index, index, index, index, index, vector<8xf32>) -> vector<8xf32>
+            scf.yield %a4 : vector<8xf32>
+          }
+          %s = scf.for %d = %dn4 to %dn step %c1 iter_args(%a = %s4) -> (vector<8xf32>) {
+            %qi = arith.addi %qbase, %d : index
+            %qv = func.call @k3k_mla_q8(%q, %i0, %tlast, %qi) : (tensor<?x?x!act>, index, index, index) -> vector<8xf32>
+            %row = arith.addi %kvbase, %d : index
+            %wv = tensor.extract %wkvb[%row, %e] : tensor<?x?xbf16>
+            %wf = arith.extf %wv : bf16 to f32
+            %wb = vector.broadcast %wf : f32 to vector<8xf32>
+            %pr = arith.mulf %qv, %wb : vector<8xf32>
+            %s2 = arith.addf %a, %pr : vector<8xf32>
+            scf.yield %s2 : vector<8xf32>
+          }
+          func.call @k3k_mla_qt8(%qt, %s, %i0, %t, %e, %hp) : (memref<?x?x?xf32>, vector<8xf32>, index, index, index, index) -> ()
+        } else {
+          // q_r of the block's tokens as it is.
+          %qr0 = arith.addi %qbase, %dn : index
+          %qr1 = arith.addi %qr0, %e : index
+          %qi = arith.subi %qr1, %r : index
+          scf.for %k = %c0 to %tb step %c1 {
+            %ik = arith.addi %i0, %k : index
+            %iin = arith.cmpi ult, %ik, %t : index
+            scf.if %iin {
+              %qv = tensor.extract %q[%ik, %qi] : tensor<?x?x!act>
+              %qf = func.call @k3k_widen(%qv) : (!act) -> f32
+              memref.store %qf, %qt[%ik, %e, %hp] : memref<?x?x?xf32>
+            }
+          }
         }
-        %s = scf.for %d = %dn4 to %dn step %c1 iter_args(%a = %s4) -> (vector<8xf32>) {
-          %qi = arith.addi %qbase, %d : index
-          %qv = func.call @k3k_mla_q8(%q, %i0, %tlast, %qi) : (tensor<?x?x!act>, index, index, index) -> vector<8xf32>
-          %row = arith.addi %kvbase, %d : index
-          %wv = tensor.extract %wkvb[%row, %e] : tensor<?x?xbf16>
-          %wf = arith.extf %wv : bf16 to f32
-          %wb = vector.broadcast %wf : f32 to vector<8xf32>
-          %pr = arith.mulf %qv, %wb : vector<8xf32>
-          %s2 = arith.addf %a, %pr : vector<8xf32>
-          scf.yield %s2 : vector<8xf32>
-        }
-        func.call @k3k_mla_qt8(%qt, %s, %i0, %t, %e, %hp) : (memref<?x?x?xf32>, vector<8xf32>, index, index, index, index) -> ()
       }
-    }
-    scf.parallel (%i, %e, %hp) = (%c0, %c0, %c0) to (%t, %dr, %nhp) step (%c1, %c1, %c1) {
-      %h = arith.minui %hp, %hlast : index
-      %qbase = arith.muli %h, %dq : index
-      %qi0 = arith.addi %qbase, %dn : index
-      %qi = arith.addi %qi0, %e : index
-      %qv = tensor.extract %q[%i, %qi] : tensor<?x?x!act>
-      %qf = func.call @k3k_widen(%qv) : (!act) -> f32
-      %re = arith.addi %r, %e : index
-      memref.store %qf, %qt[%i, %re, %hp] : memref<?x?x?xf32>
     }
     // The cache rows of each token's sequence in order (its page table), and
     // the pool as rows [pages · P, R + dr]: the stages below read the cache
