@@ -656,12 +656,13 @@ def K3GPUKDADecodePass : Pass<"k3-gpu-kda-decode", "::mlir::ModuleOp"> {
            "4 of 64 registers was slower at every batch than 8 of 128: "
            "B = 8 0.138 against 0.129 ms, B = 64 1.116 against 1.038; "
            "BENCHMARKS.md twenty-ninth session)">,
-    Option<"maxTokens", "max-tokens", "int64_t", "4",
+    Option<"maxTokens", "max-tokens", "int64_t", "8",
            "Most tokens the kernel takes (0: any); more take the generic "
            "body's three kernels (H200, the three layers' KDA: B = 1 0.043 "
-           "-> 0.026 ms, B = 4 0.075 -> 0.067, B = 8 0.127 -> 0.129, "
-           "B = 64 0.906 -> 1.038: one block per SM, its registers, so "
-           "each SM runs a batch's blocks one after another)">
+           "-> 0.026 ms, B = 4 0.075 -> 0.067; B = 8 0.134 -> 0.123 since "
+           "the early loads (BENCHMARKS.md, thirty-second session); B = 64 "
+           "0.92 -> 1.05: one block per SM, its registers, so each SM runs "
+           "a batch's blocks one after another)">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::arith::ArithDialect",

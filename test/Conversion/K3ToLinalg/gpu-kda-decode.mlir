@@ -62,8 +62,8 @@ func.func private @sigmoid(%x: f32) -> f32 {
 // CHECK-DAG: arith.cmpi eq, %[[W]], %c4
 // CHECK-DAG: %[[PQW:.+]] = memref.dim %[[PQ]], %c2
 // CHECK-DAG: arith.cmpi eq, %[[PQW]], %c3
-// At most 4 tokens (max-tokens).
-// CHECK-DAG: arith.cmpi ule, %[[T]], %c4
+// At most 8 tokens (max-tokens).
+// CHECK-DAG: arith.cmpi ule, %[[T]], %c8
 // CHECK-DAG: %[[NSQ:.+]] = memref.dim %[[SQ]], %c0
 // CHECK-DAG: %[[NS:.+]] = memref.dim %[[SLOTS]], %c0
 // CHECK-DAG: arith.cmpi eq, %[[NSQ]], %[[NS]]
