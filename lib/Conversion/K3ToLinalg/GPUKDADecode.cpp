@@ -26,10 +26,10 @@
 //   4. each warp takes the head's sum of squares of o as k3-gpu-gated-norm's
 //      warp does and normalises its rows' values.
 // The same bits as the three kernels, in one launch. A block's registers
-// fill an SM, so an SM runs a batch's blocks one after another: up to 4
-// tokens (option `max-tokens`) the kernel is faster than the three, at 8
-// and more slower (H200, BENCHMARKS.md twenty-ninth session), and larger
-// batches keep them.
+// fill an SM, so an SM runs a batch's blocks one after another: up to 8
+// tokens (option `max-tokens`) the kernel is faster than the three, at 64
+// slower (H200, BENCHMARKS.md thirty-second session), and larger batches
+// keep them.
 //
 //===----------------------------------------------------------------------===//
 
