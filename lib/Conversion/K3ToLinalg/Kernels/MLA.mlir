@@ -1115,19 +1115,13 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
           }
           func.call @k3k_mla_qt8(%qt, %s, %i0, %t, %e, %hp) : (memref<?x?x?xf32>, vector<8xf32>, index, index, index, index) -> ()
         } else {
-          // q_r of the block's tokens as it is.
+          // q_r of the block's tokens as it is (the q̂ path's load and store
+          // of 8 tokens).
           %qr0 = arith.addi %qbase, %dn : index
           %qr1 = arith.addi %qr0, %e : index
           %qi = arith.subi %qr1, %r : index
-          scf.for %k = %c0 to %tb step %c1 {
-            %ik = arith.addi %i0, %k : index
-            %iin = arith.cmpi ult, %ik, %t : index
-            scf.if %iin {
-              %qv = tensor.extract %q[%ik, %qi] : tensor<?x?x!act>
-              %qf = func.call @k3k_widen(%qv) : (!act) -> f32
-              memref.store %qf, %qt[%ik, %e, %hp] : memref<?x?x?xf32>
-            }
-          }
+          %qv = func.call @k3k_mla_q8(%q, %i0, %tlast, %qi) : (tensor<?x?x!act>, index, index, index) -> vector<8xf32>
+          func.call @k3k_mla_qt8(%qt, %qv, %i0, %t, %e, %hp) : (memref<?x?x?xf32>, vector<8xf32>, index, index, index, index) -> ()
         }
       }
     }
