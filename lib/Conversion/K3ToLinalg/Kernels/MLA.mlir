@@ -111,6 +111,176 @@ func.func private @k3k_mla_qk4x8(%q: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %i0
   return %s3 : vector<8xf32>
 }
 
+// Eight terms of q̂[i, h, e] for tokens %i0 .. %i0 + 7, as @k3k_mla_qk4x8
+// twice (the same products, added in d order), but each token's 8 elements
+// q[., qi .. qi + 7] come in one 16-byte load (the caller has checked that
+// q allows it: rows of a multiple of 8 elements, base aligned, qi % 8 ==
+// 0), 8 loads instead of 64.
+func.func private @k3k_mla_qk8x8(%qm: memref<?x?x!act>, %w: tensor<?x?xbf16>, %i0: index, %tlast: index,
+                                 %qi: index, %row: index, %e: index, %a: vector<8xf32>) -> vector<8xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %c3 = arith.constant 3 : index
+  %c4 = arith.constant 4 : index
+  %c5 = arith.constant 5 : index
+  %c6 = arith.constant 6 : index
+  %c7 = arith.constant 7 : index
+  %j0a = arith.addi %i0, %c0 : index
+  %j0 = arith.minui %j0a, %tlast : index
+  %v0 = vector.load %qm[%j0, %qi] {alignment = 16 : i64} : memref<?x?x!act>, vector<8x!act>
+  %f0 = func.call @k3k_widen8(%v0) : (vector<8x!act>) -> vector<8xf32>
+  %j1a = arith.addi %i0, %c1 : index
+  %j1 = arith.minui %j1a, %tlast : index
+  %v1 = vector.load %qm[%j1, %qi] {alignment = 16 : i64} : memref<?x?x!act>, vector<8x!act>
+  %f1 = func.call @k3k_widen8(%v1) : (vector<8x!act>) -> vector<8xf32>
+  %j2a = arith.addi %i0, %c2 : index
+  %j2 = arith.minui %j2a, %tlast : index
+  %v2 = vector.load %qm[%j2, %qi] {alignment = 16 : i64} : memref<?x?x!act>, vector<8x!act>
+  %f2 = func.call @k3k_widen8(%v2) : (vector<8x!act>) -> vector<8xf32>
+  %j3a = arith.addi %i0, %c3 : index
+  %j3 = arith.minui %j3a, %tlast : index
+  %v3 = vector.load %qm[%j3, %qi] {alignment = 16 : i64} : memref<?x?x!act>, vector<8x!act>
+  %f3 = func.call @k3k_widen8(%v3) : (vector<8x!act>) -> vector<8xf32>
+  %j4a = arith.addi %i0, %c4 : index
+  %j4 = arith.minui %j4a, %tlast : index
+  %v4 = vector.load %qm[%j4, %qi] {alignment = 16 : i64} : memref<?x?x!act>, vector<8x!act>
+  %f4 = func.call @k3k_widen8(%v4) : (vector<8x!act>) -> vector<8xf32>
+  %j5a = arith.addi %i0, %c5 : index
+  %j5 = arith.minui %j5a, %tlast : index
+  %v5 = vector.load %qm[%j5, %qi] {alignment = 16 : i64} : memref<?x?x!act>, vector<8x!act>
+  %f5 = func.call @k3k_widen8(%v5) : (vector<8x!act>) -> vector<8xf32>
+  %j6a = arith.addi %i0, %c6 : index
+  %j6 = arith.minui %j6a, %tlast : index
+  %v6 = vector.load %qm[%j6, %qi] {alignment = 16 : i64} : memref<?x?x!act>, vector<8x!act>
+  %f6 = func.call @k3k_widen8(%v6) : (vector<8x!act>) -> vector<8xf32>
+  %j7a = arith.addi %i0, %c7 : index
+  %j7 = arith.minui %j7a, %tlast : index
+  %v7 = vector.load %qm[%j7, %qi] {alignment = 16 : i64} : memref<?x?x!act>, vector<8x!act>
+  %f7 = func.call @k3k_widen8(%v7) : (vector<8x!act>) -> vector<8xf32>
+  %r0 = arith.addi %row, %c0 : index
+  %wv0 = tensor.extract %w[%r0, %e] : tensor<?x?xbf16>
+  %wf0 = arith.extf %wv0 : bf16 to f32
+  %wb0 = vector.broadcast %wf0 : f32 to vector<8xf32>
+  %r1 = arith.addi %row, %c1 : index
+  %wv1 = tensor.extract %w[%r1, %e] : tensor<?x?xbf16>
+  %wf1 = arith.extf %wv1 : bf16 to f32
+  %wb1 = vector.broadcast %wf1 : f32 to vector<8xf32>
+  %r2 = arith.addi %row, %c2 : index
+  %wv2 = tensor.extract %w[%r2, %e] : tensor<?x?xbf16>
+  %wf2 = arith.extf %wv2 : bf16 to f32
+  %wb2 = vector.broadcast %wf2 : f32 to vector<8xf32>
+  %r3 = arith.addi %row, %c3 : index
+  %wv3 = tensor.extract %w[%r3, %e] : tensor<?x?xbf16>
+  %wf3 = arith.extf %wv3 : bf16 to f32
+  %wb3 = vector.broadcast %wf3 : f32 to vector<8xf32>
+  %r4 = arith.addi %row, %c4 : index
+  %wv4 = tensor.extract %w[%r4, %e] : tensor<?x?xbf16>
+  %wf4 = arith.extf %wv4 : bf16 to f32
+  %wb4 = vector.broadcast %wf4 : f32 to vector<8xf32>
+  %r5 = arith.addi %row, %c5 : index
+  %wv5 = tensor.extract %w[%r5, %e] : tensor<?x?xbf16>
+  %wf5 = arith.extf %wv5 : bf16 to f32
+  %wb5 = vector.broadcast %wf5 : f32 to vector<8xf32>
+  %r6 = arith.addi %row, %c6 : index
+  %wv6 = tensor.extract %w[%r6, %e] : tensor<?x?xbf16>
+  %wf6 = arith.extf %wv6 : bf16 to f32
+  %wb6 = vector.broadcast %wf6 : f32 to vector<8xf32>
+  %r7 = arith.addi %row, %c7 : index
+  %wv7 = tensor.extract %w[%r7, %e] : tensor<?x?xbf16>
+  %wf7 = arith.extf %wv7 : bf16 to f32
+  %wb7 = vector.broadcast %wf7 : f32 to vector<8xf32>
+  %q0_0 = vector.extract %f0[0] : f32 from vector<8xf32>
+  %q0_1 = vector.extract %f1[0] : f32 from vector<8xf32>
+  %q0_2 = vector.extract %f2[0] : f32 from vector<8xf32>
+  %q0_3 = vector.extract %f3[0] : f32 from vector<8xf32>
+  %q0_4 = vector.extract %f4[0] : f32 from vector<8xf32>
+  %q0_5 = vector.extract %f5[0] : f32 from vector<8xf32>
+  %q0_6 = vector.extract %f6[0] : f32 from vector<8xf32>
+  %q0_7 = vector.extract %f7[0] : f32 from vector<8xf32>
+  %qv0 = vector.from_elements %q0_0, %q0_1, %q0_2, %q0_3, %q0_4, %q0_5, %q0_6, %q0_7 : vector<8xf32>
+  %pr0 = arith.mulf %qv0, %wb0 : vector<8xf32>
+  %q1_0 = vector.extract %f0[1] : f32 from vector<8xf32>
+  %q1_1 = vector.extract %f1[1] : f32 from vector<8xf32>
+  %q1_2 = vector.extract %f2[1] : f32 from vector<8xf32>
+  %q1_3 = vector.extract %f3[1] : f32 from vector<8xf32>
+  %q1_4 = vector.extract %f4[1] : f32 from vector<8xf32>
+  %q1_5 = vector.extract %f5[1] : f32 from vector<8xf32>
+  %q1_6 = vector.extract %f6[1] : f32 from vector<8xf32>
+  %q1_7 = vector.extract %f7[1] : f32 from vector<8xf32>
+  %qv1 = vector.from_elements %q1_0, %q1_1, %q1_2, %q1_3, %q1_4, %q1_5, %q1_6, %q1_7 : vector<8xf32>
+  %pr1 = arith.mulf %qv1, %wb1 : vector<8xf32>
+  %q2_0 = vector.extract %f0[2] : f32 from vector<8xf32>
+  %q2_1 = vector.extract %f1[2] : f32 from vector<8xf32>
+  %q2_2 = vector.extract %f2[2] : f32 from vector<8xf32>
+  %q2_3 = vector.extract %f3[2] : f32 from vector<8xf32>
+  %q2_4 = vector.extract %f4[2] : f32 from vector<8xf32>
+  %q2_5 = vector.extract %f5[2] : f32 from vector<8xf32>
+  %q2_6 = vector.extract %f6[2] : f32 from vector<8xf32>
+  %q2_7 = vector.extract %f7[2] : f32 from vector<8xf32>
+  %qv2 = vector.from_elements %q2_0, %q2_1, %q2_2, %q2_3, %q2_4, %q2_5, %q2_6, %q2_7 : vector<8xf32>
+  %pr2 = arith.mulf %qv2, %wb2 : vector<8xf32>
+  %q3_0 = vector.extract %f0[3] : f32 from vector<8xf32>
+  %q3_1 = vector.extract %f1[3] : f32 from vector<8xf32>
+  %q3_2 = vector.extract %f2[3] : f32 from vector<8xf32>
+  %q3_3 = vector.extract %f3[3] : f32 from vector<8xf32>
+  %q3_4 = vector.extract %f4[3] : f32 from vector<8xf32>
+  %q3_5 = vector.extract %f5[3] : f32 from vector<8xf32>
+  %q3_6 = vector.extract %f6[3] : f32 from vector<8xf32>
+  %q3_7 = vector.extract %f7[3] : f32 from vector<8xf32>
+  %qv3 = vector.from_elements %q3_0, %q3_1, %q3_2, %q3_3, %q3_4, %q3_5, %q3_6, %q3_7 : vector<8xf32>
+  %pr3 = arith.mulf %qv3, %wb3 : vector<8xf32>
+  %q4_0 = vector.extract %f0[4] : f32 from vector<8xf32>
+  %q4_1 = vector.extract %f1[4] : f32 from vector<8xf32>
+  %q4_2 = vector.extract %f2[4] : f32 from vector<8xf32>
+  %q4_3 = vector.extract %f3[4] : f32 from vector<8xf32>
+  %q4_4 = vector.extract %f4[4] : f32 from vector<8xf32>
+  %q4_5 = vector.extract %f5[4] : f32 from vector<8xf32>
+  %q4_6 = vector.extract %f6[4] : f32 from vector<8xf32>
+  %q4_7 = vector.extract %f7[4] : f32 from vector<8xf32>
+  %qv4 = vector.from_elements %q4_0, %q4_1, %q4_2, %q4_3, %q4_4, %q4_5, %q4_6, %q4_7 : vector<8xf32>
+  %pr4 = arith.mulf %qv4, %wb4 : vector<8xf32>
+  %q5_0 = vector.extract %f0[5] : f32 from vector<8xf32>
+  %q5_1 = vector.extract %f1[5] : f32 from vector<8xf32>
+  %q5_2 = vector.extract %f2[5] : f32 from vector<8xf32>
+  %q5_3 = vector.extract %f3[5] : f32 from vector<8xf32>
+  %q5_4 = vector.extract %f4[5] : f32 from vector<8xf32>
+  %q5_5 = vector.extract %f5[5] : f32 from vector<8xf32>
+  %q5_6 = vector.extract %f6[5] : f32 from vector<8xf32>
+  %q5_7 = vector.extract %f7[5] : f32 from vector<8xf32>
+  %qv5 = vector.from_elements %q5_0, %q5_1, %q5_2, %q5_3, %q5_4, %q5_5, %q5_6, %q5_7 : vector<8xf32>
+  %pr5 = arith.mulf %qv5, %wb5 : vector<8xf32>
+  %q6_0 = vector.extract %f0[6] : f32 from vector<8xf32>
+  %q6_1 = vector.extract %f1[6] : f32 from vector<8xf32>
+  %q6_2 = vector.extract %f2[6] : f32 from vector<8xf32>
+  %q6_3 = vector.extract %f3[6] : f32 from vector<8xf32>
+  %q6_4 = vector.extract %f4[6] : f32 from vector<8xf32>
+  %q6_5 = vector.extract %f5[6] : f32 from vector<8xf32>
+  %q6_6 = vector.extract %f6[6] : f32 from vector<8xf32>
+  %q6_7 = vector.extract %f7[6] : f32 from vector<8xf32>
+  %qv6 = vector.from_elements %q6_0, %q6_1, %q6_2, %q6_3, %q6_4, %q6_5, %q6_6, %q6_7 : vector<8xf32>
+  %pr6 = arith.mulf %qv6, %wb6 : vector<8xf32>
+  %q7_0 = vector.extract %f0[7] : f32 from vector<8xf32>
+  %q7_1 = vector.extract %f1[7] : f32 from vector<8xf32>
+  %q7_2 = vector.extract %f2[7] : f32 from vector<8xf32>
+  %q7_3 = vector.extract %f3[7] : f32 from vector<8xf32>
+  %q7_4 = vector.extract %f4[7] : f32 from vector<8xf32>
+  %q7_5 = vector.extract %f5[7] : f32 from vector<8xf32>
+  %q7_6 = vector.extract %f6[7] : f32 from vector<8xf32>
+  %q7_7 = vector.extract %f7[7] : f32 from vector<8xf32>
+  %qv7 = vector.from_elements %q7_0, %q7_1, %q7_2, %q7_3, %q7_4, %q7_5, %q7_6, %q7_7 : vector<8xf32>
+  %pr7 = arith.mulf %qv7, %wb7 : vector<8xf32>
+  %s0 = arith.addf %a, %pr0 : vector<8xf32>
+  %s1 = arith.addf %s0, %pr1 : vector<8xf32>
+  %s2 = arith.addf %s1, %pr2 : vector<8xf32>
+  %s3 = arith.addf %s2, %pr3 : vector<8xf32>
+  %s4 = arith.addf %s3, %pr4 : vector<8xf32>
+  %s5 = arith.addf %s4, %pr5 : vector<8xf32>
+  %s6 = arith.addf %s5, %pr6 : vector<8xf32>
+  %s7 = arith.addf %s6, %pr7 : vector<8xf32>
+  return %s7 : vector<8xf32>
+}
+
 // Stores element k of %v at qt[%i0 + k, %e, %hp] for the tokens below %t.
 func.func private @k3k_mla_qt8(%qt: memref<?x?x?xf32>, %v: vector<8xf32>, %i0: index, %t: index, %e: index, %hp: index) {
   %c0 = arith.constant 0 : index
@@ -1069,6 +1239,13 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
       %tb = arith.constant 8 : index
       %ntb = arith.ceildivui %t, %tb : index
       %zero8 = arith.constant dense<0.0> : vector<8xf32>
+      // q's rows read 8 elements at a time (@k3k_mla_qk8x8) where q's row
+      // length, base and the heads' offsets allow it.
+      %qm = bufferization.to_buffer %q read_only : tensor<?x?x!act> to memref<?x?x!act>
+      %qrow8 = func.call @k3k_mla_row8_ok(%qm) : (memref<?x?x!act>) -> i1
+      %dqr = arith.remui %dq, %tb : index
+      %dq8 = arith.cmpi eq, %dqr, %c0 : index
+      %qvec = arith.andi %qrow8, %dq8 : i1
       scf.parallel (%ib, %hp, %e) = (%c0, %c0, %c0) to (%ntb, %nhp, %w) step (%c1, %c1, %c1) {
         %h = arith.minui %hp, %hlast : index
         %qbase = arith.muli %h, %dq : index
@@ -1090,16 +1267,25 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
           %s4 = scf.for %d = %c0 to %dn4 step %c16q iter_args(%a = %zero8) -> (vector<8xf32>) {
             %qi0 = arith.addi %qbase, %d : index
             %row0 = arith.addi %kvbase, %d : index
-            %a1 = func.call @k3k_mla_qk4x8(%q, %wkvb, %i0, %tlast, %qi0, %row0, %e, %a) : (tensor<?x?x!act>, tensor<?x?xbf16>, index, index, index, index, index, vector<8xf32>) -> vector<8xf32>
-            %qi1 = arith.addi %qi0, %c4q : index
-            %row1 = arith.addi %row0, %c4q : index
-            %a2 = func.call @k3k_mla_qk4x8(%q, %wkvb, %i0, %tlast, %qi1, %row1, %e, %a1) : (tensor<?x?x!act>, tensor<?x?xbf16>, index, index, index, index, index, vector<8xf32>) -> vector<8xf32>
-            %qi2 = arith.addi %qi0, %c8q : index
-            %row2 = arith.addi %row0, %c8q : index
-            %a3 = func.call @k3k_mla_qk4x8(%q, %wkvb, %i0, %tlast, %qi2, %row2, %e, %a2) : (tensor<?x?x!act>, tensor<?x?xbf16>, index, index, index, index, index, vector<8xf32>) -> vector<8xf32>
-            %qi3 = arith.addi %qi0, %c12q : index
-            %row3 = arith.addi %row0, %c12q : index
-            %a4 = func.call @k3k_mla_qk4x8(%q, %wkvb, %i0, %tlast, %qi3, %row3, %e, %a3) : (tensor<?x?x!act>, tensor<?x?xbf16>, index, index, index, index, index, vector<8xf32>) -> vector<8xf32>
+            %a4 = scf.if %qvec -> (vector<8xf32>) {
+              %b1 = func.call @k3k_mla_qk8x8(%qm, %wkvb, %i0, %tlast, %qi0, %row0, %e, %a) : (memref<?x?x!act>, tensor<?x?xbf16>, index, index, index, index, index, vector<8xf32>) -> vector<8xf32>
+              %qi8 = arith.addi %qi0, %c8q : index
+              %row8 = arith.addi %row0, %c8q : index
+              %b2 = func.call @k3k_mla_qk8x8(%qm, %wkvb, %i0, %tlast, %qi8, %row8, %e, %b1) : (memref<?x?x!act>, tensor<?x?xbf16>, index, index, index, index, index, vector<8xf32>) -> vector<8xf32>
+              scf.yield %b2 : vector<8xf32>
+            } else {
+              %a1 = func.call @k3k_mla_qk4x8(%q, %wkvb, %i0, %tlast, %qi0, %row0, %e, %a) : (tensor<?x?x!act>, tensor<?x?xbf16>, index, index, index, index, index, vector<8xf32>) -> vector<8xf32>
+              %qi1 = arith.addi %qi0, %c4q : index
+              %row1 = arith.addi %row0, %c4q : index
+              %a2 = func.call @k3k_mla_qk4x8(%q, %wkvb, %i0, %tlast, %qi1, %row1, %e, %a1) : (tensor<?x?x!act>, tensor<?x?xbf16>, index, index, index, index, index, vector<8xf32>) -> vector<8xf32>
+              %qi2 = arith.addi %qi0, %c8q : index
+              %row2 = arith.addi %row0, %c8q : index
+              %a3 = func.call @k3k_mla_qk4x8(%q, %wkvb, %i0, %tlast, %qi2, %row2, %e, %a2) : (tensor<?x?x!act>, tensor<?x?xbf16>, index, index, index, index, index, vector<8xf32>) -> vector<8xf32>
+              %qi3 = arith.addi %qi0, %c12q : index
+              %row3 = arith.addi %row0, %c12q : index
+              %a4s = func.call @k3k_mla_qk4x8(%q, %wkvb, %i0, %tlast, %qi3, %row3, %e, %a3) : (tensor<?x?x!act>, tensor<?x?xbf16>, index, index, index, index, index, vector<8xf32>) -> vector<8xf32>
+              scf.yield %a4s : vector<8xf32>
+            }
             scf.yield %a4 : vector<8xf32>
           }
           %s = scf.for %d = %dn4 to %dn step %c1 iter_args(%a = %s4) -> (vector<8xf32>) {
@@ -1252,25 +1438,24 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
         memref.store %acc, %o[%i, %col] : memref<?x?xf32>
       }
     } else {
-      // Else a warp per 4 tokens x 8 output elements (token block %ob4,
+      // Else a warp per 4 tokens x 4 output elements (token block %ob4,
       // head, element block %db), the warps of a block along the elements:
       // a lane reads each W_UV element it needs once for 4 tokens and each
-      // ō element once for 8 outputs (with a warp per output, a batch of 64
+      // ō element once for 4 outputs (with a warp per output, a batch of 64
       // read W_UV 64 times and each ō once per output element: 0.8 and 1.6
-      // GB per K3 MLA layer). k3-gpu-warp-reduce splits each of
-      // the 32 sums over the lanes as it splits one, so each output's sum is
-      // taken as before. A token or element past the last computes the last
-      // one again and stores nothing.
+      // GB per K3 MLA layer). With 4 x 8 outputs per warp a lane held 130
+      // registers, one block of 8 warps fit an SM and the warps waited on
+      // their loads: H200, batch 64, 181 -> about 125 us per MLA layer
+      // (BENCHMARKS.md, thirty-third session). k3-gpu-warp-reduce splits
+      // each of the 16 sums over the lanes as it splits one, so each
+      // output's sum is taken as before. A token or element past the last
+      // computes the last one again and stores nothing.
       %tk = arith.constant 4 : index
-      %dj = arith.constant 8 : index
+      %dj = arith.constant 4 : index
       %c0u = arith.constant 0 : index
       %c1u = arith.constant 1 : index
       %c2u = arith.constant 2 : index
       %c3u = arith.constant 3 : index
-      %c4u = arith.constant 4 : index
-      %c5u = arith.constant 5 : index
-      %c6u = arith.constant 6 : index
-      %c7u = arith.constant 7 : index
       %ntb4 = arith.ceildivui %t, %tk : index
       %ndb = arith.ceildivui %dvh, %dj : index
       %dlast = arith.subi %dvh, %c1 : index
@@ -1299,19 +1484,7 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
         %dd3a = arith.addi %dbase, %c3u : index
         %dd3 = arith.minui %dd3a, %dlast : index
         %wr3 = arith.addi %row0, %dd3 : index
-        %dd4a = arith.addi %dbase, %c4u : index
-        %dd4 = arith.minui %dd4a, %dlast : index
-        %wr4 = arith.addi %row0, %dd4 : index
-        %dd5a = arith.addi %dbase, %c5u : index
-        %dd5 = arith.minui %dd5a, %dlast : index
-        %wr5 = arith.addi %row0, %dd5 : index
-        %dd6a = arith.addi %dbase, %c6u : index
-        %dd6 = arith.minui %dd6a, %dlast : index
-        %wr6 = arith.addi %row0, %dd6 : index
-        %dd7a = arith.addi %dbase, %c7u : index
-        %dd7 = arith.minui %dd7a, %dlast : index
-        %wr7 = arith.addi %row0, %dd7 : index
-        %acc:32 = scf.for %e = %c0 to %r step %c1 iter_args(%a0_0 = %zero, %a0_1 = %zero, %a0_2 = %zero, %a0_3 = %zero, %a1_0 = %zero, %a1_1 = %zero, %a1_2 = %zero, %a1_3 = %zero, %a2_0 = %zero, %a2_1 = %zero, %a2_2 = %zero, %a2_3 = %zero, %a3_0 = %zero, %a3_1 = %zero, %a3_2 = %zero, %a3_3 = %zero, %a4_0 = %zero, %a4_1 = %zero, %a4_2 = %zero, %a4_3 = %zero, %a5_0 = %zero, %a5_1 = %zero, %a5_2 = %zero, %a5_3 = %zero, %a6_0 = %zero, %a6_1 = %zero, %a6_2 = %zero, %a6_3 = %zero, %a7_0 = %zero, %a7_1 = %zero, %a7_2 = %zero, %a7_3 = %zero) -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32) {
+        %acc:16 = scf.for %e = %c0 to %r step %c1 iter_args(%a0_0 = %zero, %a0_1 = %zero, %a0_2 = %zero, %a0_3 = %zero, %a1_0 = %zero, %a1_1 = %zero, %a1_2 = %zero, %a1_3 = %zero, %a2_0 = %zero, %a2_1 = %zero, %a2_2 = %zero, %a2_3 = %zero, %a3_0 = %zero, %a3_1 = %zero, %a3_2 = %zero, %a3_3 = %zero) -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32) {
           %wv0 = tensor.extract %wkvb[%wr0, %e] : tensor<?x?xbf16>
           %wf0 = arith.extf %wv0 : bf16 to f32
           %wv1 = tensor.extract %wkvb[%wr1, %e] : tensor<?x?xbf16>
@@ -1320,14 +1493,6 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
           %wf2 = arith.extf %wv2 : bf16 to f32
           %wv3 = tensor.extract %wkvb[%wr3, %e] : tensor<?x?xbf16>
           %wf3 = arith.extf %wv3 : bf16 to f32
-          %wv4 = tensor.extract %wkvb[%wr4, %e] : tensor<?x?xbf16>
-          %wf4 = arith.extf %wv4 : bf16 to f32
-          %wv5 = tensor.extract %wkvb[%wr5, %e] : tensor<?x?xbf16>
-          %wf5 = arith.extf %wv5 : bf16 to f32
-          %wv6 = tensor.extract %wkvb[%wr6, %e] : tensor<?x?xbf16>
-          %wf6 = arith.extf %wv6 : bf16 to f32
-          %wv7 = tensor.extract %wkvb[%wr7, %e] : tensor<?x?xbf16>
-          %wf7 = arith.extf %wv7 : bf16 to f32
           %ov0 = memref.load %ob[%tk0, %h, %e] : memref<?x?x?xf32>
           %ov1 = memref.load %ob[%tk1, %h, %e] : memref<?x?x?xf32>
           %ov2 = memref.load %ob[%tk2, %h, %e] : memref<?x?x?xf32>
@@ -1364,39 +1529,7 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
           %s3_2 = arith.addf %a3_2, %p3_2 : f32
           %p3_3 = arith.mulf %wf3, %ov3 : f32
           %s3_3 = arith.addf %a3_3, %p3_3 : f32
-          %p4_0 = arith.mulf %wf4, %ov0 : f32
-          %s4_0 = arith.addf %a4_0, %p4_0 : f32
-          %p4_1 = arith.mulf %wf4, %ov1 : f32
-          %s4_1 = arith.addf %a4_1, %p4_1 : f32
-          %p4_2 = arith.mulf %wf4, %ov2 : f32
-          %s4_2 = arith.addf %a4_2, %p4_2 : f32
-          %p4_3 = arith.mulf %wf4, %ov3 : f32
-          %s4_3 = arith.addf %a4_3, %p4_3 : f32
-          %p5_0 = arith.mulf %wf5, %ov0 : f32
-          %s5_0 = arith.addf %a5_0, %p5_0 : f32
-          %p5_1 = arith.mulf %wf5, %ov1 : f32
-          %s5_1 = arith.addf %a5_1, %p5_1 : f32
-          %p5_2 = arith.mulf %wf5, %ov2 : f32
-          %s5_2 = arith.addf %a5_2, %p5_2 : f32
-          %p5_3 = arith.mulf %wf5, %ov3 : f32
-          %s5_3 = arith.addf %a5_3, %p5_3 : f32
-          %p6_0 = arith.mulf %wf6, %ov0 : f32
-          %s6_0 = arith.addf %a6_0, %p6_0 : f32
-          %p6_1 = arith.mulf %wf6, %ov1 : f32
-          %s6_1 = arith.addf %a6_1, %p6_1 : f32
-          %p6_2 = arith.mulf %wf6, %ov2 : f32
-          %s6_2 = arith.addf %a6_2, %p6_2 : f32
-          %p6_3 = arith.mulf %wf6, %ov3 : f32
-          %s6_3 = arith.addf %a6_3, %p6_3 : f32
-          %p7_0 = arith.mulf %wf7, %ov0 : f32
-          %s7_0 = arith.addf %a7_0, %p7_0 : f32
-          %p7_1 = arith.mulf %wf7, %ov1 : f32
-          %s7_1 = arith.addf %a7_1, %p7_1 : f32
-          %p7_2 = arith.mulf %wf7, %ov2 : f32
-          %s7_2 = arith.addf %a7_2, %p7_2 : f32
-          %p7_3 = arith.mulf %wf7, %ov3 : f32
-          %s7_3 = arith.addf %a7_3, %p7_3 : f32
-          scf.yield %s0_0, %s0_1, %s0_2, %s0_3, %s1_0, %s1_1, %s1_2, %s1_3, %s2_0, %s2_1, %s2_2, %s2_3, %s3_0, %s3_1, %s3_2, %s3_3, %s4_0, %s4_1, %s4_2, %s4_3, %s5_0, %s5_1, %s5_2, %s5_3, %s6_0, %s6_1, %s6_2, %s6_3, %s7_0, %s7_1, %s7_2, %s7_3 : f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32
+          scf.yield %s0_0, %s0_1, %s0_2, %s0_3, %s1_0, %s1_1, %s1_2, %s1_3, %s2_0, %s2_1, %s2_2, %s2_3, %s3_0, %s3_1, %s3_2, %s3_3 : f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32
         }
         %hb = arith.muli %h, %dvh : index
         %din0 = arith.cmpi ult, %dd0a, %dvh : index
@@ -1407,14 +1540,6 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
         %col2 = arith.addi %hb, %dd2 : index
         %din3 = arith.cmpi ult, %dd3a, %dvh : index
         %col3 = arith.addi %hb, %dd3 : index
-        %din4 = arith.cmpi ult, %dd4a, %dvh : index
-        %col4 = arith.addi %hb, %dd4 : index
-        %din5 = arith.cmpi ult, %dd5a, %dvh : index
-        %col5 = arith.addi %hb, %dd5 : index
-        %din6 = arith.cmpi ult, %dd6a, %dvh : index
-        %col6 = arith.addi %hb, %dd6 : index
-        %din7 = arith.cmpi ult, %dd7a, %dvh : index
-        %col7 = arith.addi %hb, %dd7 : index
         %tin0 = arith.cmpi ult, %tk0a, %t : index
         %tin1 = arith.cmpi ult, %tk1a, %t : index
         %tin2 = arith.cmpi ult, %tk2a, %t : index
@@ -1482,70 +1607,6 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
         %in3_3 = arith.andi %din3, %tin3 : i1
         scf.if %in3_3 {
           memref.store %acc#15, %o[%tk3, %col3] : memref<?x?xf32>
-        }
-        %in4_0 = arith.andi %din4, %tin0 : i1
-        scf.if %in4_0 {
-          memref.store %acc#16, %o[%tk0, %col4] : memref<?x?xf32>
-        }
-        %in4_1 = arith.andi %din4, %tin1 : i1
-        scf.if %in4_1 {
-          memref.store %acc#17, %o[%tk1, %col4] : memref<?x?xf32>
-        }
-        %in4_2 = arith.andi %din4, %tin2 : i1
-        scf.if %in4_2 {
-          memref.store %acc#18, %o[%tk2, %col4] : memref<?x?xf32>
-        }
-        %in4_3 = arith.andi %din4, %tin3 : i1
-        scf.if %in4_3 {
-          memref.store %acc#19, %o[%tk3, %col4] : memref<?x?xf32>
-        }
-        %in5_0 = arith.andi %din5, %tin0 : i1
-        scf.if %in5_0 {
-          memref.store %acc#20, %o[%tk0, %col5] : memref<?x?xf32>
-        }
-        %in5_1 = arith.andi %din5, %tin1 : i1
-        scf.if %in5_1 {
-          memref.store %acc#21, %o[%tk1, %col5] : memref<?x?xf32>
-        }
-        %in5_2 = arith.andi %din5, %tin2 : i1
-        scf.if %in5_2 {
-          memref.store %acc#22, %o[%tk2, %col5] : memref<?x?xf32>
-        }
-        %in5_3 = arith.andi %din5, %tin3 : i1
-        scf.if %in5_3 {
-          memref.store %acc#23, %o[%tk3, %col5] : memref<?x?xf32>
-        }
-        %in6_0 = arith.andi %din6, %tin0 : i1
-        scf.if %in6_0 {
-          memref.store %acc#24, %o[%tk0, %col6] : memref<?x?xf32>
-        }
-        %in6_1 = arith.andi %din6, %tin1 : i1
-        scf.if %in6_1 {
-          memref.store %acc#25, %o[%tk1, %col6] : memref<?x?xf32>
-        }
-        %in6_2 = arith.andi %din6, %tin2 : i1
-        scf.if %in6_2 {
-          memref.store %acc#26, %o[%tk2, %col6] : memref<?x?xf32>
-        }
-        %in6_3 = arith.andi %din6, %tin3 : i1
-        scf.if %in6_3 {
-          memref.store %acc#27, %o[%tk3, %col6] : memref<?x?xf32>
-        }
-        %in7_0 = arith.andi %din7, %tin0 : i1
-        scf.if %in7_0 {
-          memref.store %acc#28, %o[%tk0, %col7] : memref<?x?xf32>
-        }
-        %in7_1 = arith.andi %din7, %tin1 : i1
-        scf.if %in7_1 {
-          memref.store %acc#29, %o[%tk1, %col7] : memref<?x?xf32>
-        }
-        %in7_2 = arith.andi %din7, %tin2 : i1
-        scf.if %in7_2 {
-          memref.store %acc#30, %o[%tk2, %col7] : memref<?x?xf32>
-        }
-        %in7_3 = arith.andi %din7, %tin3 : i1
-        scf.if %in7_3 {
-          memref.store %acc#31, %o[%tk3, %col7] : memref<?x?xf32>
         }
       }
     }
