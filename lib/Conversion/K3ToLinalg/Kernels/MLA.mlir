@@ -65,45 +65,34 @@ func.func private @k3k_mla_q8(%q: tensor<?x?x!act>, %i0: index, %tlast: index, %
   return %r : vector<8xf32>
 }
 
-// Four terms of q̂[i, h, e] (§5.3) for tokens %i0 .. %i0 + 7 (@k3k_mla_q8),
-// each in its lane of %a: %a + q[., qi] W[row, e] + ... + q[., qi + 3]
-// W[row + 3, e], added in that order. Its loads depend on nothing before
-// them, so that four calls in one loop body put sixteen terms' loads in
-// flight together.
-func.func private @k3k_mla_qk4x8(%q: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %i0: index, %tlast: index,
-                                 %qi: index, %row: index, %e: index, %a: vector<8xf32>) -> vector<8xf32> {
-  %c0 = arith.constant 0 : index
+// Four terms of q̂[i, h, e] (§5.3) for 8 tokens, one in each lane of %a:
+// %a + q0 W[row, e] + ... + q3 W[row + 3, e], added in that order, for the
+// tokens' q elements q0 .. q3 (widened).
+func.func private @k3k_mla_wk4x8(%w: tensor<?x?xbf16>, %row: index, %e: index, %q0: vector<8xf32>,
+                                 %q1: vector<8xf32>, %q2: vector<8xf32>, %q3: vector<8xf32>,
+                                 %a: vector<8xf32>) -> vector<8xf32> {
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index
   %c3 = arith.constant 3 : index
-  %qk0 = arith.addi %qi, %c0 : index
-  %qv0 = func.call @k3k_mla_q8(%q, %i0, %tlast, %qk0) : (tensor<?x?x!act>, index, index, index) -> vector<8xf32>
-  %rk0 = arith.addi %row, %c0 : index
-  %wv0 = tensor.extract %w[%rk0, %e] : tensor<?x?xbf16>
+  %wv0 = tensor.extract %w[%row, %e] : tensor<?x?xbf16>
   %wf0 = arith.extf %wv0 : bf16 to f32
   %wb0 = vector.broadcast %wf0 : f32 to vector<8xf32>
-  %pr0 = arith.mulf %qv0, %wb0 : vector<8xf32>
-  %qk1 = arith.addi %qi, %c1 : index
-  %qv1 = func.call @k3k_mla_q8(%q, %i0, %tlast, %qk1) : (tensor<?x?x!act>, index, index, index) -> vector<8xf32>
+  %pr0 = arith.mulf %q0, %wb0 : vector<8xf32>
   %rk1 = arith.addi %row, %c1 : index
   %wv1 = tensor.extract %w[%rk1, %e] : tensor<?x?xbf16>
   %wf1 = arith.extf %wv1 : bf16 to f32
   %wb1 = vector.broadcast %wf1 : f32 to vector<8xf32>
-  %pr1 = arith.mulf %qv1, %wb1 : vector<8xf32>
-  %qk2 = arith.addi %qi, %c2 : index
-  %qv2 = func.call @k3k_mla_q8(%q, %i0, %tlast, %qk2) : (tensor<?x?x!act>, index, index, index) -> vector<8xf32>
+  %pr1 = arith.mulf %q1, %wb1 : vector<8xf32>
   %rk2 = arith.addi %row, %c2 : index
   %wv2 = tensor.extract %w[%rk2, %e] : tensor<?x?xbf16>
   %wf2 = arith.extf %wv2 : bf16 to f32
   %wb2 = vector.broadcast %wf2 : f32 to vector<8xf32>
-  %pr2 = arith.mulf %qv2, %wb2 : vector<8xf32>
-  %qk3 = arith.addi %qi, %c3 : index
-  %qv3 = func.call @k3k_mla_q8(%q, %i0, %tlast, %qk3) : (tensor<?x?x!act>, index, index, index) -> vector<8xf32>
+  %pr2 = arith.mulf %q2, %wb2 : vector<8xf32>
   %rk3 = arith.addi %row, %c3 : index
   %wv3 = tensor.extract %w[%rk3, %e] : tensor<?x?xbf16>
   %wf3 = arith.extf %wv3 : bf16 to f32
   %wb3 = vector.broadcast %wf3 : f32 to vector<8xf32>
-  %pr3 = arith.mulf %qv3, %wb3 : vector<8xf32>
+  %pr3 = arith.mulf %q3, %wb3 : vector<8xf32>
   %s0 = arith.addf %a, %pr0 : vector<8xf32>
   %s1 = arith.addf %s0, %pr1 : vector<8xf32>
   %s2 = arith.addf %s1, %pr2 : vector<8xf32>
@@ -111,11 +100,31 @@ func.func private @k3k_mla_qk4x8(%q: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %i0
   return %s3 : vector<8xf32>
 }
 
+// Four terms of q̂[i, h, e] for tokens %i0 .. %i0 + 7: q[., qi .. qi + 3]
+// (@k3k_mla_q8) against W rows %row .. %row + 3 (@k3k_mla_wk4x8). Its loads
+// depend on nothing before them, so that four calls in one loop body put
+// sixteen terms' loads in flight together.
+func.func private @k3k_mla_qk4x8(%q: tensor<?x?x!act>, %w: tensor<?x?xbf16>, %i0: index, %tlast: index,
+                                 %qi: index, %row: index, %e: index, %a: vector<8xf32>) -> vector<8xf32> {
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %c3 = arith.constant 3 : index
+  %qv0 = func.call @k3k_mla_q8(%q, %i0, %tlast, %qi) : (tensor<?x?x!act>, index, index, index) -> vector<8xf32>
+  %qk1 = arith.addi %qi, %c1 : index
+  %qv1 = func.call @k3k_mla_q8(%q, %i0, %tlast, %qk1) : (tensor<?x?x!act>, index, index, index) -> vector<8xf32>
+  %qk2 = arith.addi %qi, %c2 : index
+  %qv2 = func.call @k3k_mla_q8(%q, %i0, %tlast, %qk2) : (tensor<?x?x!act>, index, index, index) -> vector<8xf32>
+  %qk3 = arith.addi %qi, %c3 : index
+  %qv3 = func.call @k3k_mla_q8(%q, %i0, %tlast, %qk3) : (tensor<?x?x!act>, index, index, index) -> vector<8xf32>
+  %r = func.call @k3k_mla_wk4x8(%w, %row, %e, %qv0, %qv1, %qv2, %qv3, %a) : (tensor<?x?xbf16>, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> vector<8xf32>
+  return %r : vector<8xf32>
+}
+
 // Eight terms of q̂[i, h, e] for tokens %i0 .. %i0 + 7, as @k3k_mla_qk4x8
 // twice (the same products, added in d order), but each token's 8 elements
 // q[., qi .. qi + 7] come in one 16-byte load (the caller has checked that
 // q allows it: rows of a multiple of 8 elements, base aligned, qi % 8 ==
-// 0), 8 loads instead of 64.
+// 0), 8 loads instead of 64, then transposed to one vector per element.
 func.func private @k3k_mla_qk8x8(%qm: memref<?x?x!act>, %w: tensor<?x?xbf16>, %i0: index, %tlast: index,
                                  %qi: index, %row: index, %e: index, %a: vector<8xf32>) -> vector<8xf32> {
   %c0 = arith.constant 0 : index
@@ -158,127 +167,82 @@ func.func private @k3k_mla_qk8x8(%qm: memref<?x?x!act>, %w: tensor<?x?xbf16>, %i
   %j7 = arith.minui %j7a, %tlast : index
   %v7 = vector.load %qm[%j7, %qi] {alignment = 16 : i64} : memref<?x?x!act>, vector<8x!act>
   %f7 = func.call @k3k_widen8(%v7) : (vector<8x!act>) -> vector<8xf32>
-  %r0 = arith.addi %row, %c0 : index
-  %wv0 = tensor.extract %w[%r0, %e] : tensor<?x?xbf16>
-  %wf0 = arith.extf %wv0 : bf16 to f32
-  %wb0 = vector.broadcast %wf0 : f32 to vector<8xf32>
-  %r1 = arith.addi %row, %c1 : index
-  %wv1 = tensor.extract %w[%r1, %e] : tensor<?x?xbf16>
-  %wf1 = arith.extf %wv1 : bf16 to f32
-  %wb1 = vector.broadcast %wf1 : f32 to vector<8xf32>
-  %r2 = arith.addi %row, %c2 : index
-  %wv2 = tensor.extract %w[%r2, %e] : tensor<?x?xbf16>
-  %wf2 = arith.extf %wv2 : bf16 to f32
-  %wb2 = vector.broadcast %wf2 : f32 to vector<8xf32>
-  %r3 = arith.addi %row, %c3 : index
-  %wv3 = tensor.extract %w[%r3, %e] : tensor<?x?xbf16>
-  %wf3 = arith.extf %wv3 : bf16 to f32
-  %wb3 = vector.broadcast %wf3 : f32 to vector<8xf32>
-  %r4 = arith.addi %row, %c4 : index
-  %wv4 = tensor.extract %w[%r4, %e] : tensor<?x?xbf16>
-  %wf4 = arith.extf %wv4 : bf16 to f32
-  %wb4 = vector.broadcast %wf4 : f32 to vector<8xf32>
-  %r5 = arith.addi %row, %c5 : index
-  %wv5 = tensor.extract %w[%r5, %e] : tensor<?x?xbf16>
-  %wf5 = arith.extf %wv5 : bf16 to f32
-  %wb5 = vector.broadcast %wf5 : f32 to vector<8xf32>
-  %r6 = arith.addi %row, %c6 : index
-  %wv6 = tensor.extract %w[%r6, %e] : tensor<?x?xbf16>
-  %wf6 = arith.extf %wv6 : bf16 to f32
-  %wb6 = vector.broadcast %wf6 : f32 to vector<8xf32>
-  %r7 = arith.addi %row, %c7 : index
-  %wv7 = tensor.extract %w[%r7, %e] : tensor<?x?xbf16>
-  %wf7 = arith.extf %wv7 : bf16 to f32
-  %wb7 = vector.broadcast %wf7 : f32 to vector<8xf32>
-  %q0_0 = vector.extract %f0[0] : f32 from vector<8xf32>
-  %q0_1 = vector.extract %f1[0] : f32 from vector<8xf32>
-  %q0_2 = vector.extract %f2[0] : f32 from vector<8xf32>
-  %q0_3 = vector.extract %f3[0] : f32 from vector<8xf32>
-  %q0_4 = vector.extract %f4[0] : f32 from vector<8xf32>
-  %q0_5 = vector.extract %f5[0] : f32 from vector<8xf32>
-  %q0_6 = vector.extract %f6[0] : f32 from vector<8xf32>
-  %q0_7 = vector.extract %f7[0] : f32 from vector<8xf32>
-  %qv0 = vector.from_elements %q0_0, %q0_1, %q0_2, %q0_3, %q0_4, %q0_5, %q0_6, %q0_7 : vector<8xf32>
-  %pr0 = arith.mulf %qv0, %wb0 : vector<8xf32>
-  %q1_0 = vector.extract %f0[1] : f32 from vector<8xf32>
-  %q1_1 = vector.extract %f1[1] : f32 from vector<8xf32>
-  %q1_2 = vector.extract %f2[1] : f32 from vector<8xf32>
-  %q1_3 = vector.extract %f3[1] : f32 from vector<8xf32>
-  %q1_4 = vector.extract %f4[1] : f32 from vector<8xf32>
-  %q1_5 = vector.extract %f5[1] : f32 from vector<8xf32>
-  %q1_6 = vector.extract %f6[1] : f32 from vector<8xf32>
-  %q1_7 = vector.extract %f7[1] : f32 from vector<8xf32>
-  %qv1 = vector.from_elements %q1_0, %q1_1, %q1_2, %q1_3, %q1_4, %q1_5, %q1_6, %q1_7 : vector<8xf32>
-  %pr1 = arith.mulf %qv1, %wb1 : vector<8xf32>
-  %q2_0 = vector.extract %f0[2] : f32 from vector<8xf32>
-  %q2_1 = vector.extract %f1[2] : f32 from vector<8xf32>
-  %q2_2 = vector.extract %f2[2] : f32 from vector<8xf32>
-  %q2_3 = vector.extract %f3[2] : f32 from vector<8xf32>
-  %q2_4 = vector.extract %f4[2] : f32 from vector<8xf32>
-  %q2_5 = vector.extract %f5[2] : f32 from vector<8xf32>
-  %q2_6 = vector.extract %f6[2] : f32 from vector<8xf32>
-  %q2_7 = vector.extract %f7[2] : f32 from vector<8xf32>
-  %qv2 = vector.from_elements %q2_0, %q2_1, %q2_2, %q2_3, %q2_4, %q2_5, %q2_6, %q2_7 : vector<8xf32>
-  %pr2 = arith.mulf %qv2, %wb2 : vector<8xf32>
-  %q3_0 = vector.extract %f0[3] : f32 from vector<8xf32>
-  %q3_1 = vector.extract %f1[3] : f32 from vector<8xf32>
-  %q3_2 = vector.extract %f2[3] : f32 from vector<8xf32>
-  %q3_3 = vector.extract %f3[3] : f32 from vector<8xf32>
-  %q3_4 = vector.extract %f4[3] : f32 from vector<8xf32>
-  %q3_5 = vector.extract %f5[3] : f32 from vector<8xf32>
-  %q3_6 = vector.extract %f6[3] : f32 from vector<8xf32>
-  %q3_7 = vector.extract %f7[3] : f32 from vector<8xf32>
-  %qv3 = vector.from_elements %q3_0, %q3_1, %q3_2, %q3_3, %q3_4, %q3_5, %q3_6, %q3_7 : vector<8xf32>
-  %pr3 = arith.mulf %qv3, %wb3 : vector<8xf32>
-  %q4_0 = vector.extract %f0[4] : f32 from vector<8xf32>
-  %q4_1 = vector.extract %f1[4] : f32 from vector<8xf32>
-  %q4_2 = vector.extract %f2[4] : f32 from vector<8xf32>
-  %q4_3 = vector.extract %f3[4] : f32 from vector<8xf32>
-  %q4_4 = vector.extract %f4[4] : f32 from vector<8xf32>
-  %q4_5 = vector.extract %f5[4] : f32 from vector<8xf32>
-  %q4_6 = vector.extract %f6[4] : f32 from vector<8xf32>
-  %q4_7 = vector.extract %f7[4] : f32 from vector<8xf32>
-  %qv4 = vector.from_elements %q4_0, %q4_1, %q4_2, %q4_3, %q4_4, %q4_5, %q4_6, %q4_7 : vector<8xf32>
-  %pr4 = arith.mulf %qv4, %wb4 : vector<8xf32>
-  %q5_0 = vector.extract %f0[5] : f32 from vector<8xf32>
-  %q5_1 = vector.extract %f1[5] : f32 from vector<8xf32>
-  %q5_2 = vector.extract %f2[5] : f32 from vector<8xf32>
-  %q5_3 = vector.extract %f3[5] : f32 from vector<8xf32>
-  %q5_4 = vector.extract %f4[5] : f32 from vector<8xf32>
-  %q5_5 = vector.extract %f5[5] : f32 from vector<8xf32>
-  %q5_6 = vector.extract %f6[5] : f32 from vector<8xf32>
-  %q5_7 = vector.extract %f7[5] : f32 from vector<8xf32>
-  %qv5 = vector.from_elements %q5_0, %q5_1, %q5_2, %q5_3, %q5_4, %q5_5, %q5_6, %q5_7 : vector<8xf32>
-  %pr5 = arith.mulf %qv5, %wb5 : vector<8xf32>
-  %q6_0 = vector.extract %f0[6] : f32 from vector<8xf32>
-  %q6_1 = vector.extract %f1[6] : f32 from vector<8xf32>
-  %q6_2 = vector.extract %f2[6] : f32 from vector<8xf32>
-  %q6_3 = vector.extract %f3[6] : f32 from vector<8xf32>
-  %q6_4 = vector.extract %f4[6] : f32 from vector<8xf32>
-  %q6_5 = vector.extract %f5[6] : f32 from vector<8xf32>
-  %q6_6 = vector.extract %f6[6] : f32 from vector<8xf32>
-  %q6_7 = vector.extract %f7[6] : f32 from vector<8xf32>
-  %qv6 = vector.from_elements %q6_0, %q6_1, %q6_2, %q6_3, %q6_4, %q6_5, %q6_6, %q6_7 : vector<8xf32>
-  %pr6 = arith.mulf %qv6, %wb6 : vector<8xf32>
-  %q7_0 = vector.extract %f0[7] : f32 from vector<8xf32>
-  %q7_1 = vector.extract %f1[7] : f32 from vector<8xf32>
-  %q7_2 = vector.extract %f2[7] : f32 from vector<8xf32>
-  %q7_3 = vector.extract %f3[7] : f32 from vector<8xf32>
-  %q7_4 = vector.extract %f4[7] : f32 from vector<8xf32>
-  %q7_5 = vector.extract %f5[7] : f32 from vector<8xf32>
-  %q7_6 = vector.extract %f6[7] : f32 from vector<8xf32>
-  %q7_7 = vector.extract %f7[7] : f32 from vector<8xf32>
-  %qv7 = vector.from_elements %q7_0, %q7_1, %q7_2, %q7_3, %q7_4, %q7_5, %q7_6, %q7_7 : vector<8xf32>
-  %pr7 = arith.mulf %qv7, %wb7 : vector<8xf32>
-  %s0 = arith.addf %a, %pr0 : vector<8xf32>
-  %s1 = arith.addf %s0, %pr1 : vector<8xf32>
-  %s2 = arith.addf %s1, %pr2 : vector<8xf32>
-  %s3 = arith.addf %s2, %pr3 : vector<8xf32>
-  %s4 = arith.addf %s3, %pr4 : vector<8xf32>
-  %s5 = arith.addf %s4, %pr5 : vector<8xf32>
-  %s6 = arith.addf %s5, %pr6 : vector<8xf32>
-  %s7 = arith.addf %s6, %pr7 : vector<8xf32>
-  return %s7 : vector<8xf32>
+  %x0_0 = vector.extract %f0[0] : f32 from vector<8xf32>
+  %x0_1 = vector.extract %f1[0] : f32 from vector<8xf32>
+  %x0_2 = vector.extract %f2[0] : f32 from vector<8xf32>
+  %x0_3 = vector.extract %f3[0] : f32 from vector<8xf32>
+  %x0_4 = vector.extract %f4[0] : f32 from vector<8xf32>
+  %x0_5 = vector.extract %f5[0] : f32 from vector<8xf32>
+  %x0_6 = vector.extract %f6[0] : f32 from vector<8xf32>
+  %x0_7 = vector.extract %f7[0] : f32 from vector<8xf32>
+  %q0 = vector.from_elements %x0_0, %x0_1, %x0_2, %x0_3, %x0_4, %x0_5, %x0_6, %x0_7 : vector<8xf32>
+  %x1_0 = vector.extract %f0[1] : f32 from vector<8xf32>
+  %x1_1 = vector.extract %f1[1] : f32 from vector<8xf32>
+  %x1_2 = vector.extract %f2[1] : f32 from vector<8xf32>
+  %x1_3 = vector.extract %f3[1] : f32 from vector<8xf32>
+  %x1_4 = vector.extract %f4[1] : f32 from vector<8xf32>
+  %x1_5 = vector.extract %f5[1] : f32 from vector<8xf32>
+  %x1_6 = vector.extract %f6[1] : f32 from vector<8xf32>
+  %x1_7 = vector.extract %f7[1] : f32 from vector<8xf32>
+  %q1 = vector.from_elements %x1_0, %x1_1, %x1_2, %x1_3, %x1_4, %x1_5, %x1_6, %x1_7 : vector<8xf32>
+  %x2_0 = vector.extract %f0[2] : f32 from vector<8xf32>
+  %x2_1 = vector.extract %f1[2] : f32 from vector<8xf32>
+  %x2_2 = vector.extract %f2[2] : f32 from vector<8xf32>
+  %x2_3 = vector.extract %f3[2] : f32 from vector<8xf32>
+  %x2_4 = vector.extract %f4[2] : f32 from vector<8xf32>
+  %x2_5 = vector.extract %f5[2] : f32 from vector<8xf32>
+  %x2_6 = vector.extract %f6[2] : f32 from vector<8xf32>
+  %x2_7 = vector.extract %f7[2] : f32 from vector<8xf32>
+  %q2 = vector.from_elements %x2_0, %x2_1, %x2_2, %x2_3, %x2_4, %x2_5, %x2_6, %x2_7 : vector<8xf32>
+  %x3_0 = vector.extract %f0[3] : f32 from vector<8xf32>
+  %x3_1 = vector.extract %f1[3] : f32 from vector<8xf32>
+  %x3_2 = vector.extract %f2[3] : f32 from vector<8xf32>
+  %x3_3 = vector.extract %f3[3] : f32 from vector<8xf32>
+  %x3_4 = vector.extract %f4[3] : f32 from vector<8xf32>
+  %x3_5 = vector.extract %f5[3] : f32 from vector<8xf32>
+  %x3_6 = vector.extract %f6[3] : f32 from vector<8xf32>
+  %x3_7 = vector.extract %f7[3] : f32 from vector<8xf32>
+  %q3 = vector.from_elements %x3_0, %x3_1, %x3_2, %x3_3, %x3_4, %x3_5, %x3_6, %x3_7 : vector<8xf32>
+  %x4_0 = vector.extract %f0[4] : f32 from vector<8xf32>
+  %x4_1 = vector.extract %f1[4] : f32 from vector<8xf32>
+  %x4_2 = vector.extract %f2[4] : f32 from vector<8xf32>
+  %x4_3 = vector.extract %f3[4] : f32 from vector<8xf32>
+  %x4_4 = vector.extract %f4[4] : f32 from vector<8xf32>
+  %x4_5 = vector.extract %f5[4] : f32 from vector<8xf32>
+  %x4_6 = vector.extract %f6[4] : f32 from vector<8xf32>
+  %x4_7 = vector.extract %f7[4] : f32 from vector<8xf32>
+  %q4 = vector.from_elements %x4_0, %x4_1, %x4_2, %x4_3, %x4_4, %x4_5, %x4_6, %x4_7 : vector<8xf32>
+  %x5_0 = vector.extract %f0[5] : f32 from vector<8xf32>
+  %x5_1 = vector.extract %f1[5] : f32 from vector<8xf32>
+  %x5_2 = vector.extract %f2[5] : f32 from vector<8xf32>
+  %x5_3 = vector.extract %f3[5] : f32 from vector<8xf32>
+  %x5_4 = vector.extract %f4[5] : f32 from vector<8xf32>
+  %x5_5 = vector.extract %f5[5] : f32 from vector<8xf32>
+  %x5_6 = vector.extract %f6[5] : f32 from vector<8xf32>
+  %x5_7 = vector.extract %f7[5] : f32 from vector<8xf32>
+  %q5 = vector.from_elements %x5_0, %x5_1, %x5_2, %x5_3, %x5_4, %x5_5, %x5_6, %x5_7 : vector<8xf32>
+  %x6_0 = vector.extract %f0[6] : f32 from vector<8xf32>
+  %x6_1 = vector.extract %f1[6] : f32 from vector<8xf32>
+  %x6_2 = vector.extract %f2[6] : f32 from vector<8xf32>
+  %x6_3 = vector.extract %f3[6] : f32 from vector<8xf32>
+  %x6_4 = vector.extract %f4[6] : f32 from vector<8xf32>
+  %x6_5 = vector.extract %f5[6] : f32 from vector<8xf32>
+  %x6_6 = vector.extract %f6[6] : f32 from vector<8xf32>
+  %x6_7 = vector.extract %f7[6] : f32 from vector<8xf32>
+  %q6 = vector.from_elements %x6_0, %x6_1, %x6_2, %x6_3, %x6_4, %x6_5, %x6_6, %x6_7 : vector<8xf32>
+  %x7_0 = vector.extract %f0[7] : f32 from vector<8xf32>
+  %x7_1 = vector.extract %f1[7] : f32 from vector<8xf32>
+  %x7_2 = vector.extract %f2[7] : f32 from vector<8xf32>
+  %x7_3 = vector.extract %f3[7] : f32 from vector<8xf32>
+  %x7_4 = vector.extract %f4[7] : f32 from vector<8xf32>
+  %x7_5 = vector.extract %f5[7] : f32 from vector<8xf32>
+  %x7_6 = vector.extract %f6[7] : f32 from vector<8xf32>
+  %x7_7 = vector.extract %f7[7] : f32 from vector<8xf32>
+  %q7 = vector.from_elements %x7_0, %x7_1, %x7_2, %x7_3, %x7_4, %x7_5, %x7_6, %x7_7 : vector<8xf32>
+  %s4 = func.call @k3k_mla_wk4x8(%w, %row, %e, %q0, %q1, %q2, %q3, %a) : (tensor<?x?xbf16>, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> vector<8xf32>
+  %row4 = arith.addi %row, %c4 : index
+  %s8 = func.call @k3k_mla_wk4x8(%w, %row4, %e, %q4, %q5, %q6, %q7, %s4) : (tensor<?x?xbf16>, index, index, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>) -> vector<8xf32>
+  return %s8 : vector<8xf32>
 }
 
 // Stores element k of %v at qt[%i0 + k, %e, %hp] for the tokens below %t.
