@@ -301,12 +301,17 @@ static CUstream theStream(void) {
  * computes depends on how it was queued.
  *
  * A call is cut into segments at its kFirstCut-th launch, then at four
- * times as many, and so on (16, 64, 256, ...), each segment a graph of its
- * own: the GPU starts on the call's first kernels while the host records
- * the rest (recording a batch-1 decode step of K3's widths takes 0.05 to
- * 0.2 ms, which the GPU waited for when the call was one graph), and each
- * segment is queued before the GPU reaches it. The cuts depend only on the
- * count of launches, so a replayed call cuts where it did before.
+ * times as many, and so on (4, 16, 64, 256, ...), each segment a graph of
+ * its own: the GPU starts on the call's first kernels while the host
+ * records the rest (recording a batch-1 decode step of K3's widths takes
+ * 0.05 to 0.2 ms, which the GPU waited for when the call was one graph),
+ * and each segment is queued before the GPU reaches it. The cuts depend
+ * only on the count of launches, so a replayed call cuts where it did
+ * before. (A first cut at 16 launches instead of 4 left the GPU idle 20-25
+ * us longer per batch-1 step of k3-group, H200, BENCHMARKS.md thirty-fourth
+ * session; 4 launches queued one by one instead of as a graph spread the
+ * first kernels apart: BENCHMARKS.md, "A first segment of 4 launches
+ * queued one by one".)
  *
  * Within a graph, a kernel waits only for the kernels it must (the DAG;
  * K3RT_CUDA_GRAPH_DAG=0 chains them all, for comparisons): k3c gives each
@@ -325,8 +330,8 @@ static CUstream theStream(void) {
 
 enum {
   kGraphs = 64,       /* graphs kept (segments of calls) */
-  kGraphMin = 8,      /* segments with fewer launches are queued one by one */
-  kFirstCut = 16,     /* a call's first segment; each next is 4x as far */
+  kGraphMin = 4,      /* segments with fewer launches are queued one by one */
+  kFirstCut = 4,      /* a call's first segment; each next is 4x as far */
   kMaxParams = 1024,  /* arguments of one kernel (memrefs are expanded) */
   kParamCache = 1024, /* kernels whose argument sizes are known */
 };
