@@ -20,6 +20,10 @@
 #           every PyTorch peer in one process, per-kernel profile and
 #           the launch trace of a batch-1 step                        ~330 s
 #   f32     agreement of the f32 library with the f32 peer            ~40 s
+#   lean    a run of record for a session short of device time: k3c and
+#           the PyTorch peers (eager, torch.compile) at batch 1 with the
+#           per-kernel profile and the trace of 5 batch-1 steps, then k3c
+#           alone at batches 8 and 64 (no prefill, no fla peer)     ~150 s
 #   trace64 the launch trace of a batch-64 step (TRACEB=B: of batch B,
 #           in the same files)                                        ~30 s
 #   prof    per-kernel profile of batch-1 and batch-8 steps (PROFB="1,8"),
@@ -104,6 +108,17 @@ if has peers; then
     --prefill-chunk 512 --reps 5 --peer $fla --profile --trace "$out/decode-trace.json" --trace-steps 5 \
     --json "$out/decode.json" > "$out/decode.txt" 2>&1
   echo "rc=$?"; grep "median\|Error\|vs torch" "$out/decode.txt"
+fi
+
+if has lean; then
+  say lean
+  timeout 240 "${bench[@]}" --lib "$gb/k3-group.so" --batches 1 --prefill "" --reps 5 \
+    --peer --profile --trace "$out/decode-trace.json" --trace-steps 5 \
+    --json "$out/decode.json" > "$out/decode.txt" 2>&1
+  echo "rc=$?"; grep "median\|Error\|vs torch" "$out/decode.txt"
+  timeout 120 "${bench[@]}" --lib "$gb/k3-group.so" --batches 8,64 --prefill "" --reps 5 \
+    --compare-prompt 0 --profile --json "$out/decode-k3c.json" > "$out/decode-k3c.txt" 2>&1
+  echo "rc=$?"; grep "median\|Error" "$out/decode-k3c.txt"
 fi
 
 if has f32; then
