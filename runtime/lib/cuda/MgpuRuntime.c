@@ -307,7 +307,7 @@ static CUstream theStream(void) {
  * 0.05 to 0.2 ms, which the GPU waited for when the call was one graph),
  * and each segment is queued before the GPU reaches it. The cuts depend
  * only on the count of launches, so a replayed call cuts where it did
- * before. (A first cut at 16 launches instead of 4 left the GPU idle 20-25
+ * before. (A first cut at 16 launches instead of 4 left the GPU idle 23-26
  * us longer per batch-1 step of k3-group, H200, BENCHMARKS.md thirty-fourth
  * session; 4 launches queued one by one instead of as a graph spread the
  * first kernels apart: BENCHMARKS.md, "A first segment of 4 launches
