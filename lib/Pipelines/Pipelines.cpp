@@ -108,6 +108,7 @@ LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
   K3GPUMLAMMAPassOptions mla;
   mla.sm = mma.sm;
   pm.addPass(createK3GPUMLAMMAPass(mla));
+  pm.addPass(createK3GPUMLASoftmaxPass());
   if (failed(parsePassPipeline(kGPUMap, pm)))
     return failure();
   pm.addNestedPass<func::FuncOp>(createK3GPUWarpReducePass());

@@ -739,6 +739,31 @@ def K3GPUSkinnyMMAPass : Pass<"k3-gpu-skinny-mma", "::mlir::ModuleOp"> {
                            "::mlir::scf::SCFDialect"];
 }
 
+def K3GPUMLASoftmaxPass : Pass<"k3-gpu-mla-softmax", "::mlir::ModuleOp"> {
+  let summary = "The MLA decode softmax in one kernel, a block per head";
+  let description = [{
+    A function marked `k3.mla_softmax` (`Kernels/MLA.mlir`:
+    @k3k_mla_softmax; arguments p `[T, NH, CAP]` f32, ntk `[T]` index, pmax
+    `[T, NH, C]`, rowmax `[T, NH]`, psum `[T, NH, C]`, rowsum `[T, NH]` f32,
+    C = ⌈CAP / 512⌉) gets a second body, chosen at run time by `scf.if`
+    (those shapes): one `gpu.launch` of 16 warps per (head, token). Warp w
+    takes the 512-row chunks w, w + 16, ... (a lane's 16 rows of a chunk
+    loaded together): the maximum over rows below n_i (lane, xor-shuffle
+    tree, the warps' maxima through workgroup memory, global
+    `k3k_mla_softmax_maxima`, one barrier), then per chunk exp(s - max)
+    stored in place and summed per lane in row order, the warp's tree into
+    psum; after a barrier warp 0 sums the chunks (lane l: l, l + 32, ...,
+    then the tree) into rowsum. These are the orders of the generic body's
+    kernels after `k3-gpu-warp-reduce`, so p and rowsum have their bits;
+    pmax and rowmax are not written. Runs before `k3-gpu-warp-reduce`.
+  }];
+  let dependentDialects = ["::mlir::gpu::GPUDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::math::MathDialect",
+                           "::mlir::memref::MemRefDialect",
+                           "::mlir::scf::SCFDialect"];
+}
+
 def K3GPUMLAMMAPass : Pass<"k3-gpu-mla-mma", "::mlir::ModuleOp"> {
   let summary = "MLA decode scores and weighted sums on the tensor cores";
   let description = [{

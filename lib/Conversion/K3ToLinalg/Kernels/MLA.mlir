@@ -788,6 +788,94 @@ func.func private @k3k_mla_scores(%qt: memref<?x?x?xf32>, %pool2: memref<?x?x!ac
   return
 }
 
+// Softmax of a decode step's scores per (token, head), in place over the
+// token's n_i rows of p [T, NH, CAP]: the maximum, p = exp(s - max), the sum
+// in rowsum [T, NH]. pmax, rowmax and psum ([T, NH, ⌈CAP / 512⌉], [T, NH],
+// [T, NH, ⌈CAP / 512⌉]) hold the chunks' maxima, the maxima and the chunks'
+// sums. `k3.mla_softmax`: k3-gpu-mla-softmax gives it a one-kernel body.
+func.func private @k3k_mla_softmax(%p: memref<?x?x?xf32>, %ntk: memref<?xindex>, %pmax: memref<?x?x?xf32>,
+                                   %rowmax: memref<?x?xf32>, %psum: memref<?x?x?xf32>, %rowsum: memref<?x?xf32>)
+    attributes {k3.mla_softmax} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %c8 = arith.constant 8 : index
+  %yes = arith.constant true
+  %zero = arith.constant 0.0 : f32
+  %ninf = arith.constant 0xFF800000 : f32
+  %chunk = arith.constant 512 : index
+  %t = memref.dim %p, %c0 : memref<?x?x?xf32>
+  %nh = memref.dim %p, %c1 : memref<?x?x?xf32>
+  %cap = memref.dim %p, %c2 : memref<?x?x?xf32>
+  %nch = memref.dim %pmax, %c2 : memref<?x?x?xf32>
+  // Softmax per (token, head): the maximum, exp(s - max) in place, the sum.
+  // The maximum and the sum in chunks of 512 rows (one kernel over every
+  // (token, head, chunk), so that a batch-1 step's few rows still make
+  // many warps), then the chunks' results in chunk order; a chunk past the
+  // token's n_i gives -inf or 0, which change nothing, so the result
+  // depends on n_i only.
+  scf.parallel (%i, %h, %ch) = (%c0, %c0, %c0) to (%t, %nh, %nch) step (%c1, %c1, %c1) {
+    %ntok = func.call @k3k_mla_rows(%ntk, %i, %yes, %cap) : (memref<?xindex>, index, i1, index) -> index
+    %lo = arith.muli %ch, %chunk : index
+    %lo2 = arith.addi %lo, %chunk : index
+    %hi = arith.minui %lo2, %ntok : index
+    %mx = scf.for %j = %lo to %hi step %c1 iter_args(%m = %ninf) -> (f32) {
+      %sc = memref.load %p[%i, %h, %j] : memref<?x?x?xf32>
+      %m2 = arith.maximumf %m, %sc : f32
+      scf.yield %m2 : f32
+    }
+    memref.store %mx, %pmax[%i, %h, %ch] : memref<?x?x?xf32>
+  }
+  scf.parallel (%i, %h) = (%c0, %c0) to (%t, %nh) step (%c1, %c1) {
+    %mx = scf.for %ch = %c0 to %nch step %c1 iter_args(%m = %ninf) -> (f32) {
+      %pm = memref.load %pmax[%i, %h, %ch] : memref<?x?x?xf32>
+      %m2 = arith.maximumf %m, %pm : f32
+      scf.yield %m2 : f32
+    }
+    memref.store %mx, %rowmax[%i, %h] : memref<?x?xf32>
+  }
+  // exp in place, 8 rows per thread (row jt + k·⌈n/8⌉: the threads of a
+  // warp on consecutive rows), so that a batch's many rows make a grid of
+  // tens of thousands of blocks, not of millions.
+  %nj8 = arith.ceildivui %cap, %c8 : index
+  scf.parallel (%i, %h, %jt) = (%c0, %c0, %c0) to (%t, %nh, %nj8) step (%c1, %c1, %c1) {
+    %ntok = func.call @k3k_mla_rows(%ntk, %i, %yes, %cap) : (memref<?xindex>, index, i1, index) -> index
+    %mx = memref.load %rowmax[%i, %h] : memref<?x?xf32>
+    scf.for %k = %c0 to %c8 step %c1 {
+      %jk = arith.muli %k, %nj8 : index
+      %j = arith.addi %jk, %jt : index
+      %jin = arith.cmpi ult, %j, %ntok : index
+      scf.if %jin {
+        %s = memref.load %p[%i, %h, %j] : memref<?x?x?xf32>
+        %d = arith.subf %s, %mx : f32
+        %e = math.exp %d : f32
+        memref.store %e, %p[%i, %h, %j] : memref<?x?x?xf32>
+      }
+    }
+  }
+  scf.parallel (%i, %h, %ch) = (%c0, %c0, %c0) to (%t, %nh, %nch) step (%c1, %c1, %c1) {
+    %ntok = func.call @k3k_mla_rows(%ntk, %i, %yes, %cap) : (memref<?xindex>, index, i1, index) -> index
+    %lo = arith.muli %ch, %chunk : index
+    %lo2 = arith.addi %lo, %chunk : index
+    %hi = arith.minui %lo2, %ntok : index
+    %sum = scf.for %j = %lo to %hi step %c1 iter_args(%a = %zero) -> (f32) {
+      %e = memref.load %p[%i, %h, %j] : memref<?x?x?xf32>
+      %s2 = arith.addf %a, %e : f32
+      scf.yield %s2 : f32
+    }
+    memref.store %sum, %psum[%i, %h, %ch] : memref<?x?x?xf32>
+  }
+  scf.parallel (%i, %h) = (%c0, %c0) to (%t, %nh) step (%c1, %c1) {
+    %sum = scf.for %ch = %c0 to %nch step %c1 iter_args(%a = %zero) -> (f32) {
+      %ps = memref.load %psum[%i, %h, %ch] : memref<?x?x?xf32>
+      %s2 = arith.addf %a, %ps : f32
+      scf.yield %s2 : f32
+    }
+    memref.store %sum, %rowsum[%i, %h] : memref<?x?xf32>
+  }
+  return
+}
+
 // The weighted sums of a decode step over slices of each token's cached rows:
 // partial[i, h, pt, e] = Σ_{j in slice pt} p[i, h, j] · c_j[e] (e < R).
 // `k3.mla_wsum`: k3-gpu-mla-mma gives it a tensor-core body on sm_80+.
@@ -1295,76 +1383,14 @@ func.func private @k3k_gated_mla(%x: tensor<?x?x!act>, %wqa: tensor<?x?xbf16>, %
     %pool2 = memref.collapse_shape %pool [[0, 1], [2]] : memref<?x?x?x!act> into memref<?x?x!act>
     %c8 = arith.constant 8 : index
     func.call @k3k_mla_scores(%qt, %pool2, %rows, %ntk, %p, %scale) : (memref<?x?x?xf32>, memref<?x?x!act>, memref<?x?xindex>, memref<?xindex>, memref<?x?x?xf32>, f32) -> ()
-    // Softmax per (token, head): the maximum, exp(s - max) in place, the sum.
-    // The maximum and the sum in chunks of 512 rows (one kernel over every
-    // (token, head, chunk), so that a batch-1 step's few rows still make
-    // many warps), then the chunks' results in chunk order; a chunk past the
-    // token's n_i gives -inf or 0, which change nothing, so the result
-    // depends on n_i only.
+    // Softmax per (token, head) (@k3k_mla_softmax): p = exp(s - max) in
+    // place, the sums in rowsum.
     %chunk = arith.constant 512 : index
     %nch = arith.ceildivui %cap, %chunk : index
     %pmax = memref.alloc(%t, %nh, %nch) : memref<?x?x?xf32>
-    scf.parallel (%i, %h, %ch) = (%c0, %c0, %c0) to (%t, %nh, %nch) step (%c1, %c1, %c1) {
-      %ntok = func.call @k3k_mla_rows(%ntk, %i, %yes, %cap) : (memref<?xindex>, index, i1, index) -> index
-      %lo = arith.muli %ch, %chunk : index
-      %lo2 = arith.addi %lo, %chunk : index
-      %hi = arith.minui %lo2, %ntok : index
-      %mx = scf.for %j = %lo to %hi step %c1 iter_args(%m = %ninf) -> (f32) {
-        %sc = memref.load %p[%i, %h, %j] : memref<?x?x?xf32>
-        %m2 = arith.maximumf %m, %sc : f32
-        scf.yield %m2 : f32
-      }
-      memref.store %mx, %pmax[%i, %h, %ch] : memref<?x?x?xf32>
-    }
     %rowmax = memref.alloc(%t, %nh) : memref<?x?xf32>
-    scf.parallel (%i, %h) = (%c0, %c0) to (%t, %nh) step (%c1, %c1) {
-      %mx = scf.for %ch = %c0 to %nch step %c1 iter_args(%m = %ninf) -> (f32) {
-        %pm = memref.load %pmax[%i, %h, %ch] : memref<?x?x?xf32>
-        %m2 = arith.maximumf %m, %pm : f32
-        scf.yield %m2 : f32
-      }
-      memref.store %mx, %rowmax[%i, %h] : memref<?x?xf32>
-    }
-    // exp in place, 8 rows per thread (row jt + k·⌈n/8⌉: the threads of a
-    // warp on consecutive rows), so that a batch's many rows make a grid of
-    // tens of thousands of blocks, not of millions.
-    %nj8 = arith.ceildivui %cap, %c8 : index
-    scf.parallel (%i, %h, %jt) = (%c0, %c0, %c0) to (%t, %nh, %nj8) step (%c1, %c1, %c1) {
-      %ntok = func.call @k3k_mla_rows(%ntk, %i, %yes, %cap) : (memref<?xindex>, index, i1, index) -> index
-      %mx = memref.load %rowmax[%i, %h] : memref<?x?xf32>
-      scf.for %k = %c0 to %c8 step %c1 {
-        %jk = arith.muli %k, %nj8 : index
-        %j = arith.addi %jk, %jt : index
-        %jin = arith.cmpi ult, %j, %ntok : index
-        scf.if %jin {
-          %s = memref.load %p[%i, %h, %j] : memref<?x?x?xf32>
-          %d = arith.subf %s, %mx : f32
-          %e = math.exp %d : f32
-          memref.store %e, %p[%i, %h, %j] : memref<?x?x?xf32>
-        }
-      }
-    }
     %psum = memref.alloc(%t, %nh, %nch) : memref<?x?x?xf32>
-    scf.parallel (%i, %h, %ch) = (%c0, %c0, %c0) to (%t, %nh, %nch) step (%c1, %c1, %c1) {
-      %ntok = func.call @k3k_mla_rows(%ntk, %i, %yes, %cap) : (memref<?xindex>, index, i1, index) -> index
-      %lo = arith.muli %ch, %chunk : index
-      %lo2 = arith.addi %lo, %chunk : index
-      %hi = arith.minui %lo2, %ntok : index
-      %sum = scf.for %j = %lo to %hi step %c1 iter_args(%a = %zero) -> (f32) {
-        %e = memref.load %p[%i, %h, %j] : memref<?x?x?xf32>
-        %s2 = arith.addf %a, %e : f32
-        scf.yield %s2 : f32
-      }
-      memref.store %sum, %psum[%i, %h, %ch] : memref<?x?x?xf32>
-    }
-    scf.parallel (%i, %h) = (%c0, %c0) to (%t, %nh) step (%c1, %c1) {
-      %sum = scf.for %ch = %c0 to %nch step %c1 iter_args(%a = %zero) -> (f32) {
-        %ps = memref.load %psum[%i, %h, %ch] : memref<?x?x?xf32>
-        %s2 = arith.addf %a, %ps : f32
-        scf.yield %s2 : f32
-      }
-      memref.store %sum, %rowsum[%i, %h] : memref<?x?xf32>
-    }
+    func.call @k3k_mla_softmax(%p, %ntk, %pmax, %rowmax, %psum, %rowsum) : (memref<?x?x?xf32>, memref<?xindex>, memref<?x?x?xf32>, memref<?x?xf32>, memref<?x?x?xf32>, memref<?x?xf32>) -> ()
     %parts = arith.constant 32 : index
     // ō in slices of the context (@k3k_mla_wsum).
     %partial = memref.alloc(%t, %nh, %parts, %r) : memref<?x?x?x?xf32>
