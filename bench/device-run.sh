@@ -47,7 +47,8 @@
 #           NCUCOUNT profiled (default 3); NCUSECTIONS, by default the
 #           sections of the earlier sessions' reports (SpeedOfLight
 #           MemoryWorkloadAnalysis WarpStateStats SchedulerStats Occupancy
-#           LaunchStats); each kernel takes about a minute at batch 64
+#           LaunchStats); NCUTIMEOUT seconds in all (default 240); each
+#           kernel takes about a minute at batch 64
 #           (the replay saves and restores the weights)
 #                                                             ~60 s each
 #   stalls  as ncu, but Nsight Compute's stall reasons per issued
@@ -176,7 +177,7 @@ fi
 ncu_run() {
   local so=$1 dest=$2
   shift 2
-  K3RT_CUDA_GRAPHS=0 timeout 240 "$ncu" --clock-control none \
+  K3RT_CUDA_GRAPHS=0 timeout "${NCUTIMEOUT:-240}" "$ncu" --clock-control none \
     --kernel-name "regex:${NCUK:-k3k_experts_.*mxfp4}" \
     --launch-skip "${NCUSKIP:-3}" --launch-count "${NCUCOUNT:-3}" "$@" \
     "${bench[@]}" --lib "$so" --batches "${NCUB:-1}" \
