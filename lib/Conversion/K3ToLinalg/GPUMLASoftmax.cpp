@@ -49,19 +49,6 @@ constexpr int64_t kChunk = 512; // rows per chunk, as Kernels/MLA.mlir
 constexpr int64_t kWarps = 16;
 constexpr int64_t kPerLane = kChunk / 32; // a lane's rows of a chunk
 
-/// The maximum of `v` over the 32 lanes of the warp, in every lane.
-Value warpMax(OpBuilder &b, Location loc, Value v) {
-  Value width = arith::ConstantIntOp::create(b, loc, 32, 32);
-  for (int64_t offset = 16; offset > 0; offset /= 2) {
-    Value off = arith::ConstantIntOp::create(b, loc, offset, 32);
-    v = arith::MaximumFOp::create(
-        b, loc, v,
-        gpu::ShuffleOp::create(b, loc, v, off, width, gpu::ShuffleMode::XOR)
-            .getShuffleResult());
-  }
-  return v;
-}
-
 /// Stores `v` at m[indices] where `cond` holds.
 void storeIf(OpBuilder &b, Location loc, Value cond, Value v, Value m,
              ValueRange indices) {
@@ -147,7 +134,7 @@ void build(OpBuilder &b, Location loc, Block &body, ArrayRef<Operation *> rest,
       m = arith::MaximumFOp::create(b, loc, m, v);
     return SmallVector<Value>{m};
   })[0];
-  Value warpMaximum = warpMax(b, loc, mine);
+  Value warpMaximum = k3::warpMax(b, loc, mine);
   scf::IfOp::create(b, loc, k.eq(lane, c0), [&](OpBuilder &tb, Location l) {
     memref::StoreOp::create(tb, l, warpMaximum, shared, ValueRange{warp});
     scf::YieldOp::create(tb, l);

@@ -189,16 +189,27 @@ void mlir::k3::guardBody(OpBuilder &b, Location loc,
   b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
 }
 
-Value mlir::k3::warpSum(OpBuilder &b, Location loc, Value v) {
+/// `v` combined over a warp's 32 lanes by an xor-shuffle tree (offsets 16
+/// to 1): v = combine(v, the partner lane's v).
+template <typename CombineOp>
+static Value warpTree(OpBuilder &b, Location loc, Value v) {
   Value width = arith::ConstantIntOp::create(b, loc, 32, 32);
   for (int64_t offset = 16; offset > 0; offset /= 2) {
     Value off = arith::ConstantIntOp::create(b, loc, offset, 32);
-    v = arith::AddFOp::create(
+    v = CombineOp::create(
         b, loc, v,
         gpu::ShuffleOp::create(b, loc, v, off, width, gpu::ShuffleMode::XOR)
             .getShuffleResult());
   }
   return v;
+}
+
+Value mlir::k3::warpSum(OpBuilder &b, Location loc, Value v) {
+  return warpTree<arith::AddFOp>(b, loc, v);
+}
+
+Value mlir::k3::warpMax(OpBuilder &b, Location loc, Value v) {
+  return warpTree<arith::MaximumFOp>(b, loc, v);
 }
 
 SmallVector<Value> mlir::k3::IndexMath::loadVector(Value m, ValueRange indices,

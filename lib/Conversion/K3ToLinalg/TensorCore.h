@@ -132,6 +132,10 @@ scf::ForOp warpRingLoop(
 /// same in every lane.
 Value warpSum(OpBuilder &b, Location loc, Value v);
 
+/// The f32 maximum (arith.maximumf) of `v` over a warp's 32 lanes by the
+/// same tree, in every lane.
+Value warpMax(OpBuilder &b, Location loc, Value v);
+
 /// Index and f32 arithmetic at a builder's insertion point, for the
 /// address computations and element operations of the kernels these passes
 /// build.
