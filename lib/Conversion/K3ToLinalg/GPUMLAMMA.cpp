@@ -174,12 +174,6 @@ struct MLAKernel : k3::IndexMath {
   Value load(Value m, ValueRange indices) {
     return memref::LoadOp::create(b, loc, m, indices);
   }
-  void storeIf(Value cond, Value v, Value m, ValueRange indices) {
-    scf::IfOp::create(b, loc, cond, [&](OpBuilder &ib, Location l) {
-      memref::StoreOp::create(ib, l, v, m, indices);
-      scf::YieldOp::create(ib, l);
-    });
-  }
 };
 
 /// Stores the bf16 parts hi, mid, lo of `x` at buf[ix[0], part, ix[1],

@@ -36,6 +36,8 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
+#include <limits>
+
 namespace mlir::k3 {
 #define GEN_PASS_DEF_K3GPUMLASOFTMAXPASS
 #include "k3/Conversion/Passes.h.inc"
@@ -48,15 +50,6 @@ constexpr llvm::StringLiteral kAttr = "k3.mla_softmax";
 constexpr int64_t kChunk = 512; // rows per chunk, as Kernels/MLA.mlir
 constexpr int64_t kWarps = 16;
 constexpr int64_t kPerLane = kChunk / 32; // a lane's rows of a chunk
-
-/// Stores `v` at m[indices] where `cond` holds.
-void storeIf(OpBuilder &b, Location loc, Value cond, Value v, Value m,
-             ValueRange indices) {
-  scf::IfOp::create(b, loc, cond, [&](OpBuilder &tb, Location l) {
-    memref::StoreOp::create(tb, l, v, m, indices);
-    scf::YieldOp::create(tb, l);
-  });
-}
 
 /// p [T, NH, CAP], ntk [T], pmax, rowmax (unused here), psum [T, NH, C]
 /// (the chunks' sums), rowsum [T, NH]. `maxima` [16] f32 in workgroup
@@ -88,10 +81,7 @@ void build(OpBuilder &b, Location loc, Block &body, ArrayRef<Operation *> rest,
   Value h = launch.getBlockIds().x, i = launch.getBlockIds().y;
   Value shared = memref::GetGlobalOp::create(b, loc, maxima.getType(),
                                              maxima.getSymName());
-  Type f32 = b.getF32Type();
-  Value ninf = arith::ConstantFloatOp::create(
-      b, loc, cast<FloatType>(f32), APFloat::getInf(APFloat::IEEEsingle(),
-                                                    /*Negative=*/true));
+  Value ninf = k.f32(-std::numeric_limits<double>::infinity());
   // The rows the generic body reads: below n_i and inside the chunks.
   Value n = k.min(memref::LoadOp::create(b, loc, ntk, ValueRange{i}),
                   k.mul(chunks, kChunk));
@@ -135,10 +125,7 @@ void build(OpBuilder &b, Location loc, Block &body, ArrayRef<Operation *> rest,
     return SmallVector<Value>{m};
   })[0];
   Value warpMaximum = k3::warpMax(b, loc, mine);
-  scf::IfOp::create(b, loc, k.eq(lane, c0), [&](OpBuilder &tb, Location l) {
-    memref::StoreOp::create(tb, l, warpMaximum, shared, ValueRange{warp});
-    scf::YieldOp::create(tb, l);
-  });
+  k.storeIf(k.eq(lane, c0), warpMaximum, shared, {warp});
   gpu::BarrierOp::create(b, loc);
   Value max = ninf;
   for (int64_t w = 0; w < kWarps; ++w)
@@ -153,11 +140,11 @@ void build(OpBuilder &b, Location loc, Block &body, ArrayRef<Operation *> rest,
     for (auto [row, ok, v] : llvm::zip(rows, in, s)) {
       Value e = math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, v,
                                                                   max));
-      storeIf(b, loc, ok, e, p, {i, h, row});
+      k.storeIf(ok, e, p, {i, h, row});
       sum = k.pick(ok, k.fadd(sum, e), sum);
     }
     Value total = k3::warpSum(b, loc, sum);
-    storeIf(b, loc, k.eq(lane, c0), total, psum, {i, h, chunk});
+    k.storeIf(k.eq(lane, c0), total, psum, {i, h, chunk});
     return SmallVector<Value>{};
   });
   // The chunks' sums are the block's own stores: visible after a barrier.
@@ -176,7 +163,7 @@ void build(OpBuilder &b, Location loc, Block &body, ArrayRef<Operation *> rest,
             })
             .getResult(0);
     Value total = k3::warpSum(b, loc, part);
-    storeIf(b, loc, k.eq(lane, c0), total, rowsum, {i, h});
+    k.storeIf(k.eq(lane, c0), total, rowsum, {i, h});
     scf::YieldOp::create(b, loc);
   });
   gpu::TerminatorOp::create(b, loc);

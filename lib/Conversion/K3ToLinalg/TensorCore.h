@@ -183,6 +183,13 @@ struct IndexMath {
   /// `n` consecutive elements of `m` at `indices` (one vector load,
   /// aligned to its size), as scalars.
   SmallVector<Value> loadVector(Value m, ValueRange indices, int64_t n);
+  /// Stores `v` at m[indices] where `cond` holds.
+  void storeIf(Value cond, Value v, Value m, ValueRange indices) {
+    scf::IfOp::create(b, loc, cond, [&](OpBuilder &ib, Location l) {
+      memref::StoreOp::create(ib, l, v, m, indices);
+      scf::YieldOp::create(ib, l);
+    });
+  }
   /// Whether memref `m`'s base address is `bytes`-byte aligned.
   Value aligned(Value m, int64_t bytes = 16) {
     return rem0(memref::ExtractAlignedPointerAsIndexOp::create(b, loc, m),
