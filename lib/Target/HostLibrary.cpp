@@ -43,9 +43,21 @@ LogicalResult mlir::k3::printLLVMIR(ModuleOp module, raw_ostream &os) {
 /// deep model (K3: ~130k LLVM instructions) and not worth optimizing.
 static bool isGlue(const llvm::GlobalValue &gv) {
   StringRef n = gv.getName();
-  return n == "forward" || n == "_mlir_ciface_forward" || n == "k3_forward" ||
-         n == "k3_abi_version" || n == "k3_manifest_json" ||
+  return n == "forward" || n == "k3_abi_version" || n == "k3_manifest_json" ||
          n == "k3_manifest_text";
+}
+
+/// The entry point's wrappers, which unpack the caller's memref descriptors
+/// into @forward's scalar arguments before its first launch: straight-line
+/// code of a few loads and stores per argument, on the critical path of
+/// every call. Unoptimized, each value went through its own stack slot:
+/// a batch-1 k3_forward of k3-group's sm_90 library took 98 us on this
+/// machine's host under the stand-in driver, 84 us with the wrappers'
+/// IR at -O1 (BENCHMARKS.md, thirty-sixth session); full K3's codegen
+/// 7.0 -> 10.3 s.
+static bool isEntry(const llvm::GlobalValue &gv) {
+  StringRef n = gv.getName();
+  return n == "_mlir_ciface_forward" || n == "k3_forward";
 }
 
 static LogicalResult emitObject(ModuleOp module, llvm::Module &m,
@@ -65,6 +77,8 @@ static LogicalResult emitObject(ModuleOp module, llvm::Module &m,
 
 LogicalResult mlir::k3::emitHostObjects(ModuleOp module,
                                         ArrayRef<std::string> objectPaths) {
+  if (objectPaths.size() != 3)
+    return module.emitError("emitHostObjects: expected 3 object paths");
   llvm::InitializeNativeTarget();
   llvm::InitializeNativeTargetAsmPrinter();
   llvm::LLVMContext ctx;
@@ -102,7 +116,9 @@ LogicalResult mlir::k3::emitHostObjects(ModuleOp module,
   // Kernels and layer bodies: optimized at -O3.
   llvm::ValueToValueMapTy kernelMap, glueMap;
   std::unique_ptr<llvm::Module> kernels = llvm::CloneModule(
-      *m, kernelMap, [](const llvm::GlobalValue *gv) { return !isGlue(*gv); });
+      *m, kernelMap, [](const llvm::GlobalValue *gv) {
+        return !isGlue(*gv) && !isEntry(*gv);
+      });
   auto optimize = makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0,
                                             fast.get());
   if (llvm::Error err = optimize(kernels.get()))
@@ -114,7 +130,21 @@ LogicalResult mlir::k3::emitHostObjects(ModuleOp module,
   // The glue: compiled as is.
   std::unique_ptr<llvm::Module> glue = llvm::CloneModule(
       *m, glueMap, [](const llvm::GlobalValue *gv) { return isGlue(*gv); });
-  return emitObject(module, *glue, *plain, objectPaths[1]);
+  if (failed(emitObject(module, *glue, *plain, objectPaths[1])))
+    return failure();
+
+  // The entry wrappers: their IR optimized at -O1 (each value straight
+  // from the descriptor to @forward's argument), code generated as the
+  // glue's (fast instruction selection: linear in the argument count).
+  llvm::ValueToValueMapTy entryMap;
+  std::unique_ptr<llvm::Module> entry = llvm::CloneModule(
+      *m, entryMap, [](const llvm::GlobalValue *gv) { return isEntry(*gv); });
+  auto optimizeEntry =
+      makeOptimizingTransformer(/*optLevel=*/1, /*sizeLevel=*/0, plain.get());
+  if (llvm::Error err = optimizeEntry(entry.get()))
+    return module.emitError("LLVM optimization failed: ")
+           << llvm::toString(std::move(err));
+  return emitObject(module, *entry, *plain, objectPaths[2]);
 }
 
 LogicalResult mlir::k3::linkHostLibrary(ModuleOp module,
