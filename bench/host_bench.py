@@ -22,13 +22,7 @@ import time
 
 import numpy as np
 
-
-def desc_type(rank):
-    class D(ctypes.Structure):
-        _fields_ = [("allocated", ctypes.c_void_p), ("aligned", ctypes.c_void_p),
-                    ("offset", ctypes.c_int64), ("sizes", ctypes.c_int64 * rank),
-                    ("strides", ctypes.c_int64 * rank)]
-    return D
+from abi import desc_type
 
 
 def main():

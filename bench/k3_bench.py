@@ -37,18 +37,11 @@ import time
 
 import torch
 
+from abi import desc_type
 from bytes_model import decode_bytes, prefill_flops
 from trace_gaps import describe, summary
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def desc_type(rank):
-    class D(ctypes.Structure):
-        _fields_ = [("allocated", ctypes.c_void_p), ("aligned", ctypes.c_void_p),
-                    ("offset", ctypes.c_int64), ("sizes", ctypes.c_int64 * rank),
-                    ("strides", ctypes.c_int64 * rank)]
-    return D
 
 
 def stats(ts):
