@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from abi import desc_type
+from abi import desc_type, stats
 
 
 def main():
@@ -85,10 +85,9 @@ def main():
         err = rt.k3rt_cuda_last_error()
         if err:
             raise SystemExit("host_bench: " + err.decode())
-    ts.sort()
-    q = lambda p: 1e6 * ts[min(len(ts) - 1, int(p * len(ts)))]
+    s = stats(ts)
     print("k3_forward on the host, batch %d: median %.1f us, p10 %.1f, p90 %.1f (%d calls)"
-          % (B, q(0.5), q(0.1), q(0.9), len(ts)))
+          % (B, 1e6 * s["median_s"], 1e6 * s["p10_s"], 1e6 * s["p90_s"], s["n"]))
 
 
 if __name__ == "__main__":

@@ -37,17 +37,11 @@ import time
 
 import torch
 
-from abi import desc_type
+from abi import desc_type, stats
 from bytes_model import decode_bytes, prefill_flops
 from trace_gaps import describe, summary
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def stats(ts):
-    ts = sorted(ts)
-    q = lambda p: ts[min(len(ts) - 1, int(round(p * (len(ts) - 1))))]
-    return {"median_s": statistics.median(ts), "p10_s": q(0.1), "p90_s": q(0.9), "n": len(ts)}
 
 
 def timed(fn, reps, warmup=2):

@@ -295,7 +295,7 @@ LogicalResult mlir::k3::compile(MLIRContext &context,
     for (const std::string &o : objects)
       llvm::sys::fs::remove(o);
   });
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < kHostObjects; ++i) {
     SmallString<128> object;
     if (llvm::sys::fs::createTemporaryFile("k3c", "o", object))
       return emitError(inputLoc) << "cannot create a temporary object file";

@@ -77,8 +77,9 @@ static LogicalResult emitObject(ModuleOp module, llvm::Module &m,
 
 LogicalResult mlir::k3::emitHostObjects(ModuleOp module,
                                         ArrayRef<std::string> objectPaths) {
-  if (objectPaths.size() != 3)
-    return module.emitError("emitHostObjects: expected 3 object paths");
+  if (objectPaths.size() != kHostObjects)
+    return module.emitError("emitHostObjects: expected ")
+           << kHostObjects << " object paths";
   llvm::InitializeNativeTarget();
   llvm::InitializeNativeTargetAsmPrinter();
   llvm::LLVMContext ctx;

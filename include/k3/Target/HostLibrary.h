@@ -25,6 +25,9 @@ LogicalResult printLLVMIR(ModuleOp module, raw_ostream &os);
 /// IR at -O1 (objectPaths[2]).
 LogicalResult emitHostObjects(ModuleOp module, ArrayRef<std::string> objectPaths);
 
+/// How many object paths emitHostObjects takes.
+constexpr int kHostObjects = 3;
+
 /// Links the objects into the shared library `outputPath` with the system C
 /// compiler driver (`cc`), exporting only the k3_* entry points. The library
 /// depends on libc and libm only.
