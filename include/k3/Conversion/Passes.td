@@ -497,6 +497,11 @@ def K3GPUAttnResNormPass : Pass<"k3-gpu-attn-res-norm", "::mlir::ModuleOp"> {
     last candidate is round(a + b): each thread first stores its pieces of
     it into the sum (the generic add's element operations) and reads them
     back as the last candidate, so the residual add needs no kernel.
+    Where every 16-byte piece of a row has a thread (D <= 1024 pieces),
+    the kernel takes a second body: γ, p and the norm's γ loaded first,
+    the thread's piece of each row (the sum, h) kept in registers rather
+    than read back, and each next candidate loaded before the sums of this
+    one; the same terms and stores (the same bits).
 
     A function marked `k3.rms_norm` alike (`Kernels/Dense.mlir`:
     @k3k_rms_norm_rows) with arguments x `[T, D]`, γ `[D]`, eps and the
@@ -511,7 +516,8 @@ def K3GPUAttnResNormPass : Pass<"k3-gpu-attn-res-norm", "::mlir::ModuleOp"> {
     generic weighted sum) and stores them into the output, where the norm
     reads them back, so the weighted sum needs no kernel of its own (y
     aligned for loads of as many f32 as a 16-byte piece of activations
-    holds: 32 bytes for bf16).
+    holds: 32 bytes for bf16). With one piece per thread, the norm's γ is
+    loaded first and x (or r) stays in registers for the norm.
   }];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::arith::ArithDialect",

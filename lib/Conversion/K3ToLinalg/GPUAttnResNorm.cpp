@@ -35,6 +35,15 @@
 // order as the sum's own kernel did, and stores them where the norm then
 // reads them: the weighted sum's kernel goes.
 //
+// Each kernel has two bodies, chosen in the kernel by D. Where every
+// 16-byte piece of a row has a thread (D <= 1024 x 8 in bf16: K3's 7168),
+// a thread loads its γ, p and the norm's γ first, keeps its piece of the
+// row in registers (the residual sum, h, the weighted sum r) instead of
+// reading back what it stored, and loads the next candidate before it
+// takes this one's sums: the same terms and stores, so the same bits
+// (H200: AttnRes 6.6 -> 5.9 us per launch, BENCHMARKS.md thirty-seventh
+// session). Otherwise each thread loops over its pieces.
+//
 //===----------------------------------------------------------------------===//
 
 #include "TensorCore.h"
@@ -117,6 +126,24 @@ public:
 
 private:
   void kernel(Value n, Value tokens, Value d);
+  /// The kernel's body where every piece of a row has a thread (D <= 1024
+  /// x per, K3's 7168 in bf16): the same terms, sums and stores as the
+  /// general body below, with the loads first and the row in registers.
+  void onePiece(Value n);
+  /// The general body: any D, each thread looping over its pieces.
+  void anyPieces(Value n);
+  /// After the candidates' warp sums: the scores (thread 0 keeps them in
+  /// workgroup memory), then the softmax's maximum and sum in every thread.
+  void scoresAndSoftmax(Value n);
+  Value score(Value i) {
+    return memref::LoadOp::create(b, loc, scores, ValueRange{i}).getResult();
+  }
+  /// exp(s_i - max).
+  Value ex(Value i) {
+    return math::ExpOp::create(b, loc,
+                               arith::SubFOp::create(b, loc, score(i), mx))
+        .getResult();
+  }
   void normKernel(Value tokens, Value d);
   /// Enters a gpu.launch of one block of kThreads per token and sets the
   /// kernel's values (tid, token, d, df, sums); returns the launch.
@@ -130,14 +157,27 @@ private:
   }
   /// `per` consecutive elements of `m` at `at` (one aligned vector load).
   SmallVector<Value> load(Value m, ValueRange at) {
+    return elements(loadVector(m, at));
+  }
+  Value loadVector(Value m, ValueRange at) {
     Type e = cast<MemRefType>(m.getType()).getElementType();
-    Value vec = vector::LoadOp::create(
+    return vector::LoadOp::create(
         b, loc, VectorType::get({per}, e), m, at, /*nontemporal=*/false,
         llvm::MaybeAlign(per * e.getIntOrFloatBitWidth() / 8));
+  }
+  SmallVector<Value> elements(Value vec) {
     SmallVector<Value> r;
     for (int64_t i = 0; i < per; ++i)
       r.push_back(vector::ExtractOp::create(b, loc, vec, ArrayRef<int64_t>{i}));
     return r;
+  }
+  /// Stores `elems` at m[at] where `cond` holds.
+  void storeIf(Value cond, ValueRange elems, Value m, ValueRange at) {
+    scf::IfOp::create(b, loc, cond, [&](OpBuilder &tb, Location l) {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPoint(scf::YieldOp::create(tb, l));
+      store(elems, m, at);
+    });
   }
   void store(ValueRange elems, Value m, ValueRange at) {
     Value vec = vector::FromElementsOp::create(
@@ -195,7 +235,7 @@ private:
   Type act;
   int64_t per;
   // In the kernel.
-  Value tid, token, d, df, sums, scores;
+  Value tid, token, d, df, sums, scores, mx, total;
 };
 
 void AttnResNormKernel::build(SmallVectorImpl<Operation *> &rest) {
@@ -278,24 +318,48 @@ void AttnResNormKernel::normKernel(Value tokens, Value dim) {
   // Of the experts' weighted sum: the thread's pieces of r = round(Σ_s ω_s
   // y_s) first (from 0, s ascending, a product then a sum, as
   // @k3k_experts_combine), stored in the output for the norm to read.
-  auto squares = pieces({f32(0.0)}, [&](Value j0, ValueRange acc) {
-    Value ss = acc[0];
+  auto piece = [&](Value j0) {
     SmallVector<Value> xs;
-    if (ys) {
-      for (Value r : k3::weightedSumPiece(*this, ys, wts, token, j0, per,
-                                          /*ahead=*/1))
-        xs.push_back(call(fns.narrow, r));
-      store(xs, out, {token, j0});
-    } else {
-      xs = load(v, {token, j0});
-    }
+    if (!ys)
+      return load(v, {token, j0});
+    for (Value r : k3::weightedSumPiece(*this, ys, wts, token, j0, per,
+                                        /*ahead=*/1))
+      xs.push_back(call(fns.narrow, r));
+    return xs;
+  };
+  auto squares = [&](ValueRange xs, Value ss) {
     for (Value x : xs) {
       Value a = call(fns.widen, x);
       ss = fadd(ss, fmul(a, a));
     }
-    return SmallVector<Value>{ss};
+    return ss;
+  };
+  Value c0 = idx(0), zero = f32(0.0);
+  auto choice = scf::IfOp::create(
+      b, loc, cmp(arith::CmpIPredicate::ule, d, idx(kThreads * per)),
+      /*withElseRegion=*/true);
+  // Every piece has a thread: the row stays in registers, γ loaded first.
+  b.setInsertionPointToStart(choice.thenBlock());
+  Value j0 = mul(tid, per), has = lt(j0, d), j = pick(has, j0, c0);
+  SmallVector<Value> w = load(gn, {j}), xs = piece(j);
+  if (ys)
+    storeIf(has, xs, out, {token, j});
+  Value inv =
+      invRMS(blockSums({pick(has, squares(xs, zero), zero)})[0], eps2);
+  SmallVector<Value> y;
+  for (int64_t e = 0; e < per; ++e)
+    y.push_back(k3::rmsNormValue(*this, fns, xs[e], inv, w[e]));
+  storeIf(has, y, out, {token, j});
+  // Any D: each thread loops over its pieces, twice.
+  b.setInsertionPointToStart(choice.elseBlock());
+  auto sums = pieces({zero}, [&](Value j0, ValueRange acc) {
+    SmallVector<Value> xs = piece(j0);
+    if (ys)
+      store(xs, out, {token, j0});
+    return SmallVector<Value>{squares(xs, acc[0])};
   });
-  normalise(ys ? out : v, invRMS(blockSums(squares.getResults())[0], eps2));
+  normalise(ys ? out : v, invRMS(blockSums(sums.getResults())[0], eps2));
+  b.setInsertionPointAfter(choice);
   gpu::TerminatorOp::create(b, loc);
 }
 
@@ -345,11 +409,132 @@ scf::ForOp AttnResNormKernel::loop(
 }
 
 void AttnResNormKernel::kernel(Value n, Value tokens, Value dim) {
-  Value c0 = idx(0), c1 = idx(1);
   OpBuilder::InsertionGuard guard(b);
   launchPerToken(tokens, dim);
   scores = memref::GetGlobalOp::create(b, loc, scoresGlobal.getType(),
                                        scoresGlobal.getSymName());
+  auto choice = scf::IfOp::create(
+      b, loc, cmp(arith::CmpIPredicate::ule, d, idx(kThreads * per)),
+      /*withElseRegion=*/true);
+  b.setInsertionPointToStart(choice.thenBlock());
+  onePiece(n);
+  b.setInsertionPointToStart(choice.elseBlock());
+  anyPieces(n);
+  b.setInsertionPointAfter(choice);
+  gpu::TerminatorOp::create(b, loc);
+}
+
+void AttnResNormKernel::scoresAndSoftmax(Value n) {
+  Value c0 = idx(0), c1 = idx(1);
+  gpu::BarrierOp::create(b, loc);
+  loop(c0, n, c1, {}, [&](Value i, ValueRange) {
+    SmallVector<Value> t = totals(2, mul(i, 2));
+    Value s = fmul(t[1], invRMS(t[0], eps));
+    scf::IfOp::create(b, loc, eq(tid, c0), [&](OpBuilder &tb, Location l) {
+      memref::StoreOp::create(tb, l, s, scores, ValueRange{i});
+      scf::YieldOp::create(tb, l);
+    });
+    return SmallVector<Value>{};
+  });
+  gpu::BarrierOp::create(b, loc);
+
+  // α = softmax(s) in every thread, as the generic kernel: the maximum, the
+  // sum of exp(s_i - max), then exp(s_i - max) / sum per candidate.
+  mx = candidates(n, f32(-INFINITY), [&](Value i, Value m) {
+    return arith::MaximumFOp::create(b, loc, score(i), m).getResult();
+  });
+  total =
+      candidates(n, f32(0.0), [&](Value i, Value s) { return fadd(s, ex(i)); });
+}
+
+void AttnResNormKernel::onePiece(Value n) {
+  Value c0 = idx(0), c1 = idx(1), zero = f32(0.0);
+  Value j0 = mul(tid, per), has = lt(j0, d);
+  // A thread without a piece reads piece 0 and adds zeros, as the general
+  // body's empty loop leaves its sums.
+  Value j = pick(has, j0, c0);
+  SmallVector<Value> gw = load(g, {j}), pw = load(p, {c0, j}),
+                     gnw = load(gn, {j});
+  // The last candidate: the residual sum round(a + b), stored, or read.
+  Value lastVec;
+  if (addA) {
+    SmallVector<Value> x = load(addA, {c0, token, j}),
+                       y = load(addB, {c0, token, j}), sum;
+    for (int64_t e = 0; e < per; ++e)
+      sum.push_back(call(fns.narrow,
+                         fadd(call(fns.widen, x[e]), call(fns.widen, y[e]))));
+    storeIf(has, sum, last, {c0, token, j});
+    lastVec = vector::FromElementsOp::create(
+        b, loc, VectorType::get({per}, act), sum);
+  } else {
+    lastVec = loadVector(last, {c0, token, j});
+  }
+  Value blocks = memref::DimOp::create(b, loc, v, c0);
+  Type vecType = lastVec.getType();
+  // Candidate i's piece: a block's, loaded, or the last one's.
+  auto candidate = [&](Value i) {
+    auto choice = scf::IfOp::create(b, loc, TypeRange{vecType},
+                                    lt(i, blocks), /*withElseRegion=*/true);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(choice.thenBlock());
+    scf::YieldOp::create(b, loc, loadVector(v, {i, token, j}));
+    b.setInsertionPointToStart(choice.elseBlock());
+    scf::YieldOp::create(b, loc, lastVec);
+    return choice.getResult(0);
+  };
+  // The next candidate's load goes out before this one's sums.
+  auto following = [&](Value i) {
+    return candidate(arith::MinUIOp::create(b, loc, add(i, c1), sub(n, c1)));
+  };
+  SmallVector<Value> gp;
+  for (int64_t e = 0; e < per; ++e)
+    gp.push_back(fmul(widenW(gw[e]), widenW(pw[e])));
+
+  // The scores' sums (the general body's terms, in its order).
+  loop(c0, n, c1, {candidate(c0)}, [&](Value i, ValueRange acc) {
+    Value next = following(i);
+    Value ss = zero, dot = zero;
+    for (auto [e, x] : llvm::enumerate(elements(acc[0]))) {
+      Value a = call(fns.widen, x);
+      ss = fadd(ss, fmul(a, a));
+      dot = fadd(dot, fmul(gp[e], a));
+    }
+    warpSums({pick(has, ss, zero), pick(has, dot, zero)}, mul(i, 2));
+    return SmallVector<Value>{next};
+  });
+  scoresAndSoftmax(n);
+
+  // h = round(Σ_i α_i v_i), stored; the sum of its squares.
+  SmallVector<Value> init(per, zero);
+  init.push_back(candidate(c0));
+  auto mix = loop(c0, n, c1, init, [&](Value i, ValueRange acc) {
+    Value next = following(i);
+    Value alpha = fdiv(ex(i), total);
+    SmallVector<Value> x = elements(acc.back()), hs;
+    for (int64_t e = 0; e < per; ++e)
+      hs.push_back(fadd(acc[e], fmul(alpha, call(fns.widen, x[e]))));
+    hs.push_back(next);
+    return hs;
+  });
+  SmallVector<Value> hn;
+  Value ss = zero;
+  for (int64_t e = 0; e < per; ++e) {
+    hn.push_back(call(fns.narrow, mix.getResult(e)));
+    Value a = call(fns.widen, hn.back());
+    ss = fadd(ss, fmul(a, a));
+  }
+  storeIf(has, hn, out, {token, j});
+  Value inv = invRMS(blockSums({pick(has, ss, zero)})[0], eps2);
+
+  // y = round(round(h · inv) · γ) of the row in registers.
+  SmallVector<Value> y;
+  for (int64_t e = 0; e < per; ++e)
+    y.push_back(k3::rmsNormValue(*this, fns, hn[e], inv, gnw[e]));
+  storeIf(has, y, out, {token, j});
+}
+
+void AttnResNormKernel::anyPieces(Value n) {
+  Value c0 = idx(0), c1 = idx(1);
   Value zero = f32(0.0);
 
   // The residual sum round(a + b) (as @k3k_add) into last: each thread
@@ -385,33 +570,7 @@ void AttnResNormKernel::kernel(Value n, Value tokens, Value dim) {
     warpSums(partial.getResults(), mul(i, 2));
     return SmallVector<Value>{};
   });
-  gpu::BarrierOp::create(b, loc);
-  loop(c0, n, c1, {}, [&](Value i, ValueRange) {
-    SmallVector<Value> t = totals(2, mul(i, 2));
-    Value s = fmul(t[1], invRMS(t[0], eps));
-    scf::IfOp::create(b, loc, eq(tid, c0), [&](OpBuilder &tb, Location l) {
-      memref::StoreOp::create(tb, l, s, scores, ValueRange{i});
-      scf::YieldOp::create(tb, l);
-    });
-    return SmallVector<Value>{};
-  });
-  gpu::BarrierOp::create(b, loc);
-
-  // α = softmax(s) in every thread, as the generic kernel: the maximum, the
-  // sum of exp(s_i - max), then exp(s_i - max) / sum per candidate.
-  auto score = [&](Value i) {
-    return memref::LoadOp::create(b, loc, scores, ValueRange{i}).getResult();
-  };
-  Value mx = candidates(n, f32(-INFINITY), [&](Value i, Value m) {
-    return arith::MaximumFOp::create(b, loc, score(i), m).getResult();
-  });
-  auto ex = [&](Value i) {
-    return math::ExpOp::create(b, loc,
-                               arith::SubFOp::create(b, loc, score(i), mx))
-        .getResult();
-  };
-  Value total =
-      candidates(n, zero, [&](Value i, Value s) { return fadd(s, ex(i)); });
+  scoresAndSoftmax(n);
 
   // h = round(Σ_i α_i v_i), stored; the sum of its squares.
   auto mixed = pieces({zero}, [&](Value j0, ValueRange acc) {
@@ -438,7 +597,6 @@ void AttnResNormKernel::kernel(Value n, Value tokens, Value dim) {
 
   // y = round(round(h · inv) · γ) over what this thread stored.
   normalise(out, inv);
-  gpu::TerminatorOp::create(b, loc);
 }
 
 struct K3GPUAttnResNormPass

@@ -36,6 +36,51 @@
 // CHECK: %[[DF:.+]] = arith.sitofp
 // CHECK: %[[SUMS:.+]] = memref.get_global @k3k_attn_res_sums
 // CHECK: %[[SC:.+]] = memref.get_global @k3k_attn_res_scores
+// Where every 16-byte piece of a row has a thread (D <= 1024 x 8): γ, p,
+// the norm's γ and the last candidate loaded first; candidate 0 before the
+// loop, each next one's load before this one's sums; the row kept in
+// registers. A thread without a piece reads piece 0 and adds zeros.
+// CHECK: %[[ONE:.+]] = arith.cmpi ule, %[[D]], %c8192
+// CHECK: scf.if %[[ONE]] {
+// CHECK: %[[J0P:.+]] = arith.muli %[[TID]], %c8
+// CHECK: %[[HAS:.+]] = arith.cmpi ult, %[[J0P]], %[[D]]
+// CHECK: %[[JP:.+]] = arith.select %[[HAS]], %[[J0P]], %c0
+// CHECK: vector.load %[[G]][%[[JP]]]
+// CHECK: vector.load %[[P]][%c0, %[[JP]]]
+// CHECK: vector.load %[[GN]][%[[JP]]]
+// CHECK: %[[LV:.+]] = vector.load %[[L]][%c0, %[[TOK]], %[[JP]]]
+// CHECK: %[[X0:.+]] = scf.if %{{.+}} -> (vector<8xbf16>) {
+// CHECK: vector.load %[[V]][%c0, %[[TOK]], %[[JP]]]
+// CHECK: scf.yield %[[LV]]
+// CHECK: scf.for %[[IP:.+]] = %c0 to %[[N]] step %c1 iter_args(%[[XC:.+]] = %[[X0]]) -> (vector<8xbf16>) {
+// CHECK: %[[IN:.+]] = arith.addi %[[IP]], %c1
+// CHECK: %[[INC:.+]] = arith.minui %[[IN]], %[[NB]]
+// CHECK: %[[NX:.+]] = scf.if %{{.+}} -> (vector<8xbf16>) {
+// CHECK: vector.load %[[V]][%[[INC]], %[[TOK]], %[[JP]]]
+// CHECK: vector.extract %[[XC]][0]
+// CHECK: arith.select %[[HAS]]
+// CHECK: arith.select %[[HAS]]
+// CHECK-COUNT-10: gpu.shuffle xor
+// CHECK: scf.yield %[[NX]] : vector<8xbf16>
+// CHECK: gpu.barrier
+// CHECK: memref.store %{{.+}}, %[[SC]]
+// CHECK: gpu.barrier
+// CHECK: math.exp
+// The mix: α_i v_i added to h in registers, the next candidate loaded
+// first; round(h) stored where the thread has its piece, then its norm.
+// CHECK: scf.for %{{.+}} = %c0 to %[[N]] step %c1 iter_args({{.*}}) -> (f32, f32, f32, f32, f32, f32, f32, f32, vector<8xbf16>) {
+// CHECK: arith.minui
+// CHECK: math.exp
+// CHECK: arith.divf
+// CHECK: scf.if %[[HAS]] {
+// CHECK: vector.store %{{.+}}, %[[OUT]][%[[TOK]], %[[JP]]]
+// CHECK: gpu.barrier
+// CHECK: gpu.barrier
+// CHECK: func.call @round(
+// CHECK: scf.if %[[HAS]] {
+// CHECK: vector.store %{{.+}}, %[[OUT]][%[[TOK]], %[[JP]]]
+// Any D: each thread loops over its pieces.
+// CHECK: } else {
 // Per candidate: the thread's pieces (16-byte loads of v, γ and p) ...
 // CHECK: scf.for %[[I:.+]] = %c0 to %[[N]] step %c1 {
 // CHECK: %[[J0:.+]] = arith.muli %[[TID]], %c8
@@ -300,6 +345,23 @@ func.func private @widen_f(%a: f32) -> f32 {
 // CHECK: gpu.launch blocks(%[[TOK:[^,]+]], {{.*}} in (%{{.+}} = %[[T]], %{{.+}} = %c1, %{{.+}} = %c1) threads(%[[TID:[^,]+]], {{.*}} in (%{{.+}} = %c1024,
 // CHECK: %[[DF:.+]] = arith.sitofp
 // CHECK: %[[SUMS:.+]] = memref.get_global @k3k_attn_res_sums
+// Where every piece has a thread (D <= 8192): γ and x loaded first, x kept
+// in registers for the norm.
+// CHECK: %[[ONE:.+]] = arith.cmpi ule, %[[D]], %c8192
+// CHECK: scf.if %[[ONE]] {
+// CHECK: %[[HAS:.+]] = arith.cmpi ult, %{{.+}}, %[[D]]
+// CHECK: %[[JP:.+]] = arith.select %[[HAS]]
+// CHECK: vector.load %[[G]][%[[JP]]]
+// CHECK: vector.load %[[X]][%[[TOK]], %[[JP]]]
+// CHECK-COUNT-5: gpu.shuffle xor
+// CHECK: gpu.barrier
+// CHECK-COUNT-5: gpu.shuffle xor
+// CHECK: func.call @round(
+// CHECK-NOT: vector.load
+// CHECK: scf.if %[[HAS]] {
+// CHECK: vector.store %{{.+}}, %[[OUT]][%[[TOK]], %[[JP]]]
+// Any D: loops over the thread's pieces.
+// CHECK: } else {
 // CHECK: %[[J0:.+]] = arith.muli %[[TID]], %c8
 // CHECK: scf.for %[[J:.+]] = %[[J0]] to %[[D]] step %c8192 iter_args
 // CHECK: vector.load %[[X]][%[[TOK]], %[[J]]] {alignment = 16 : i64} : memref<?x?xbf16>, vector<8xbf16>
@@ -372,6 +434,20 @@ func.func @rn(%x: memref<?x?xbf16>, %g: memref<?xbf16>, %eps: f32, %out: memref<
 // CHECK-DAG: memref.dim %[[W]], %c1
 // CHECK: scf.if
 // CHECK: gpu.launch blocks(%[[TOK:[^,]+]], {{.*}} in (%{{.+}} = %[[T]], %{{.+}} = %c1, %{{.+}} = %c1) threads(%[[TID:[^,]+]], {{.*}} in (%{{.+}} = %c1024,
+// One piece per thread: r made, stored where the thread has its piece, and
+// kept in registers for the norm.
+// CHECK: scf.if %{{.+}} {
+// CHECK: %[[HASC:.+]] = arith.cmpi ult, %{{.+}}, %[[D]]
+// CHECK: %[[JC:.+]] = arith.select %[[HASC]]
+// CHECK: vector.load %[[G]][%[[JC]]]
+// CHECK: vector.load %[[Y]][%[[TOK]], %{{.+}}, %[[JC]]]
+// CHECK: scf.if %[[HASC]] {
+// CHECK: vector.store %{{.+}}, %[[OUT]][%[[TOK]], %[[JC]]]
+// CHECK: func.call @round(
+// CHECK-NOT: vector.load
+// CHECK: scf.if %[[HASC]] {
+// CHECK: vector.store %{{.+}}, %[[OUT]][%[[TOK]], %[[JC]]]
+// CHECK: } else {
 // CHECK: scf.for %[[J:.+]] = %{{.+}} to %[[D]] step %c8192 iter_args
 // CHECK: scf.for %[[S:.+]] = %{{.+}} to %{{.+}} step %{{.+}} iter_args
 // CHECK: %[[WS:.+]] = memref.load %[[W]][%[[TOK]], %[[S]]]
