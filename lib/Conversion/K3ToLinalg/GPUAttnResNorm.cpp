@@ -135,6 +135,7 @@ private:
   /// After the candidates' warp sums: the scores (thread 0 keeps them in
   /// workgroup memory), then the softmax's maximum and sum in every thread.
   void scoresAndSoftmax(Value n);
+  /// Candidate i's score, from workgroup memory.
   Value score(Value i) {
     return memref::LoadOp::create(b, loc, scores, ValueRange{i}).getResult();
   }
@@ -159,12 +160,14 @@ private:
   SmallVector<Value> load(Value m, ValueRange at) {
     return elements(loadVector(m, at));
   }
+  /// The same load as one vector value (to carry through loops and ifs).
   Value loadVector(Value m, ValueRange at) {
     Type e = cast<MemRefType>(m.getType()).getElementType();
     return vector::LoadOp::create(
         b, loc, VectorType::get({per}, e), m, at, /*nontemporal=*/false,
         llvm::MaybeAlign(per * e.getIntOrFloatBitWidth() / 8));
   }
+  /// The `per` elements of a loaded vector.
   SmallVector<Value> elements(Value vec) {
     SmallVector<Value> r;
     for (int64_t i = 0; i < per; ++i)

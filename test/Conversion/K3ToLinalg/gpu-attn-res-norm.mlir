@@ -198,7 +198,23 @@ func.func @arn(%v: memref<?x?x?xbf16>, %last: memref<?x?x?xbf16>, %g: memref<?xb
 // CHECK-DAG: memref.dim %[[A]], %c0
 // CHECK-DAG: memref.dim %[[B]], %c2
 // CHECK: gpu.launch
-// CHECK: scf.for
+// One piece per thread: the sum made from a and b, stored where the thread
+// has its piece, and kept in registers as the last candidate.
+// CHECK: scf.if %{{.+}} {
+// CHECK: %[[HASA:.+]] = arith.cmpi ult
+// CHECK: %[[JA:.+]] = arith.select %[[HASA]]
+// CHECK: vector.load %[[A]][%c0, %{{.+}}, %[[JA]]]
+// CHECK: vector.load %[[B]][%c0, %{{.+}}, %[[JA]]]
+// CHECK-COUNT-8: func.call @narrow
+// CHECK: scf.if %[[HASA]] {
+// CHECK: vector.store %{{.+}}, %[[SUM]][%c0, %{{.+}}, %[[JA]]]
+// CHECK: %[[LASTA:.+]] = vector.from_elements
+// CHECK-NOT: vector.load %[[SUM]]
+// CHECK: scf.yield %[[LASTA]] : vector<8xbf16>
+// CHECK-NOT: %[[SUM]]
+// Any D (the loop over the thread's pieces): the sum stored first, then
+// read back as the last candidate.
+// CHECK: scf.for %{{.+}} = %{{.+}} to %{{.+}} step %c8192
 // CHECK: %[[XA:.+]] = vector.load %[[A]][%c0, %{{.+}}, %{{.+}}] {alignment = 16 : i64} : memref<?x?x?xbf16>, vector<8xbf16>
 // CHECK: %[[XB:.+]] = vector.load %[[B]][%c0, %{{.+}}, %{{.+}}] {alignment = 16 : i64} : memref<?x?x?xbf16>, vector<8xbf16>
 // CHECK: func.call @widen
