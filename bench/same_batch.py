@@ -27,7 +27,7 @@ def run(a, lib, out):
            str(a.batch), "--logits-out", out + ".npy", "--state-out",
            out + ".npz"]
     if a.config:
-        cmd[3:3] = ["--config", a.config]
+        cmd[4:4] = ["--config", a.config]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         sys.stderr.write(r.stdout + r.stderr)
