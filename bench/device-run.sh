@@ -39,8 +39,8 @@
 #           LIB.so, test/e2e/compare.py self (prefill of 40 tokens, 4 decode
 #           steps, logits and states, --rtol 0) with the e2e pack's k3-run
 #           (needs build/e2e-pack); SAME="V ..." also compares LIB-V.so
-#           with LIB-base.so; SAMEB="B ..." also each pair's batches of B
-#           sequences (bench/same_batch.py)                   ~30 s per pair
+#           with LIB-base.so; SAMEB="B ..." also each pair with batches
+#           of B identical sequences (compare.py --batch)     ~30 s per pair
 #   ncu     Nsight Compute on kernels of a batch-NCUB (default 1) decode
 #           step of each variant in NCU="new ..." (as in prof), graphs
 #           off: the kernels matching the regex NCUK (default
@@ -170,9 +170,10 @@ if has same && [ -f build/e2e-pack/gpu-e2e.tar.xz ]; then
         --chunks-b 40 --rtol 0 --states > "$out/same-$name.txt" 2>&1
       echo "$name: rc=$? $(tail -1 "$out/same-$name.txt")"
       for bb in ${SAMEB:-}; do
-        K3RT_CUDA_WORKSPACE_MB=24000 LD_LIBRARY_PATH=$PWD/build/gpu-e2e/lib \
-          timeout 120 python3 bench/same_batch.py --k3-run build/gpu-e2e/bin/k3-run \
-          --batch "$bb" "$gb/$lib-base.so" "$b" > "$out/same-$name-b$bb.txt" 2>&1
+        LD_LIBRARY_PATH=$PWD/build/gpu-e2e/lib timeout 120 python3 test/e2e/compare.py self \
+          --k3-run build/gpu-e2e/bin/k3-run --lib "$gb/$lib-base.so" --lib-b "$b" \
+          --weights seed:7 --prompt "$(seq -s, 3 42)" --decode 5,6,7,8 --chunks-a 40 \
+          --chunks-b 40 --batch "$bb" --rtol 0 --states > "$out/same-$name-b$bb.txt" 2>&1
         echo "$name batch $bb: rc=$? $(tail -1 "$out/same-$name-b$bb.txt")"
       done
     done

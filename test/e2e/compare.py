@@ -8,6 +8,9 @@ the NumPy reference (test/reference/k3ref.py), or of two k3-run runs.
   compare.py self --k3-run BIN --lib LIB --weights W --prompt ... --decode ...
                   --chunks-a 12 --chunks-b 1,1,... [--rtol R]
 
+--batch B runs B identical sequences in every k3-run call (the batched
+kernels of a decode step); k3-run reports the first one's logits and states.
+
 Errors are relative to the largest magnitude of each logits row (and of each
 state tensor). Prints one line per comparison and exits non-zero on failure.
 """
@@ -41,6 +44,8 @@ def k3run(a, tmp, tag, chunks, lib=None):
            "--logits-out", logits, "--state-out", states]
     if chunks:
         cmd += ["--chunks", chunks]
+    if a.batch > 1:
+        cmd += ["--batch", str(a.batch)]
     run(cmd)
     return np.load(logits), dict(np.load(states))
 
@@ -103,6 +108,8 @@ def main():
     p.add_argument("--lib-b", help="self: run chunks-b with this library")
     p.add_argument("--per-row", action="store_true",
                    help="print each logits row's error and correlation")
+    p.add_argument("--batch", type=int, default=1,
+                   help="identical sequences per k3-run call (the first is compared)")
     p.add_argument("--rtol", type=float, default=1e-4)
     p.add_argument("--min-corr", type=float,
                    help="also require this correlation of every logits row")

@@ -132,6 +132,19 @@ private:
   void onePiece(Value n);
   /// The general body: any D, each thread looping over its pieces.
   void anyPieces(Value n);
+  /// Builds `one` where every piece of a row has a thread (D <= kThreads x
+  /// per), else `any`, chosen in the kernel; then ends the kernel.
+  void byPieces(function_ref<void()> one, function_ref<void()> any) {
+    auto choice = scf::IfOp::create(
+        b, loc, cmp(arith::CmpIPredicate::ule, d, idx(kThreads * per)),
+        /*withElseRegion=*/true);
+    b.setInsertionPointToStart(choice.thenBlock());
+    one();
+    b.setInsertionPointToStart(choice.elseBlock());
+    any();
+    b.setInsertionPointAfter(choice);
+    gpu::TerminatorOp::create(b, loc);
+  }
   /// After the candidates' warp sums: the scores (thread 0 keeps them in
   /// workgroup memory), then the softmax's maximum and sum in every thread.
   void scoresAndSoftmax(Value n);
@@ -338,32 +351,31 @@ void AttnResNormKernel::normKernel(Value tokens, Value dim) {
     return ss;
   };
   Value c0 = idx(0), zero = f32(0.0);
-  auto choice = scf::IfOp::create(
-      b, loc, cmp(arith::CmpIPredicate::ule, d, idx(kThreads * per)),
-      /*withElseRegion=*/true);
-  // Every piece has a thread: the row stays in registers, γ loaded first.
-  b.setInsertionPointToStart(choice.thenBlock());
-  Value j0 = mul(tid, per), has = lt(j0, d), j = pick(has, j0, c0);
-  SmallVector<Value> w = load(gn, {j}), xs = piece(j);
-  if (ys)
-    storeIf(has, xs, out, {token, j});
-  Value inv =
-      invRMS(blockSums({pick(has, squares(xs, zero), zero)})[0], eps2);
-  SmallVector<Value> y;
-  for (int64_t e = 0; e < per; ++e)
-    y.push_back(k3::rmsNormValue(*this, fns, xs[e], inv, w[e]));
-  storeIf(has, y, out, {token, j});
-  // Any D: each thread loops over its pieces, twice.
-  b.setInsertionPointToStart(choice.elseBlock());
-  auto sums = pieces({zero}, [&](Value j0, ValueRange acc) {
-    SmallVector<Value> xs = piece(j0);
-    if (ys)
-      store(xs, out, {token, j0});
-    return SmallVector<Value>{squares(xs, acc[0])};
-  });
-  normalise(ys ? out : v, invRMS(blockSums(sums.getResults())[0], eps2));
-  b.setInsertionPointAfter(choice);
-  gpu::TerminatorOp::create(b, loc);
+  byPieces(
+      [&] {
+        // Every piece has a thread: the row stays in registers, γ first.
+        Value j0 = mul(tid, per), has = lt(j0, d), j = pick(has, j0, c0);
+        SmallVector<Value> w = load(gn, {j}), xs = piece(j);
+        if (ys)
+          storeIf(has, xs, out, {token, j});
+        Value inv =
+            invRMS(blockSums({pick(has, squares(xs, zero), zero)})[0], eps2);
+        SmallVector<Value> y;
+        for (int64_t e = 0; e < per; ++e)
+          y.push_back(k3::rmsNormValue(*this, fns, xs[e], inv, w[e]));
+        storeIf(has, y, out, {token, j});
+      },
+      [&] {
+        // Any D: each thread loops over its pieces, twice.
+        auto sums = pieces({zero}, [&](Value j0, ValueRange acc) {
+          SmallVector<Value> xs = piece(j0);
+          if (ys)
+            store(xs, out, {token, j0});
+          return SmallVector<Value>{squares(xs, acc[0])};
+        });
+        normalise(ys ? out : v,
+                  invRMS(blockSums(sums.getResults())[0], eps2));
+      });
 }
 
 void AttnResNormKernel::warpSums(ValueRange parts, Value row) {
@@ -416,15 +428,7 @@ void AttnResNormKernel::kernel(Value n, Value tokens, Value dim) {
   launchPerToken(tokens, dim);
   scores = memref::GetGlobalOp::create(b, loc, scoresGlobal.getType(),
                                        scoresGlobal.getSymName());
-  auto choice = scf::IfOp::create(
-      b, loc, cmp(arith::CmpIPredicate::ule, d, idx(kThreads * per)),
-      /*withElseRegion=*/true);
-  b.setInsertionPointToStart(choice.thenBlock());
-  onePiece(n);
-  b.setInsertionPointToStart(choice.elseBlock());
-  anyPieces(n);
-  b.setInsertionPointAfter(choice);
-  gpu::TerminatorOp::create(b, loc);
+  byPieces([&] { onePiece(n); }, [&] { anyPieces(n); });
 }
 
 void AttnResNormKernel::scoresAndSoftmax(Value n) {
