@@ -78,7 +78,16 @@ if has e2e && [ -f build/e2e-pack/gpu-e2e.tar.xz ]; then
   echo "rc=$?"; tail -2 "$out/e2e.txt"
 fi
 
-export K3RT_CUDA_WORKSPACE_MB=${K3RT_CUDA_WORKSPACE_MB:-36000}
+# The workspace arena: 36 GB beside k3-group's 67.3 GiB of weights on an
+# H200 (prefill calls of 512 tokens need it); an 80 GB H100 holds the
+# weights only beside about 8 GB, enough for decode up to batch 64
+# (BENCHMARKS.md, thirty-eighth session).
+if [ -z "${K3RT_CUDA_WORKSPACE_MB:-}" ]; then
+  total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+  K3RT_CUDA_WORKSPACE_MB=36000
+  [ -n "$total" ] && [ "$total" -lt 100000 ] && K3RT_CUDA_WORKSPACE_MB=8000
+fi
+export K3RT_CUDA_WORKSPACE_MB
 if has ab; then
   say "ab (median step per batch; base = k3-group-base.so; graphs off/on)"
   for round in $(seq "${ABROUNDS:-2}"); do
