@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -124,9 +125,21 @@ static struct {
   size_t arenaSize, arenaUsed;
   int poison;   /* K3RT_CUDA_POISON */
   int syncEach; /* K3RT_CUDA_SYNC_EACH */
+  int graphLog; /* K3RT_CUDA_GRAPH_LOG */
   CUstream userStream; /* the caller's, or NULL */
   CUstream ownStream;  /* ours, when the caller gives none */
 } cu;
+
+/* K3RT_CUDA_GRAPH_LOG=1 (debugging): each queued segment on stderr, with
+ * the host's time since the last call's end (k3rt_cuda_workspace_reset)
+ * and each replayed node that was updated, by kernel and argument. */
+static double callEnd; /* microseconds, CLOCK_MONOTONIC */
+static double nowUs(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
+}
+static const char *functionName(CUfunction f);
 
 static void fail(const char *what, CUresult r) {
   if (cu.error[0])
@@ -246,6 +259,9 @@ static int load(void) {
   cu.syncEach = each && *each && strcmp(each, "0") != 0;
   const char *poison = getenv("K3RT_CUDA_POISON");
   cu.poison = poison && *poison && strcmp(poison, "0") != 0;
+  const char *graphLog = getenv("K3RT_CUDA_GRAPH_LOG");
+  cu.graphLog = graphLog && *graphLog && strcmp(graphLog, "0") != 0;
+  callEnd = nowUs();
   /* K3RT_CUDA_GRAPHS=0: launch every kernel on its own (for comparisons). */
   const char *graphs = getenv("K3RT_CUDA_GRAPHS");
   cu.graphs = !cu.syncEach && !(graphs && !strcmp(graphs, "0")) &&
@@ -380,6 +396,7 @@ static struct {
 /* k3rt_cuda_graph_stats: graphs built, graph launches, nodes updated,
  * kernels queued one by one. */
 static uint64_t stats[4];
+
 
 static size_t slotBytes(size_t bytes) { return (bytes + 7) & ~(size_t)7; }
 
@@ -875,6 +892,25 @@ static int buildGraph(Graph *g) {
   return !cu.error[0];
 }
 
+/* K3RT_CUDA_GRAPH_LOG: node `i` of `g` gets `now` (was `was`): its kernel,
+ * and its grid or the indices of the arguments that differ. */
+static void logUpdate(size_t i, const Launch *now, const Launch *was,
+                      const Graph *g) {
+  char what[512];
+  int n = snprintf(what, sizeof(what), "%s",
+                   memcmp(now->grid, was->grid, sizeof(now->grid)) ? " grid"
+                                                                   : "");
+  size_t a0 = now->at, a1 = was->at;
+  for (uint32_t a = 0; a < now->nparams && n < (int)sizeof(what) - 16; ++a) {
+    size_t bytes = slotBytes(now->size[a]);
+    if (memcmp(pending.values + a0, g->rec.values + a1, now->size[a]))
+      n += snprintf(what + n, sizeof(what) - n, " %u", a);
+    a0 += bytes, a1 += bytes;
+  }
+  fprintf(stderr, "k3rt-cuda graph:   node %zu %s:%s\n", i,
+          functionName(now->fn), what);
+}
+
 /* Queues the recorded launches: as a graph, or one by one for a short
  * call. */
 static void flush(void) {
@@ -887,6 +923,10 @@ static void flush(void) {
   CUstream stream = theStream();
   void *ptrs[kMaxParams];
   if (pending.n < kGraphMin) {
+    if (cu.graphLog)
+      fprintf(stderr, "k3rt-cuda graph: launches %zu-%zu one by one, host "
+              "+%.1f us\n", callLaunches - pending.n, callLaunches,
+              nowUs() - callEnd);
     for (size_t i = 0; i < pending.n && !cu.error[0]; ++i) {
       KernelNodeParams p = nodeParams(&pending, i, ptrs);
       CHECK(cu.launchKernel(p.func, p.gridDimX, p.gridDimY, p.gridDimZ,
@@ -907,6 +947,9 @@ static void flush(void) {
     else if (!c->exec || (victim->exec && c->used < victim->used))
       victim = c;
   }
+  double start = cu.graphLog ? nowUs() : 0;
+  size_t updated = 0;
+  int built = !g;
   if (g) {
     /* The same kernels: update the nodes whose grid or arguments differ. */
     for (size_t i = 0; i < pending.n && !cu.error[0]; ++i) {
@@ -915,10 +958,12 @@ static void flush(void) {
           !memcmp(pending.values + now->at, g->rec.values + was->at,
                   now->bytes))
         continue;
+      if (cu.graphLog)
+        logUpdate(i, now, was, g);
       KernelNodeParams p = nodeParams(&pending, i, ptrs);
       CHECK(cu.graphExecKernelNodeSetParams(g->exec, g->node[i], &p),
             "cuGraphExecKernelNodeSetParams");
-      ++stats[2];
+      ++stats[2], ++updated;
     }
   } else {
     g = victim;
@@ -933,8 +978,17 @@ static void flush(void) {
     pending = old;
     g->key = key;
     g->used = ++useClock;
+    double launched = cu.graphLog ? nowUs() : 0;
     CHECK(cu.graphLaunch(g->exec, stream), "cuGraphLaunch");
     ++stats[1];
+    if (cu.graphLog)
+      fprintf(stderr,
+              "k3rt-cuda graph: launches %zu-%zu %s, %zu nodes updated; "
+              "host +%.1f us at the segment, +%.1f at cuGraphLaunch, "
+              "+%.1f after it\n",
+              callLaunches - g->rec.n, callLaunches,
+              built ? "built" : "replayed", updated,
+              start - callEnd, launched - callEnd, nowUs() - callEnd);
   }
   clearPending();
 }
@@ -970,6 +1024,9 @@ K3_EXPORT void k3rt_cuda_graph_stats(uint64_t out[4]) {
 K3_EXPORT void k3rt_cuda_workspace_reset(void) {
   if (cu.ready && !cu.error[0])
     flush();
+  if (cu.graphLog)
+    fprintf(stderr, "k3rt-cuda graph: call of %zu launches queued, host "
+            "+%.1f us\n", callLaunches, nowUs() - callEnd);
   clearPending();
   callLaunches = 0, nextCut = kFirstCut;
   nAllocs = 0;
@@ -985,6 +1042,8 @@ K3_EXPORT void k3rt_cuda_workspace_reset(void) {
     CHECK(cu.streamSynchronize(theStream()), "cuStreamSynchronize");
   }
   cu.arenaUsed = 0;
+  if (cu.graphLog)
+    callEnd = nowUs();
 }
 
 /* Bytes of the workspace in use (its high-water mark per forward). */
@@ -1093,6 +1152,16 @@ static struct {
   const char *name;
   CUfunction function;
 } functions[kFunctionCache];
+
+static const char *functionName(CUfunction f) {
+  const char *name = "?";
+  pthread_mutex_lock(&functionsLock);
+  for (size_t i = 0; i < kFunctionCache; ++i)
+    if (functions[i].module && functions[i].function == f)
+      name = functions[i].name;
+  pthread_mutex_unlock(&functionsLock);
+  return name;
+}
 
 static size_t functionSlot(void *module, const char *name) {
   uintptr_t h = ((uintptr_t)module * 0x9E3779B97F4A7C15ull) ^ (uintptr_t)name;
