@@ -286,11 +286,36 @@ typedef struct {
   void **params, **extra;
 } NodeParams;
 
+/* Parameter `i` of `f` as its PTX entry declares it (".param .u64 ...",
+ * ".param .f32 ...": a real driver's sizes, so that the runtime's 8-byte
+ * slots have padding as on a GPU); 8 bytes at 8 i when the entry is not
+ * found. */
 static CUresult funcGetParamInfo(void *f, size_t i, size_t *offset,
                                  size_t *size) {
-  (void)f;
-  *offset = 8 * i;
-  *size = 8;
+  const struct FakeFunction *k = f;
+  char key[600];
+  snprintf(key, sizeof(key), ".entry %s(", k->name);
+  const char *at = memmem(k->module, imageBytes(k->module), key, strlen(key));
+  *offset = 8 * i, *size = 8;
+  if (!at)
+    return 0;
+  const char *end = memchr(at, ')', imageBytes(k->module) -
+                                        (size_t)(at - (const char *)k->module));
+  size_t off = 0;
+  for (size_t a = 0; at && end; ++a) {
+    at = memmem(at, (size_t)(end - at), ".param .", 8);
+    if (!at)
+      return 1; /* past the last parameter: invalid value */
+    at += 8; /* the type: u64, f32, b8, ... */
+    size_t bytes = (size_t)strtoul(at + 1, NULL, 10) / 8;
+    bytes = bytes ? bytes : 1;
+    off = (off + bytes - 1) / bytes * bytes;
+    if (a == i) {
+      *offset = off, *size = bytes;
+      return 0;
+    }
+    off += bytes;
+  }
   return 0;
 }
 static CUresult graphCreate(FakeGraph **g, unsigned flags) {
@@ -307,15 +332,18 @@ static CUresult graphDestroy(FakeGraph *g) {
   free(g);
   return 0;
 }
-/* The parameters of `p` that `f`'s access string covers (8 bytes each, as
- * funcGetParamInfo says). */
+/* The parameters of `p` that `f`'s access string covers, each widened to
+ * 8 bytes (its size as funcGetParamInfo says). */
 static uint64_t *nodeArgs(struct FakeFunction *f, void **params) {
   if (!f->access || !params)
     return NULL;
   size_t n = strlen(f->access) - 1;
-  uint64_t *arg = malloc((n ? n : 1) * sizeof(uint64_t));
-  for (size_t a = 0; arg && a < n; ++a)
-    memcpy(&arg[a], params[a], 8);
+  uint64_t *arg = calloc(n ? n : 1, sizeof(uint64_t));
+  for (size_t a = 0; arg && a < n; ++a) {
+    size_t offset, size;
+    funcGetParamInfo(f, a, &offset, &size);
+    memcpy(&arg[a], params[a], size < 8 ? size : 8);
+  }
   return arg;
 }
 static int addNodeDep(FakeNode *n, size_t d) {

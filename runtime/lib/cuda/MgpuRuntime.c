@@ -133,7 +133,8 @@ static struct {
 /* K3RT_CUDA_GRAPH_LOG=1 (debugging): each queued segment on stderr, with
  * the host's time since the last call's end (k3rt_cuda_workspace_reset)
  * and each replayed node that was updated, by kernel and argument. */
-static double callEnd; /* microseconds, CLOCK_MONOTONIC */
+static double callEnd;     /* microseconds, CLOCK_MONOTONIC */
+static double firstLaunch; /* the call's first launch */
 static double nowUs(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -777,7 +778,14 @@ static int record(CUfunction fn, const unsigned grid[3],
   l->at = pending.bytes;
   l->bytes = bytes;
   for (uint32_t a = 0; a < n; ++a) {
-    memcpy(pending.values + pending.bytes, params[a], size[a]);
+    /* The slot's padding zeroed: replays compare whole slots, and stale
+     * bytes there (the buffers are reused) made nodes look changed: 1-4
+     * updates per batch-1 step of k3-group, each 7-28 us of host time
+     * before its segment's launch (H100, BENCHMARKS.md thirty-ninth
+     * session). */
+    unsigned char *slot = pending.values + pending.bytes;
+    memcpy(slot, params[a], size[a]);
+    memset(slot + size[a], 0, slotBytes(size[a]) - size[a]);
     pending.bytes += slotBytes(size[a]);
   }
   if (!findDeps()) {
@@ -1026,7 +1034,8 @@ K3_EXPORT void k3rt_cuda_workspace_reset(void) {
     flush();
   if (cu.graphLog)
     fprintf(stderr, "k3rt-cuda graph: call of %zu launches queued, host "
-            "+%.1f us\n", callLaunches, nowUs() - callEnd);
+            "+%.1f us (its first launch at +%.1f)\n", callLaunches,
+            nowUs() - callEnd, firstLaunch - callEnd);
   clearPending();
   callLaunches = 0, nextCut = kFirstCut;
   nAllocs = 0;
@@ -1262,6 +1271,8 @@ K3_EXPORT void mgpuLaunchKernel(void *function, intptr_t gx, intptr_t gy,
     return;
   if (smem > kSharedDefault)
     allowShared(function, (unsigned)smem);
+  if (cu.graphLog && !callLaunches)
+    firstLaunch = nowUs();
   if (cu.graphs && !extra && stream == theStream() && nparams <= kMaxParams) {
     unsigned grid[3] = {(unsigned)gx, (unsigned)gy, (unsigned)gz};
     unsigned block[3] = {(unsigned)bx, (unsigned)by, (unsigned)bz};
