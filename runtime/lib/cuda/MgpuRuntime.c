@@ -1162,6 +1162,7 @@ static struct {
   CUfunction function;
 } functions[kFunctionCache];
 
+/* The name `f` was looked up by, for messages. */
 static const char *functionName(CUfunction f) {
   const char *name = "?";
   pthread_mutex_lock(&functionsLock);
@@ -1297,12 +1298,7 @@ K3_EXPORT void mgpuLaunchKernel(void *function, intptr_t gx, intptr_t gy,
   if (cu.syncEach && !cu.error[0]) {
     CUresult r = cu.streamSynchronize(stream);
     if (r != 0) {
-      const char *name = "?";
-      pthread_mutex_lock(&functionsLock);
-      for (size_t i = 0; i < kFunctionCache; ++i)
-        if (functions[i].module && functions[i].function == function)
-          name = functions[i].name;
-      pthread_mutex_unlock(&functionsLock);
+      const char *name = functionName(function);
       char what[200];
       snprintf(what, sizeof(what), "kernel %s (grid %ldx%ldx%ld, block %ldx%ldx%ld)",
                name, (long)gx, (long)gy, (long)gz, (long)bx, (long)by, (long)bz);
