@@ -21,7 +21,7 @@ import sys
 PREFIX = "k3rt-cuda graph: "
 SEGMENT = re.compile(r"launches (\d+)-(\d+) (built|replayed), (\d+) nodes updated; "
                      r"host \+([\d.]+) us at the segment, \+([\d.]+) at cuGraphLaunch")
-ALONE = re.compile(r"launches (\d+)-(\d+) one by one")
+ALONE = re.compile(r"launches \d+-\d+ one by one")
 CALL = re.compile(r"call of (\d+) launches queued, host \+([\d.]+) us"
                   r"(?: \(its first launch at \+([\d.]+)\))?")
 BATCH = re.compile(r"^decode\s+B=(\d+)\s")
@@ -42,13 +42,11 @@ def calls(lines):
         text = line[len(PREFIX):]
         m = SEGMENT.match(text)
         if m:
-            segs.append({"first": int(m.group(1)), "built": m.group(3) == "built",
-                         "updated": int(m.group(4)), "reached": float(m.group(5)),
+            segs.append({"built": m.group(3) == "built", "updated": int(m.group(4)),
                          "queued": float(m.group(6))})
             continue
         if ALONE.match(text):
-            segs.append({"first": int(ALONE.match(text).group(1)), "built": False,
-                         "updated": 0, "reached": None, "queued": None})
+            segs.append({"built": False, "updated": 0, "queued": None})
             continue
         m = CALL.match(text)
         if m:
@@ -66,7 +64,7 @@ def describe(batch, group):
     name = "B=%d" % batch if batch is not None else "calls after the last batch"
     if not replayed:
         return "%s: %d calls, none replayed every segment" % (name, len(group))
-    med = lambda xs: statistics.median(xs)
+    med = statistics.median
     first = [c["first_launch"] for c in replayed if c["first_launch"] is not None]
     queued = [c["segments"][0]["queued"] for c in replayed if c["segments"][0]["queued"] is not None]
     n = len(replayed[-1]["segments"])

@@ -176,8 +176,32 @@ static struct FakeFunction {
   char *name;
   unsigned dynamicShared; /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
   char *access; /* its `<name>_k3_access`, NUL-terminated, or NULL */
+  size_t nparams;       /* as its PTX entry declares them (0: not found) */
+  unsigned char *bytes; /* each parameter's size */
   struct FakeFunction *next;
 } *functions;
+/* `k`'s parameter sizes as its PTX entry declares them (".param .u64 ...",
+ * ".param .f32 ..."): a real driver's, so that the runtime's 8-byte slots
+ * have padding as on a GPU. */
+static void paramSizes(struct FakeFunction *k) {
+  char key[600];
+  snprintf(key, sizeof(key), ".entry %s(", k->name);
+  size_t total = imageBytes(k->module);
+  const char *at = memmem(k->module, total, key, strlen(key));
+  const char *end =
+      at ? memchr(at, ')', total - (size_t)(at - (const char *)k->module))
+         : NULL;
+  k->nparams = 0, k->bytes = NULL;
+  while (end && (at = memmem(at, (size_t)(end - at), ".param .", 8))) {
+    at += 8; /* the type: u64, f32, b8, ... */
+    size_t bytes = (size_t)strtoul(at + 1, NULL, 10) / 8;
+    unsigned char *b = realloc(k->bytes, k->nparams + 1);
+    if (!b)
+      break;
+    k->bytes = b;
+    k->bytes[k->nparams++] = (unsigned char)(bytes ? bytes : 1);
+  }
+}
 static CUresult moduleGetFunction(void **f, void *module, const char *name) {
   NEED_CONTEXT;
   ++lookups;
@@ -198,6 +222,7 @@ static CUresult moduleGetFunction(void **f, void *module, const char *name) {
   k->access = access ? realloc(access, n + 1) : NULL;
   if (k->access)
     k->access[n] = 0;
+  paramSizes(k);
   k->next = functions;
   functions = k;
   *f = k;
@@ -286,36 +311,24 @@ typedef struct {
   void **params, **extra;
 } NodeParams;
 
-/* Parameter `i` of `f` as its PTX entry declares it (".param .u64 ...",
- * ".param .f32 ...": a real driver's sizes, so that the runtime's 8-byte
- * slots have padding as on a GPU); 8 bytes at 8 i when the entry is not
- * found. */
+/* Parameter `i` of `f` (paramSizes; 8 bytes at 8 i for a kernel whose
+ * entry was not found). */
 static CUresult funcGetParamInfo(void *f, size_t i, size_t *offset,
                                  size_t *size) {
   const struct FakeFunction *k = f;
-  char key[600];
-  snprintf(key, sizeof(key), ".entry %s(", k->name);
-  const char *at = memmem(k->module, imageBytes(k->module), key, strlen(key));
   *offset = 8 * i, *size = 8;
-  if (!at)
+  if (!k->nparams)
     return 0;
-  const char *end = memchr(at, ')', imageBytes(k->module) -
-                                        (size_t)(at - (const char *)k->module));
+  if (i >= k->nparams)
+    return 1; /* past the last parameter: invalid value */
   size_t off = 0;
-  for (size_t a = 0; at && end; ++a) {
-    at = memmem(at, (size_t)(end - at), ".param .", 8);
-    if (!at)
-      return 1; /* past the last parameter: invalid value */
-    at += 8; /* the type: u64, f32, b8, ... */
-    size_t bytes = (size_t)strtoul(at + 1, NULL, 10) / 8;
-    bytes = bytes ? bytes : 1;
+  for (size_t a = 0; a <= i; ++a) {
+    size_t bytes = k->bytes[a];
     off = (off + bytes - 1) / bytes * bytes;
-    if (a == i) {
-      *offset = off, *size = bytes;
-      return 0;
-    }
-    off += bytes;
+    if (a < i)
+      off += bytes;
   }
+  *offset = off, *size = k->bytes[i];
   return 0;
 }
 static CUresult graphCreate(FakeGraph **g, unsigned flags) {
@@ -340,8 +353,7 @@ static uint64_t *nodeArgs(struct FakeFunction *f, void **params) {
   size_t n = strlen(f->access) - 1;
   uint64_t *arg = calloc(n ? n : 1, sizeof(uint64_t));
   for (size_t a = 0; arg && a < n; ++a) {
-    size_t offset, size;
-    funcGetParamInfo(f, a, &offset, &size);
+    size_t size = a < f->nparams ? f->bytes[a] : 8;
     memcpy(&arg[a], params[a], size < 8 ? size : 8);
   }
   return arg;

@@ -134,7 +134,8 @@ static struct {
  * the host's time since the last call's end (k3rt_cuda_workspace_reset)
  * and each replayed node that was updated, by kernel and argument. */
 static double callEnd;     /* microseconds, CLOCK_MONOTONIC */
-static double firstLaunch; /* the call's first launch */
+static double firstLaunch; /* the call's first launch, once it came */
+static int launchedInCall;
 static double nowUs(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -397,7 +398,6 @@ static struct {
 /* k3rt_cuda_graph_stats: graphs built, graph launches, nodes updated,
  * kernels queued one by one. */
 static uint64_t stats[4];
-
 
 static size_t slotBytes(size_t bytes) { return (bytes + 7) & ~(size_t)7; }
 
@@ -1052,7 +1052,7 @@ K3_EXPORT void k3rt_cuda_workspace_reset(void) {
   }
   cu.arenaUsed = 0;
   if (cu.graphLog)
-    callEnd = nowUs();
+    callEnd = nowUs(), launchedInCall = 0;
 }
 
 /* Bytes of the workspace in use (its high-water mark per forward). */
@@ -1272,7 +1272,7 @@ K3_EXPORT void mgpuLaunchKernel(void *function, intptr_t gx, intptr_t gy,
     return;
   if (smem > kSharedDefault)
     allowShared(function, (unsigned)smem);
-  if (cu.graphLog && !callLaunches)
+  if (cu.graphLog && !launchedInCall++)
     firstLaunch = nowUs();
   if (cu.graphs && !extra && stream == theStream() && nparams <= kMaxParams) {
     unsigned grid[3] = {(unsigned)gx, (unsigned)gy, (unsigned)gz};
