@@ -833,8 +833,9 @@ func::CallOp AttnResJoiner::follow(Value x, SmallVectorImpl<func::CallOp> &way) 
     if (!grouper.productsOf(call.getCallee()).empty())
       return (*use)->getOperandNumber() == 0 ? call : func::CallOp();
     auto callee = module.lookupSymbol<func::FuncOp>(call.getCallee());
+    // (K3: at most the model's layer body and the library's two fronts.)
     if (!callee || callee.isExternal() || !callee.getBody().hasOneBlock() ||
-        !callee->getDiscardableAttrDictionary().empty())
+        !callee->getDiscardableAttrDictionary().empty() || way.size() == 8)
       return {};
     way.push_back(call);
     for (auto [arg, operand] :
