@@ -760,9 +760,10 @@ def K3GPUSkinnyMMAPass : Pass<"k3-gpu-skinny-mma", "::mlir::ModuleOp"> {
     k3-gpu-attn-res-norm's block for the AttnRes (the same terms and
     trees), one 16-byte piece of the row per thread: the residual sum
     stored, each candidate's warp sums stored and counted (count 2 of a
-    zeroed device global of 3), then, once all 8 T have counted, the
-    scores, the softmax, h into x's buffer and the warps' sums of squares
-    (count 0); the product blocks normalise h as with `combine_norm`.
+    zeroed device global of 4), then, once all 8 T have counted, the
+    scores, the softmax, h and the warps' sums of squares (count 0), then,
+    once all have counted again, the normalised piece into x's buffer
+    (count 3); the product blocks wait for count 3 and read x as it is.
   }];
   let options = [
     Option<"sm", "sm", "int64_t", "90",

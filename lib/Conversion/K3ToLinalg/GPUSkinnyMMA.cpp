@@ -77,8 +77,13 @@
 // 32] and the block counted (count 2); once all 8 T have counted, every
 // warp takes the trees over the 32 warps' sums (the AttnRes kernel's
 // tree), the scores into its ring, the softmax, its piece of h = round(Σ_i
-// α_i v_i) into x's buffer and its warp's sum of squares, then count 0.
-// The product blocks normalise h as with `combine_norm`. The same terms,
+// α_i v_i) and its warp's sum of squares, then count 0; once all have
+// counted, each thread normalises its piece with the token's 1 / rms (the
+// norm kernel's tree over the 32 sums) into x's buffer, then count 3, which
+// the product blocks wait for before they read x as it is (normalising it
+// as they read it, as `combine_norm` does, every block redoing the whole
+// row, made the fused KDA projections 11 us slower per layer than the two
+// kernels: H100, BENCHMARKS.md fortieth session). The same terms,
 // trees and order as the AttnRes kernel's, so the same bits. The 8 T
 // producers wait for each other: they are the grid's first blocks (at most
 // 128), so all of them are resident before any product block is.
@@ -380,8 +385,9 @@ SmallVector<Value> SkinnyKernel::compute(Value i, int64_t tiles,
     Value k = add(add(k0, 32 * s), mul(t, 8));
     for (int64_t tile = 0; tile < tiles; ++tile) {
       SmallVector<Value> xt =
-          norm ? normalised(tile ? tok1 : tok0, tile ? inv1 : inv0, k)
-               : split(read(x, {tile ? tok1 : tok0, k}, bf16, 8, i32x4), 4);
+          norm && !attnRes
+              ? normalised(tile ? tok1 : tok0, tile ? inv1 : inv0, k)
+              : split(read(x, {tile ? tok1 : tok0, k}, bf16, 8, i32x4), 4);
       for (int64_t h = 0; h < 2; ++h) {
         std::array<Value, 4> a = {r0[2 * h], r1[2 * h], r0[2 * h + 1],
                                   r1[2 * h + 1]};
@@ -639,7 +645,11 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
     group = issue(idx(i));
   // combine_norm: the first stages of W are on their way while the
   // producers finish.
-  if (norm)
+  if (attnRes)
+    waitFor(tid,
+            arith::IndexCastOp::create(b, loc, b.getI32Type(), producers),
+            normGlobal, 3);
+  else if (norm)
     awaitNorm(tid, tokens, depth);
   // One n8 tile of tokens for T <= 8, two above; a token's column is the
   // same mma either way.
@@ -1005,11 +1015,10 @@ void SkinnyKernel::produceAttnRes(Value token, Value part, Value tid,
         scf::YieldOp::create(b, loc);
       });
   countDone(tid, normGlobal, 2);
-  waitFor(tid,
-          arith::IndexCastOp::create(
-              b, loc, b.getI32Type(),
-              mul(memref::DimOp::create(b, loc, x, c0), kProducers)),
-          normGlobal, 2);
+  Value need = arith::IndexCastOp::create(
+      b, loc, b.getI32Type(),
+      mul(memref::DimOp::create(b, loc, x, c0), kProducers));
+  waitFor(tid, need, normGlobal, 2);
   // s_i = ((γ ⊙ p)·v_i) / sqrt(mean(v_i²) + eps): lane l takes warp l's
   // sums, the tree over them (in every lane), thread 0 keeps s_i in f32
   // at elements 2i, 2i + 1 of its ring's row 0.
@@ -1100,7 +1109,6 @@ void SkinnyKernel::produceAttnRes(Value token, Value part, Value tid,
     Value a = widen(hn.back());
     ss = fadd(ss, fmul(a, a));
   }
-  storeIf(has, hn, x, {token, j});
   Value warpSum = k3::warpSum(b, loc, pick(has, ss, zero));
   scf::IfOp::create(b, loc, eq(lane, c0), [&](OpBuilder &tb, Location l) {
     memref::StoreOp::create(tb, l, warpSum, squares,
@@ -1108,6 +1116,23 @@ void SkinnyKernel::produceAttnRes(Value token, Value part, Value tid,
     scf::YieldOp::create(tb, l);
   });
   countDone(tid, normGlobal);
+  // Once every producer's sums are stored: the token's 1 / rms from its 32
+  // warps' sums (the norm kernel's tree), y = round(round(h · inv) · γ) of
+  // the piece into x, and count 3, which the product blocks wait for (so
+  // that they read x as it is, not normalising it in every block).
+  SmallVector<Value> gn = loadVector(norm->gamma, {j}, kPer);
+  waitFor(tid, need, normGlobal, 0);
+  Value inv = k3::invRMS(
+      *this,
+      k3::warpSum(b, loc,
+                  memref::LoadOp::create(b, loc, squares,
+                                         ValueRange{token, lane})),
+      df, norm->eps);
+  SmallVector<Value> y;
+  for (int64_t e = 0; e < kPer; ++e)
+    y.push_back(k3::rmsNormValue(*this, fns, hn[e], inv, gn[e]));
+  storeIf(has, y, x, {token, j});
+  countDone(tid, normGlobal, 3);
 }
 
 void SkinnyKernel::waitFor(Value tid, Value need, memref::GlobalOp counts,
@@ -1372,7 +1397,7 @@ struct K3GPUSkinnyMMAPass
                  // attn_res: the producers' counts (done, waiting blocks
                  // done, candidates' sums stored).
                  attnRes ? k3::deviceCounters(module,
-                                              "k3k_skinny_attn_res_ready", 3)
+                                              "k3k_skinny_attn_res_ready", 4)
                          : memref::GlobalOp(),
                  route,
                  // The router blocks' count and the routing blocks'.

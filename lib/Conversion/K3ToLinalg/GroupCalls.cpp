@@ -908,48 +908,50 @@ func::CallOp AttnResJoiner::specialize(func::CallOp normCall,
 
 void AttnResJoiner::process(func::CallOp normCall) {
   SmallVector<func::CallOp> way;
-  if (!follow(normCall.getResult(0), way))
+  func::CallOp product = follow(normCall.getResult(0), way);
+  if (!product)
     return;
+  if (way.empty()) {
+    if (product->getBlock() == normCall->getBlock())
+      join(normCall, product);
+    return;
+  }
+  // The first call on the way: the AttnRes moves into a copy of its
+  // function (which keeps the library's functions and kernels as they
+  // were), or, where x reaches the product there only through a select on
+  // a constant of this call (the MoE front's latent flag), that call is
+  // inlined first.
+  func::CallOp layer = way.front();
+  auto callee = module.lookupSymbol<func::FuncOp>(layer.getCallee());
+  unsigned xAt = (*soleUse(normCall.getResult(0)))->getOperandNumber();
+  SmallVector<func::CallOp> inside;
   auto parent = normCall->getParentOfType<func::FuncOp>();
-  if (!way.empty() && parent.isPublic()) {
-    // An entry point (compiled as glue): the AttnRes moves into a copy of
-    // the layer function that it feeds, and is joined there.
-    func::CallOp layer = way.front();
-    std::optional<OpOperand *> use = soleUse(normCall.getResult(0));
-    unsigned xAt = (*use)->getOperandNumber();
-    SmallVector<Operation *> later;
-    if (normCall.getNumResults() == 2 &&
-        !movableAfter(normCall.getResult(1), normCall, layer, later))
-      return;
-    func::CallOp call = specialize(normCall, layer, xAt);
-    if (normCall.getNumResults() == 2)
-      normCall.getResult(1).replaceAllUsesWith(call.getResults().back());
-    Operation *after = call;
-    for (Operation *op : later) {
-      op->moveAfter(after);
-      after = op;
-    }
-    dropShapeReaders(normCall.getResult(0), normCall.getOperand(1));
-    normCall.erase();
-    auto f = module.lookupSymbol<func::FuncOp>(call.getCallee());
-    // Joined there once, for every call of the copy.
-    if (auto inner = dyn_cast<func::CallOp>(f.getBody().front().front())) {
-      auto fn = module.lookupSymbol<func::FuncOp>(inner.getCallee());
-      if (fn && fn->hasAttr(kIntoAttr))
-        process(inner);
-    }
+  if (!parent.isPublic() && !follow(callee.getArgument(xAt), inside)) {
+    inlineAt(layer, callee);
+    process(normCall);
     return;
   }
-  // Inline the way from the outermost call; each inlined body's next call
-  // is found again by following x.
-  Value x = normCall.getResult(0);
-  for (size_t i = 0; i < way.size(); ++i) {
-    auto call = cast<func::CallOp>((*soleUse(x))->getOwner());
-    inlineAt(call, module.lookupSymbol<func::FuncOp>(call.getCallee()));
+  SmallVector<Operation *> later;
+  if (normCall.getNumResults() == 2 &&
+      !movableAfter(normCall.getResult(1), normCall, layer, later))
+    return;
+  func::CallOp call = specialize(normCall, layer, xAt);
+  if (normCall.getNumResults() == 2)
+    normCall.getResult(1).replaceAllUsesWith(call.getResults().back());
+  Operation *after = call;
+  for (Operation *op : later) {
+    op->moveAfter(after);
+    after = op;
   }
-  auto product = cast<func::CallOp>((*soleUse(x))->getOwner());
-  if (product->getBlock() == normCall->getBlock())
-    join(normCall, product);
+  dropShapeReaders(normCall.getResult(0), normCall.getOperand(1));
+  normCall.erase();
+  // Joined there once, for every call of the copy.
+  auto f = module.lookupSymbol<func::FuncOp>(call.getCallee());
+  if (auto inner = dyn_cast<func::CallOp>(f.getBody().front().front())) {
+    auto fn = module.lookupSymbol<func::FuncOp>(inner.getCallee());
+    if (fn && fn->hasAttr(kIntoAttr))
+      process(inner);
+  }
 }
 
 void AttnResJoiner::run(Operation *root) {

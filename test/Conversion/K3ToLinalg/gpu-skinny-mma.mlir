@@ -732,11 +732,11 @@ func.func @f32_indices(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %s: memref<?x
 
 // With `attn_res` (k3-group-calls' few-token call of an AttnRes and the
 // products of its normalised output): the launch's first 8 T blocks are
-// k3-gpu-attn-res-norm's block of each token, in two steps joined by count
-// 2 (each candidate's warp sums [T, 2n, 32], then the scores, the softmax
-// and h into x's buffer, its warps' sums of squares, count 0); the
-// product blocks normalise h as with `combine_norm`.
-// CHECK-DAG: memref.global "private" @k3k_skinny_attn_res_ready : memref<3xi32, #gpu.address_space<global>> = dense<0>
+// k3-gpu-attn-res-norm's block of each token, in three steps joined by
+// counts 2 and 0 (each candidate's warp sums [T, 2n, 32]; the scores, the
+// softmax, h and its warps' sums of squares; the normalised piece into x's
+// buffer, count 3); the product blocks wait for count 3 and read x.
+// CHECK-DAG: memref.global "private" @k3k_skinny_attn_res_ready : memref<4xi32, #gpu.address_space<global>> = dense<0>
 // CHECK-LABEL: func.func @attn_lin
 // CHECK-SAME: (%[[X:[^:]+]]: memref<?x?xbf16>, %[[W:[^:]+]]: memref<?x?xbf16>, %[[OUT:[^:]+]]: memref<?x?xbf16>, %[[V:[^:]+]]: memref<?x?x?xbf16>, %[[L:[^:]+]]: memref<?x?x?xbf16>, %[[G:[^:]+]]: memref<?xbf16>, %[[P:[^:]+]]: memref<?x?xbf16>, %[[E:[^:]+]]: f32, %[[GN:[^:]+]]: memref<?xbf16>, %[[E2:[^:]+]]: f32)
 // CHECK-DAG: %[[T:.+]] = memref.dim %[[L]], %c1
@@ -760,18 +760,26 @@ func.func @f32_indices(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %s: memref<?x
 // CHECK: %[[RD:.+]] = memref.get_global @k3k_skinny_attn_res_ready
 // CHECK: memref.atomic_rmw addi %c1_i32, %[[RD]][%c2]
 // CHECK: ld.acquire.gpu.global.b32
-// The scores from the 32 warps' sums, the softmax, h stored into x.
+// The scores from the 32 warps' sums, the softmax, h's sums of squares;
+// then the token's 1 / rms and the normalised piece into x.
 // CHECK: memref.load %[[CS]]
 // CHECK: math.sqrt
 // CHECK: math.exp
 // CHECK: math.exp
-// CHECK: vector.store %{{.+}}, %[[X]]
 // CHECK: memref.store %{{.+}}, %[[SQ]]
 // CHECK: memref.atomic_rmw addi %c1_i32, %{{.+}}[%c0]
-// The product blocks: wait for the 8 T producers, normalise x on the way.
+// CHECK: ld.acquire.gpu.global.b32
+// CHECK: memref.load %[[SQ]]
+// CHECK: vector.store %{{.+}}, %[[X]]
+// CHECK: memref.atomic_rmw addi %c1_i32, %{{.+}}[%c3]
+// The product blocks: the first stages, then wait for count 3 (8 T), and
+// x's fragments read as they are.
 // CHECK: } else {
 // CHECK: nvgpu.device_async_copy
+// CHECK: %[[RD3:.+]] = memref.extract_aligned_pointer_as_index
+// CHECK: arith.addi %[[RD3]], %c12
 // CHECK: ld.acquire.gpu.global.b32
+// CHECK: vector.load %[[X]]
 // CHECK: nvvm.mma.sync
 // CHECK: memref.atomic_rmw addi %c1_i32, %{{.+}}[%c1]
 func.func private @o(%a: f32) -> bf16 {
