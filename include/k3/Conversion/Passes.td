@@ -92,8 +92,28 @@ def K3GroupCallsPass : Pass<"k3-group-calls", "::mlir::ModuleOp"> {
     likewise (`Kernels/KDA.mlir`: @k3k_short_conv and @k3k_short_conv3, a
     KDA layer's three convolutions), has its calls taken n at a time, in
     program order, and each n made one call of `@g`.
+
+    AttnRes into the products (`attn-res`, on): where the x of a product
+    call or group is the normalised AttnRes output of a call of a function
+    marked `k3.into = @r` (`Kernels/Dense.mlir`: @k3k_attn_res_norm and
+    @k3k_attn_res_norm_add, joined by k3-to-linalg; `@r` writes the
+    results into buffers after its operands and is marked
+    `k3.attn_res_norm`) and nothing else reads x, both become one call of
+    `<a>_<g>(AttnRes operands, the group's operands after x) -> (y_1 ..
+    y_m[, sum])`: when `@p(T)` one call of `<r>_<few>(x's buffer, W_1 ..
+    W_m, out_1 .. out_m, ..., AttnRes operands[, sum's buffer])`, whose
+    body is `@r` then the group's few-token call and whose
+    `k3.skinny_matmul` mark gains `attn_res = {widen, narrow, round,
+    residual}` (`@r`'s mark; `residual` with the sum): k3-gpu-skinny-mma
+    makes the AttnRes in the product kernel's first blocks. Otherwise `@r`
+    then the members' `@m`. The same sums either way.
   }];
+  let options = [
+    Option<"attnRes", "attn-res", "bool", "true",
+           "Join an AttnRes with its norm to the products of its output">
+  ];
   let dependentDialects = [
+    "::mlir::arith::ArithDialect",
     "::mlir::bufferization::BufferizationDialect",
     "::mlir::func::FuncDialect",
     "::mlir::memref::MemRefDialect",
@@ -729,6 +749,21 @@ def K3GPUSkinnyMMAPass : Pass<"k3-gpu-skinny-mma", "::mlir::ModuleOp"> {
     (`ld.acquire.gpu`, `nvvm.nanosleep` between reads), take each token's
     1 / rms from the 32 sums with the norm kernel's tree and normalise r
     as they read it; the last product block resets the counts.
+
+    With `attn_res = {widen, narrow, round, residual}` (k3-group-calls: an
+    AttnRes with its norm joined to the products of its output; after the
+    other arguments the blocks `[n - 1, T, D]`, the last candidate `[1, T,
+    D]` or with `residual` the terms a and b of that sum, γ `[D]`, p `[1,
+    D]`, eps, the norm's γ and eps, and with `residual` the sum's buffer)
+    x is RMSNorm(AttnRes(...)), made in the same launch for D <= 8192: its
+    first 8 T blocks are, per token, the 32 warps of
+    k3-gpu-attn-res-norm's block for the AttnRes (the same terms and
+    trees), one 16-byte piece of the row per thread: the residual sum
+    stored, each candidate's warp sums stored and counted (count 2 of a
+    zeroed device global of 4), then, once all 8 T have counted, the
+    scores, the softmax, h and the warps' sums of squares (count 0), then,
+    once all have counted again, the normalised piece into x's buffer
+    (count 3); the product blocks wait for count 3 and read x as it is.
   }];
   let options = [
     Option<"sm", "sm", "int64_t", "90",

@@ -64,6 +64,30 @@
 // kernels (sum and norm, W_up, the add) -> 0.078 in one (BENCHMARKS.md,
 // thirtieth session).
 //
+// With `attn_res` (k3-group-calls' few-token call of an AttnRes with its
+// norm and the products of its output, K3_SPEC §3.1-3.2: arguments x's
+// buffer, the W, the outputs, ..., then the blocks, the last candidate or
+// the residual sum's terms a and b, γ, p, eps, the norm's γ and eps, and
+// the sum's buffer) x is RMSNorm(AttnRes), which was a kernel of its own
+// (k3-gpu-attn-res-norm, a block of 1024 threads per token) before the
+// products'. The launch's first 8 T blocks are that block's 32 warps per
+// token, each thread with its one 16-byte piece of the row (D <= 8192; the
+// generic body otherwise): the residual sum round(a + b) stored, then per
+// candidate the sums of v² and (γ ⊙ p)·v, each warp's tree stored [T, 2n,
+// 32] and the block counted (count 2); once all 8 T have counted, every
+// warp takes the trees over the 32 warps' sums (the AttnRes kernel's
+// tree), the scores into its ring, the softmax, its piece of h = round(Σ_i
+// α_i v_i) and its warp's sum of squares, then count 0; once all have
+// counted, each thread normalises its piece with the token's 1 / rms (the
+// norm kernel's tree over the 32 sums) into x's buffer, then count 3, which
+// the product blocks wait for before they read x as it is (normalising it
+// as they read it, as `combine_norm` does, every block redoing the whole
+// row, made the fused KDA projections 11 us slower per layer than the two
+// kernels: H100, BENCHMARKS.md fortieth session). The same terms,
+// trees and order as the AttnRes kernel's, so the same bits. The 8 T
+// producers wait for each other: they are the grid's first blocks (at most
+// 128), so all of them are resident before any product block is.
+//
 // With `route` on one matrix (Kernels/MoE.mlir @k3k_router_route_few: the
 // router's f32 scores, then the routing's bias, renorm, scaling, idx, wts,
 // order and rank after the outputs) the launch also selects each token's
@@ -114,6 +138,8 @@
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/SymbolTable.h"
 
+#include <cmath>
+
 namespace mlir::k3 {
 #define GEN_PASS_DEF_K3GPUSKINNYMMAPASS
 #include "k3/Conversion/Passes.h.inc"
@@ -146,12 +172,24 @@ constexpr int64_t kPer = 8; // bf16 elements per 16-byte piece
 // Entries whose y a producer thread loads together (64 registers; 8
 // against 4: the fused kernel 0.089 -> 0.085 ms per B=8 step, H200).
 constexpr int64_t kSlotsAhead = 8;
+// `attn_res`: the candidates whose scores a producer block keeps (as f32 in
+// row 0 of its ring; K3: at most 9).
+constexpr int64_t kMaxCandidates = 32;
+static_assert(2 * kMaxCandidates <= kChunk, "the scores fit a ring row");
 
 /// `combine_norm`'s operands: the experts' y [T, k, D] f32 and weights ω
 /// [T, k], γ [D], eps, and the library's conversions.
 struct CombineNorm {
   Value ys, wts, gamma, eps;
   k3::Conversions fns;
+};
+
+/// `attn_res`: the AttnRes operands (K3_SPEC §3.1: the blocks [n - 1, T, D],
+/// the last candidate [1, T, D] or, `residual`, the terms a and b of the
+/// sum round(a + b) that is the last candidate and is stored in `sum`; γ
+/// [D], p [1, D], eps). Its norm's γ and eps are the CombineNorm's.
+struct AttnRes {
+  Value blocks, last, a, b, sum, gamma, p, eps;
 };
 
 /// `route`: the matrix whose output is the router's scores, the routing's
@@ -165,11 +203,12 @@ struct Route {
 constexpr int64_t kRoutePer = 8;
 constexpr int64_t kMaxSlots = 32; // one weight per lane of a warp
 
-/// Both counts of `ready` (combine_norm's or route's) to 0, for the next
+/// Every count of `ready` (the norm's or the route's) to 0, for the next
 /// launch; ends the region `b` builds in.
 void resetCounts(OpBuilder &b, Location loc, Value ready) {
   Value zero = arith::ConstantIntOp::create(b, loc, b.getI32Type(), 0);
-  for (int64_t i = 0; i < 2; ++i)
+  for (int64_t i = 0; i < cast<MemRefType>(ready.getType()).getDimSize(0);
+       ++i)
     memref::StoreOp::create(
         b, loc, zero, ready,
         ValueRange{arith::ConstantIndexOp::create(b, loc, i)});
@@ -181,18 +220,23 @@ public:
   /// The products of x by `ws` into `outs` (one launch for all); with an
   /// `addend` r (one matrix), each output is o(sum, r[t, n]).
   /// With `norm` (x null) x is RMSNorm(Σ_s ω_s y_s; γ), made by the
-  /// launch's first blocks (see top).
+  /// launch's first blocks (see top); with `attnRes` as well (x its
+  /// buffer) x is RMSNorm(AttnRes(...); γ).
   /// With `route`, the routing's blocks follow its matrix's (see top).
-  /// `readyGlobal`: the two counts of combine_norm or route.
+  /// `normGlobal`: the norm's counts (2, or 3 with attnRes); `readyGlobal`:
+  /// the route's two.
   SkinnyKernel(OpBuilder &b, Location loc, Value x, ValueRange ws,
                ValueRange outs, ArrayRef<func::FuncOp> outFns, Value addend,
                memref::GlobalOp ringGlobal, memref::GlobalOp countGlobal,
                std::optional<CombineNorm> norm = std::nullopt,
+               memref::GlobalOp normGlobal = {},
+               std::optional<Route> route = std::nullopt,
                memref::GlobalOp readyGlobal = {},
-               std::optional<Route> route = std::nullopt)
+               std::optional<AttnRes> attnRes = std::nullopt)
       : IndexMath{b, loc}, x(x), ws(ws), outs(outs), outFns(outFns),
         addend(addend), ringGlobal(ringGlobal), countGlobal(countGlobal),
-        norm(norm), readyGlobal(readyGlobal), route(route) {}
+        norm(norm), normGlobal(normGlobal), readyGlobal(readyGlobal),
+        route(route), attnRes(attnRes) {}
 
   void build(SmallVectorImpl<Operation *> &rest);
 
@@ -252,6 +296,13 @@ private:
   /// of r = round(Σ_s ω_s y_s) into x, its warp's sum of squares into
   /// `squares`, then the count of finished producers.
   void produce(Value token, Value part, Value tid, Value depth);
+  /// attn_res, producer block `part` of `token`: as thread 128 part + tid
+  /// of k3-gpu-attn-res-norm's block, its candidates' sums of squares and
+  /// projections (the residual sum first), the warps' sums exchanged
+  /// through `candidates` and count 2 of `normGlobal`; then the scores,
+  /// the softmax and its piece of h into x, its warp's sum of squares of h
+  /// into `squares`, and count 0.
+  void produceAttnRes(Value token, Value part, Value tid, Value depth);
   /// combine_norm, a product block: waits for the producers of `tokens`
   /// tokens, then each token's 1 / rms from its 32 warp sums (the norm
   /// kernel's tree), through the ring; sets inv0, inv1.
@@ -260,15 +311,15 @@ private:
   /// round(round(r · inv) · γ) (the norm kernel's element operations), as
   /// the mma's 4 bf16 pairs.
   SmallVector<Value> normalised(Value tok, Value inv, Value k);
-  /// Thread 0 reads count 0 of `readyGlobal` until it is `need` (i32);
+  /// Thread 0 reads count `at` of `counts` until it is `need` (i32);
   /// then a barrier and a fence, so the block sees what was counted.
-  void waitFor(Value tid, Value need);
-  /// Count 1 of `readyGlobal` for this block, one of the `waiters` blocks
-  /// that wait; the last resets both counts for the next launch.
-  void finishWaiters(Value tid, Value waiters);
-  /// Stores the block's count in count 0 of `readyGlobal` once its stores
-  /// are visible on the GPU.
-  void countDone(Value tid);
+  void waitFor(Value tid, Value need, memref::GlobalOp counts, int64_t at = 0);
+  /// Count 1 of `counts` for this block, one of the `waiters` blocks that
+  /// wait; the last resets every count for the next launch.
+  void finishWaiters(Value tid, Value waiters, memref::GlobalOp counts);
+  /// Adds the block's 1 to count `at` of `counts` once its stores are
+  /// visible on the GPU.
+  void countDone(Value tid, memref::GlobalOp counts, int64_t at = 0);
   /// route: token `token`'s experts and weights, once the `need` router
   /// blocks are done; the last routing block groups the entries.
   void routeBlock(Value token, Value tid, Value need, Value tokens);
@@ -282,9 +333,10 @@ private:
   Value addend;
   memref::GlobalOp ringGlobal, countGlobal;
   std::optional<CombineNorm> norm;
-  memref::GlobalOp readyGlobal;
+  memref::GlobalOp normGlobal, readyGlobal;
   std::optional<Route> route;
-  Value squares, inv0, inv1;
+  std::optional<AttnRes> attnRes;
+  Value squares, candidates, inv0, inv1;
   // This block's matrix (one of ws; its index), output (if the outputs are
   // alike), workspace and counter.
   Value w, matrix, out, partial, counter;
@@ -333,8 +385,9 @@ SmallVector<Value> SkinnyKernel::compute(Value i, int64_t tiles,
     Value k = add(add(k0, 32 * s), mul(t, 8));
     for (int64_t tile = 0; tile < tiles; ++tile) {
       SmallVector<Value> xt =
-          norm ? normalised(tile ? tok1 : tok0, tile ? inv1 : inv0, k)
-               : split(read(x, {tile ? tok1 : tok0, k}, bf16, 8, i32x4), 4);
+          norm && !attnRes
+              ? normalised(tile ? tok1 : tok0, tile ? inv1 : inv0, k)
+              : split(read(x, {tile ? tok1 : tok0, k}, bf16, 8, i32x4), 4);
       for (int64_t h = 0; h < 2; ++h) {
         std::array<Value, 4> a = {r0[2 * h], r1[2 * h], r0[2 * h + 1],
                                   r1[2 * h + 1]};
@@ -362,12 +415,45 @@ SmallVector<Value> SkinnyKernel::sums(int64_t tiles) {
 
 void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   Value c1 = idx(1);
-  Value tokens = memref::DimOp::create(b, loc, norm ? norm->ys : x, 0);
-  Value depth = memref::DimOp::create(b, loc, norm ? norm->ys : x, norm ? 2 : 1);
+  auto dim = [&](Value m, int64_t i) {
+    return memref::DimOp::create(b, loc, m, i).getResult();
+  };
+  // attn_res: T and D of the last candidate (or its terms) [1, T, D].
+  Value lastTerm = attnRes ? (attnRes->a ? attnRes->a : attnRes->last) : x;
+  Value tokens = attnRes ? dim(lastTerm, 1) : dim(norm ? norm->ys : x, 0);
+  Value depth = attnRes  ? dim(lastTerm, 2)
+                : norm   ? dim(norm->ys, 2)
+                         : dim(x, 1);
   Value ok = rem0(depth, kChunk);
   ok = both(ok, cmp(arith::CmpIPredicate::uge, tokens, c1));
   ok = both(ok, cmp(arith::CmpIPredicate::ule, tokens, idx(kMaxTokens)));
-  if (norm) {
+  Value candidateCount;
+  if (attnRes) {
+    // Every 16-byte piece of a row has a producer thread; the candidates'
+    // shapes, x's buffer [T, D], γ, p [1, D] and the norm's γ; the
+    // scores fit.
+    const AttnRes &r = *attnRes;
+    candidateCount = add(dim(r.blocks, 0), c1);
+    ok = both(ok, cmp(arith::CmpIPredicate::ule, depth,
+                      idx(kNormThreads * kPer)));
+    ok = both(ok, cmp(arith::CmpIPredicate::ule, candidateCount,
+                      idx(kMaxCandidates)));
+    ok = both(ok, both(eq(dim(r.blocks, 1), tokens), eq(dim(r.blocks, 2), depth)));
+    SmallVector<Value> rows = {lastTerm};
+    if (r.a)
+      rows.append({r.b, r.sum});
+    for (Value m : rows) {
+      ok = both(ok, both(eq(dim(m, 0), c1), aligned(m)));
+      ok = both(ok, both(eq(dim(m, 1), tokens), eq(dim(m, 2), depth)));
+    }
+    ok = both(ok, both(aligned(r.blocks), aligned(x)));
+    ok = both(ok, both(eq(dim(x, 0), tokens), eq(dim(x, 1), depth)));
+    ok = both(ok, both(eq(dim(r.p, 0), c1), eq(dim(r.p, 1), depth)));
+    for (Value m : {r.gamma, r.p, norm->gamma})
+      ok = both(ok, aligned(m));
+    for (Value m : {r.gamma, norm->gamma})
+      ok = both(ok, eq(dim(m, 0), depth));
+  } else if (norm) {
     // y's pieces of 8 f32 (32 bytes) and γ's of 8 bf16; ω [T, k] as y.
     ok = both(ok, both(aligned(norm->ys, 32), aligned(norm->gamma)));
     for (int64_t i = 0; i < 2; ++i)
@@ -448,10 +534,21 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   Value producers = idx(0);
   if (norm) {
     auto outType = cast<MemRefType>(outs[0].getType());
-    x = memref::AllocOp::create(
-        b, loc, MemRefType::get({ShapedType::kDynamic, ShapedType::kDynamic},
-                                outType.getElementType()),
-        ValueRange{tokens, depth});
+    if (!attnRes)
+      x = memref::AllocOp::create(
+          b, loc,
+          MemRefType::get({ShapedType::kDynamic, ShapedType::kDynamic},
+                          outType.getElementType()),
+          ValueRange{tokens, depth});
+    else
+      // The warps' sums of squares and projections per candidate [T, 2n,
+      // 32], as k3-gpu-attn-res-norm's rows 2i and 2i + 1.
+      candidates = memref::AllocOp::create(
+          b, loc,
+          MemRefType::get({ShapedType::kDynamic, ShapedType::kDynamic,
+                           kNormThreads / 32},
+                          b.getF32Type()),
+          ValueRange{tokens, mul(candidateCount, 2)});
     squares = memref::AllocOp::create(
         b, loc, MemRefType::get({ShapedType::kDynamic, kNormThreads / 32},
                                 b.getF32Type()),
@@ -473,8 +570,12 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
                                       producers),
                                   /*withElse=*/true);
     b.setInsertionPointToStart(producing.thenBlock());
-    produce(div(block, kProducers), rem(block, kProducers),
-            launch.getThreadIds().x, depth);
+    if (attnRes)
+      produceAttnRes(div(block, kProducers), rem(block, kProducers),
+                     launch.getThreadIds().x, depth);
+    else
+      produce(div(block, kProducers), rem(block, kProducers),
+              launch.getThreadIds().x, depth);
     b.setInsertionPointToStart(producing.elseBlock());
     block = sub(block, producers);
   }
@@ -544,7 +645,11 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
     group = issue(idx(i));
   // combine_norm: the first stages of W are on their way while the
   // producers finish.
-  if (norm)
+  if (attnRes)
+    waitFor(tid,
+            arith::IndexCastOp::create(b, loc, b.getI32Type(), producers),
+            normGlobal, 3);
+  else if (norm)
     awaitNorm(tid, tokens, depth);
   // One n8 tile of tokens for T <= 8, two above; a token's column is the
   // same mma either way.
@@ -612,10 +717,6 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
         });
   }
   combine(entries, tokens);
-  if (norm) {
-    finishWaiters(tid, blocks);
-    b.setInsertionPointAfter(producing);
-  }
   if (route) {
     // A router block's scores (its slice's, or all of a row block's in
     // the last slice's block) are stored: its count.
@@ -624,17 +725,22 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
                         OpBuilder::InsertionGuard inner(b);
                         b.setInsertionPoint(tb.getInsertionBlock(),
                                             tb.getInsertionPoint());
-                        countDone(tid);
+                        countDone(tid, readyGlobal);
                         scf::YieldOp::create(b, loc);
                       });
     b.setInsertionPointAfter(routing);
+  }
+  // (Every block after the producers counts, routing blocks too.)
+  if (norm) {
+    finishWaiters(tid, blocks, normGlobal);
+    b.setInsertionPointAfter(producing);
   }
   gpu::TerminatorOp::create(b, loc);
 }
 
 void SkinnyKernel::routeBlock(Value token, Value tid, Value need,
                               Value tokens) {
-  waitFor(tid, need);
+  waitFor(tid, need, readyGlobal);
   // The selection's pairs and scores in the ring (this block copies no
   // W): rows 0-3 of warp 0's first stage and row 0 of its second, each
   // i32 or f32 as two bf16.
@@ -763,19 +869,20 @@ void SkinnyKernel::groupByExpert(Value tid, Value tokens, Value slots) {
       });
 }
 
-void SkinnyKernel::countDone(Value tid) {
+void SkinnyKernel::countDone(Value tid, memref::GlobalOp counts,
+                             int64_t at) {
   // Every thread's stores visible on the GPU before the count.
   NVVM::MembarOp::create(b, loc, NVVM::MemScopeKind::GPU);
   gpu::BarrierOp::create(b, loc);
-  Value ready = memref::GetGlobalOp::create(b, loc, readyGlobal.getType(),
-                                            readyGlobal.getSymName());
+  Value ready = memref::GetGlobalOp::create(b, loc, counts.getType(),
+                                            counts.getSymName());
   scf::IfOp::create(b, loc, cmp(arith::CmpIPredicate::eq, tid, idx(0)),
                     [&](OpBuilder &tb, Location l) {
                       Value one =
                           arith::ConstantIntOp::create(tb, l, tb.getI32Type(), 1);
                       memref::AtomicRMWOp::create(tb, l,
                                                   arith::AtomicRMWKind::addi,
-                                                  one, ready, ValueRange{idx(0)});
+                                                  one, ready, ValueRange{idx(at)});
                       scf::YieldOp::create(tb, l);
                     });
 }
@@ -818,13 +925,221 @@ void SkinnyKernel::produce(Value token, Value part, Value tid, Value depth) {
                           ValueRange{token, add(mul(part, kWarps), warp)});
                       scf::YieldOp::create(tb, l);
                     });
-  countDone(tid);
+  countDone(tid, normGlobal);
 }
 
-void SkinnyKernel::waitFor(Value tid, Value need) {
+void SkinnyKernel::produceAttnRes(Value token, Value part, Value tid,
+                                  Value depth) {
+  const AttnRes &r = *attnRes;
+  const k3::Conversions &fns = norm->fns;
+  FloatType f32 = b.getF32Type();
+  Value c0 = idx(0), c1 = idx(1), zero = this->f32(0.0);
+  auto widen = [&](Value v) { return call(fns.widen, v); };
+  // Thread v of the AttnRes kernel's block: piece v (D <= 1024 pieces); a
+  // thread without one reads piece 0 and adds zeros, as that block's.
+  Value v = add(mul(part, kWarps * 32), tid);
+  Value lane = rem(tid, 32), warpOfToken = add(mul(part, kWarps), div(tid, 32));
+  Value j0 = mul(v, kPer), has = lt(j0, depth), j = pick(has, j0, c0);
+  auto vectorOf = [&](ValueRange elems) {
+    return vector::FromElementsOp::create(
+               b, loc, VectorType::get({kPer}, elems.front().getType()), elems)
+        .getResult();
+  };
+  auto storeIf = [&](Value cond, ValueRange elems, Value m, ValueRange at) {
+    scf::IfOp::create(b, loc, cond, [&](OpBuilder &tb, Location l) {
+      vector::StoreOp::create(tb, l, vectorOf(elems), m, at,
+                              /*nontemporal=*/false, llvm::MaybeAlign(16));
+      scf::YieldOp::create(tb, l);
+    });
+  };
+  SmallVector<Value> gw = loadVector(r.gamma, {j}, kPer),
+                     pw = loadVector(r.p, {c0, j}, kPer);
+  // The last candidate: the residual sum round(a + b), stored, or read.
+  SmallVector<Value> lastPiece;
+  if (r.a) {
+    SmallVector<Value> xa = loadVector(r.a, {c0, token, j}, kPer),
+                       xb = loadVector(r.b, {c0, token, j}, kPer);
+    for (int64_t e = 0; e < kPer; ++e)
+      lastPiece.push_back(
+          call(fns.narrow, fadd(widen(xa[e]), widen(xb[e]))));
+    storeIf(has, lastPiece, r.sum, {c0, token, j});
+  } else {
+    lastPiece = loadVector(r.last, {c0, token, j}, kPer);
+  }
+  Value lastVec = vectorOf(lastPiece);
+  Value blocks = memref::DimOp::create(b, loc, r.blocks, c0);
+  Value n = add(blocks, c1);
+  auto candidate = [&](Value i) {
+    auto choice = scf::IfOp::create(b, loc, TypeRange{lastVec.getType()},
+                                    lt(i, blocks), /*withElseRegion=*/true);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(choice.thenBlock());
+    scf::YieldOp::create(
+        b, loc, vectorOf(loadVector(r.blocks, {i, token, j}, kPer)));
+    b.setInsertionPointToStart(choice.elseBlock());
+    scf::YieldOp::create(b, loc, lastVec);
+    return choice.getResult(0);
+  };
+  auto elements = [&](Value vec) {
+    SmallVector<Value> e;
+    for (int64_t k = 0; k < kPer; ++k)
+      e.push_back(vector::ExtractOp::create(b, loc, vec, ArrayRef<int64_t>{k}));
+    return e;
+  };
+  SmallVector<Value> gp;
+  for (int64_t e = 0; e < kPer; ++e)
+    gp.push_back(fmul(arith::ExtFOp::create(b, loc, f32, gw[e]),
+                      arith::ExtFOp::create(b, loc, f32, pw[e])));
+  // Each candidate's sums of v² and (γ ⊙ p)·v (the kernel's terms in its
+  // order), the warps' trees stored at rows 2i, 2i + 1.
+  scf::ForOp::create(
+      b, loc, c0, n, c1, ValueRange{},
+      [&](OpBuilder &fb, Location, Value i, ValueRange) {
+        OpBuilder::InsertionGuard inner(b);
+        b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
+        Value ss = zero, dot = zero;
+        for (auto [e, x] : llvm::enumerate(elements(candidate(i)))) {
+          Value a = widen(x);
+          ss = fadd(ss, fmul(a, a));
+          dot = fadd(dot, fmul(gp[e], a));
+        }
+        Value sums[2] = {k3::warpSum(b, loc, pick(has, ss, zero)),
+                         k3::warpSum(b, loc, pick(has, dot, zero))};
+        scf::IfOp::create(b, loc, eq(lane, c0), [&](OpBuilder &tb, Location l) {
+          for (int64_t k = 0; k < 2; ++k)
+            memref::StoreOp::create(
+                tb, l, sums[k], candidates,
+                ValueRange{token, add(mul(i, 2), idx(k)), warpOfToken});
+          scf::YieldOp::create(tb, l);
+        });
+        scf::YieldOp::create(b, loc);
+      });
+  countDone(tid, normGlobal, 2);
+  Value need = arith::IndexCastOp::create(
+      b, loc, b.getI32Type(),
+      mul(memref::DimOp::create(b, loc, x, c0), kProducers));
+  waitFor(tid, need, normGlobal, 2);
+  // s_i = ((γ ⊙ p)·v_i) / sqrt(mean(v_i²) + eps): lane l takes warp l's
+  // sums, the tree over them (in every lane), thread 0 keeps s_i in f32
+  // at elements 2i, 2i + 1 of its ring's row 0.
+  Value ring = memref::GetGlobalOp::create(b, loc, ringGlobal.getType(),
+                                           ringGlobal.getSymName());
+  Value df = arith::SIToFPOp::create(
+      b, loc, f32, arith::IndexCastOp::create(b, loc, b.getI64Type(), depth));
+  auto f32x1 = VectorType::get({1}, f32);
+  auto bf16x2 = VectorType::get({2}, b.getBF16Type());
+  auto scoreAt = [&](Value i) {
+    return SmallVector<Value>{c0, c0, c0, mul(i, 2)};
+  };
+  scf::ForOp::create(
+      b, loc, c0, n, c1, ValueRange{},
+      [&](OpBuilder &fb, Location, Value i, ValueRange) {
+        OpBuilder::InsertionGuard inner(b);
+        b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
+        Value t[2];
+        for (int64_t k = 0; k < 2; ++k)
+          t[k] = k3::warpSum(
+              b, loc,
+              memref::LoadOp::create(
+                  b, loc, candidates,
+                  ValueRange{token, add(mul(i, 2), idx(k)), lane}));
+        Value score = fmul(t[1], k3::invRMS(*this, t[0], df, r.eps));
+        scf::IfOp::create(b, loc, eq(tid, c0), [&](OpBuilder &tb, Location l) {
+          vector::StoreOp::create(
+              tb, l,
+              vector::BitCastOp::create(
+                  tb, l, bf16x2,
+                  vector::FromElementsOp::create(tb, l, f32x1, score)),
+              ring, scoreAt(i), /*nontemporal=*/false, llvm::MaybeAlign(4));
+          scf::YieldOp::create(tb, l);
+        });
+        scf::YieldOp::create(b, loc);
+      });
+  gpu::BarrierOp::create(b, loc);
+  auto score = [&](Value i) -> Value {
+    return vector::ExtractOp::create(
+        b, loc,
+        vector::BitCastOp::create(
+            b, loc, f32x1,
+            vector::LoadOp::create(b, loc, bf16x2, ring, scoreAt(i),
+                                   /*nontemporal=*/false,
+                                   llvm::MaybeAlign(4))),
+        ArrayRef<int64_t>{0});
+  };
+  // α = softmax(s) in every thread, as the kernel's: the maximum, the sum
+  // of exp(s_i - max), then exp(s_i - max) / sum per candidate.
+  auto overCandidates = [&](Value init,
+                            function_ref<Value(Value, Value)> step) {
+    return scf::ForOp::create(
+               b, loc, c0, n, c1, ValueRange{init},
+               [&](OpBuilder &fb, Location, Value i, ValueRange acc) {
+                 OpBuilder::InsertionGuard inner(b);
+                 b.setInsertionPoint(fb.getInsertionBlock(),
+                                     fb.getInsertionPoint());
+                 scf::YieldOp::create(b, loc, step(i, acc[0]));
+               })
+        .getResult(0);
+  };
+  Value mx = overCandidates(this->f32(-INFINITY), [&](Value i, Value m) {
+    return arith::MaximumFOp::create(b, loc, score(i), m).getResult();
+  });
+  auto ex = [&](Value i) {
+    return math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, score(i), mx))
+        .getResult();
+  };
+  Value total =
+      overCandidates(zero, [&](Value i, Value acc) { return fadd(acc, ex(i)); });
+  // h = round(Σ_i α_i v_i) into x; its warp's sum of squares.
+  SmallVector<Value> init(kPer, zero);
+  auto mix = scf::ForOp::create(
+      b, loc, c0, n, c1, init,
+      [&](OpBuilder &fb, Location, Value i, ValueRange acc) {
+        OpBuilder::InsertionGuard inner(b);
+        b.setInsertionPoint(fb.getInsertionBlock(), fb.getInsertionPoint());
+        Value alpha = fdiv(ex(i), total);
+        SmallVector<Value> hs;
+        for (auto [e, xv] : llvm::enumerate(elements(candidate(i))))
+          hs.push_back(fadd(acc[e], fmul(alpha, widen(xv))));
+        scf::YieldOp::create(b, loc, hs);
+      });
+  SmallVector<Value> hn;
+  Value ss = zero;
+  for (int64_t e = 0; e < kPer; ++e) {
+    hn.push_back(call(fns.narrow, mix.getResult(e)));
+    Value a = widen(hn.back());
+    ss = fadd(ss, fmul(a, a));
+  }
+  Value warpSum = k3::warpSum(b, loc, pick(has, ss, zero));
+  scf::IfOp::create(b, loc, eq(lane, c0), [&](OpBuilder &tb, Location l) {
+    memref::StoreOp::create(tb, l, warpSum, squares,
+                            ValueRange{token, warpOfToken});
+    scf::YieldOp::create(tb, l);
+  });
+  countDone(tid, normGlobal);
+  // Once every producer's sums are stored: the token's 1 / rms from its 32
+  // warps' sums (the norm kernel's tree), y = round(round(h · inv) · γ) of
+  // the piece into x, and count 3, which the product blocks wait for (so
+  // that they read x as it is, not normalising it in every block).
+  SmallVector<Value> gn = loadVector(norm->gamma, {j}, kPer);
+  waitFor(tid, need, normGlobal, 0);
+  Value inv = k3::invRMS(
+      *this,
+      k3::warpSum(b, loc,
+                  memref::LoadOp::create(b, loc, squares,
+                                         ValueRange{token, lane})),
+      df, norm->eps);
+  SmallVector<Value> y;
+  for (int64_t e = 0; e < kPer; ++e)
+    y.push_back(k3::rmsNormValue(*this, fns, hn[e], inv, gn[e]));
+  storeIf(has, y, x, {token, j});
+  countDone(tid, normGlobal, 3);
+}
+
+void SkinnyKernel::waitFor(Value tid, Value need, memref::GlobalOp counts,
+                           int64_t at) {
   Type i32 = b.getI32Type();
-  Value ready = memref::GetGlobalOp::create(b, loc, readyGlobal.getType(),
-                                            readyGlobal.getSymName());
+  Value ready = memref::GetGlobalOp::create(b, loc, counts.getType(),
+                                            counts.getSymName());
   // Thread 0 reads the count (ld.acquire at GPU scope) until every
   // block counted has added its 1, with a pause between reads.
   scf::IfOp::create(
@@ -832,14 +1147,15 @@ void SkinnyKernel::waitFor(Value tid, Value need) {
       [&](OpBuilder &tb, Location l) {
         OpBuilder::InsertionGuard inner(b);
         b.setInsertionPoint(tb.getInsertionBlock(), tb.getInsertionPoint());
-        Value at = arith::IndexCastOp::create(
+        Value address = arith::IndexCastOp::create(
             b, loc, b.getI64Type(),
-            memref::ExtractAlignedPointerAsIndexOp::create(b, loc, ready));
+            add(memref::ExtractAlignedPointerAsIndexOp::create(b, loc, ready),
+                idx(4 * at)));
         auto wait = scf::WhileOp::create(b, loc, TypeRange{}, ValueRange{});
         b.createBlock(&wait.getBefore());
         Value count =
             LLVM::InlineAsmOp::create(
-                b, loc, i32, ValueRange{at},
+                b, loc, i32, ValueRange{address},
                 "ld.acquire.gpu.global.b32 $0, [$1];", "=r,l",
                 /*has_side_effects=*/true, /*is_align_stack=*/false,
                 LLVM::tailcallkind::TailCallKind::None,
@@ -865,8 +1181,10 @@ void SkinnyKernel::waitFor(Value tid, Value need) {
 
 void SkinnyKernel::awaitNorm(Value tid, Value tokens, Value depth) {
   FloatType f32 = b.getF32Type();
-  waitFor(tid, arith::IndexCastOp::create(b, loc, b.getI32Type(),
-                                          mul(tokens, kProducers)));
+  waitFor(tid,
+          arith::IndexCastOp::create(b, loc, b.getI32Type(),
+                                     mul(tokens, kProducers)),
+          normGlobal);
   // 1 / rms of each token as the norm kernel's block: lane l takes warp l's
   // sum, the tree over them, 1 / sqrt(ss / D + eps). Warp w takes tokens
   // w, w + 4, ... (their loads first) and keeps them in warp 0's ring's
@@ -932,13 +1250,14 @@ SmallVector<Value> SkinnyKernel::normalised(Value tok, Value inv, Value k) {
                4);
 }
 
-void SkinnyKernel::finishWaiters(Value tid, Value waiters) {
+void SkinnyKernel::finishWaiters(Value tid, Value waiters,
+                                 memref::GlobalOp counts) {
   // (Thread 0 counts after its own wait, and every thread of the block is
   // past that wait's barrier, so the count alone would do; the block's
   // stores are done first here, as in the measured build.)
   gpu::BarrierOp::create(b, loc);
-  Value ready = memref::GetGlobalOp::create(b, loc, readyGlobal.getType(),
-                                            readyGlobal.getSymName());
+  Value ready = memref::GetGlobalOp::create(b, loc, counts.getType(),
+                                            counts.getSymName());
   scf::IfOp::create(
       b, loc, cmp(arith::CmpIPredicate::eq, tid, idx(0)),
       [&](OpBuilder &tb, Location l) {
@@ -1039,6 +1358,11 @@ struct K3GPUSkinnyMMAPass
       return failure();
     Block &body = f.getBody().front();
     auto x = cast<MemRefType>(body.getArgument(0).getType());
+    std::optional<CombineNorm> norm;
+    std::optional<AttnRes> attnRes;
+    if (spec.get("attn_res") &&
+        failed(readAttnRes(f, spec, x.getElementType(), norm, attnRes)))
+      return failure();
     // bf16 activations only (an f32 library keeps its CUDA-core kernels);
     // PTX ISA: mma.sync with .bf16 operands needs sm_80.
     if (!x.getElementType().isBF16() || sm < 80)
@@ -1069,12 +1393,70 @@ struct K3GPUSkinnyMMAPass
                                      {kWarps, kStages, kRows, kChunk}),
                  // The split products' counters, one per row block.
                  k3::deviceCounters(module, "k3k_skinny_count", kCounters),
-                 std::nullopt,
+                 norm,
+                 // attn_res: the producers' counts (done, waiting blocks
+                 // done, candidates' sums stored).
+                 attnRes ? k3::deviceCounters(module,
+                                              "k3k_skinny_attn_res_ready", 4)
+                         : memref::GlobalOp(),
+                 route,
                  // The router blocks' count and the routing blocks'.
                  route ? k3::deviceCounters(module, "k3k_skinny_route_ready", 2)
                        : memref::GlobalOp(),
-                 route)
+                 attnRes)
         .build(rest);
+    return success();
+  }
+
+  /// `attn_res = {widen, narrow, round, residual}`: the AttnRes operands
+  /// after all others (k3-group-calls), with x's buffer for h.
+  LogicalResult readAttnRes(func::FuncOp f, DictionaryAttr spec, Type act,
+                            std::optional<CombineNorm> &norm,
+                            std::optional<AttnRes> &attnRes) {
+    auto fail = [&](const Twine &why) {
+      return f.emitError() << kAttr << ": " << why, failure();
+    };
+    Block &body = f.getBody().front();
+    auto fns = dyn_cast<DictionaryAttr>(spec.get("attn_res"));
+    Builder b(f.getContext());
+    Type f32 = b.getF32Type();
+    k3::Conversions conv{
+        k3::namedFunction(f, fns, "widen", b.getFunctionType(act, f32)),
+        k3::namedFunction(f, fns, "narrow", b.getFunctionType(f32, act)),
+        k3::namedFunction(f, fns, "round", b.getFunctionType(f32, f32))};
+    auto residual = fns ? fns.getAs<BoolAttr>("residual") : BoolAttr();
+    if (!conv.widen || !conv.narrow || !conv.round || !residual)
+      return fail("'attn_res' must be {widen = (act) -> f32, narrow = (f32) "
+                  "-> act, round = (f32) -> f32, residual = bool}");
+    unsigned n = k3::attnResOperands(spec);
+    unsigned at = body.getNumArguments() - n;
+    auto arg = [&](unsigned i) { return body.getArgument(at + i); };
+    auto memref = [&](unsigned i, int64_t rank, Type element) {
+      auto t = dyn_cast<MemRefType>(arg(i).getType());
+      return t && t.getRank() == rank && t.getElementType() == element;
+    };
+    unsigned r = residual.getValue();
+    Type bf16 = b.getBF16Type();
+    bool ok = memref(0, 3, act) && memref(1, 3, act) &&
+              (!r || memref(2, 3, act)) && memref(2 + r, 1, bf16) &&
+              memref(3 + r, 2, bf16) && arg(4 + r).getType() == f32 &&
+              memref(5 + r, 1, bf16) && arg(6 + r).getType() == f32 &&
+              (!r || memref(8, 3, act));
+    if (!ok)
+      return fail("with 'attn_res', expected after the other operands the "
+                  "blocks [n - 1, T, D], the last candidate [1, T, D] (with "
+                  "'residual' its terms a and b), gamma [D] bf16, p [1, D] "
+                  "bf16, eps f32, the norm's gamma [D] bf16 and eps f32 (with "
+                  "'residual' then the sum's buffer [1, T, D])");
+    attnRes = AttnRes{arg(0),
+                      r ? Value() : arg(1),
+                      r ? arg(1) : Value(),
+                      r ? arg(2) : Value(),
+                      r ? arg(8) : Value(),
+                      arg(2 + r),
+                      arg(3 + r),
+                      arg(4 + r)};
+    norm = CombineNorm{Value(), Value(), arg(5 + r), arg(6 + r), conv};
     return success();
   }
 
@@ -1110,7 +1492,8 @@ struct K3GPUSkinnyMMAPass
     Builder b(f.getContext());
     Type f32 = b.getF32Type();
     unsigned at = 1 + 2 * m;
-    if (body.getNumArguments() != at + k3::kRouteOperands ||
+    if (body.getNumArguments() !=
+            at + k3::kRouteOperands + k3::attnResOperands(spec) ||
         !memref(1 + m + *routed, 2, f32) || !memref(at, 1, f32) ||
         !body.getArgument(at + 1).getType().isInteger(1) ||
         body.getArgument(at + 2).getType() != f32 ||

@@ -22,10 +22,17 @@
 // the experts. The group's few function takes them after the outputs, the
 // members' in member order.
 //
+// An AttnRes and its norm (K3_SPEC §3.2) whose output only a product call
+// or group reads become one call with it (`attn-res`): the few-token call
+// takes the AttnRes operands after its own, and k3-gpu-skinny-mma makes
+// the AttnRes in the product kernel's first blocks instead of a kernel of
+// its own before it.
+//
 //===----------------------------------------------------------------------===//
 
 #include "k3/Conversion/Passes.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
@@ -34,11 +41,13 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Dominance.h"
+#include "mlir/IR/Matchers.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Interfaces/CastInterfaces.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringMap.h"
 
 #include <optional>
@@ -53,6 +62,9 @@ using namespace mlir;
 namespace {
 constexpr llvm::StringLiteral kProductAttr = "k3.product_group";
 constexpr llvm::StringLiteral kGroupAttr = "k3.call_group";
+constexpr llvm::StringLiteral kIntoAttr = "k3.into";
+constexpr llvm::StringLiteral kSkinnyAttr = "k3.skinny_matmul";
+constexpr llvm::StringLiteral kNormAttr = "k3.attn_res_norm";
 
 /// A function marked `k3.product_group = {few, many, few_tokens}` and the
 /// three functions it names: (x, W, a...) -> y, with few and many (x, W,
@@ -299,6 +311,20 @@ public:
 
   /// Groups the product calls in every block under `root`.
   void run(Operation *root, DominanceInfo &dom);
+  /// The products that a call of `callee` computes: a product function's
+  /// own, or a group's members; empty for any other function.
+  SmallVector<Product> productsOf(StringRef callee) const {
+    if (auto p = byName.find(callee); p != byName.end())
+      return {p->second};
+    if (auto g = groups.find(callee); g != groups.end())
+      return g->second;
+    return {};
+  }
+  /// The few-token function of `members` (a product's own, or the
+  /// group's), or null.
+  func::FuncOp fewOf(ArrayRef<Product> members) {
+    return members.size() == 1 ? members.front().few : groupedFew(members);
+  }
 
 private:
   /// The group's function, made on first use (null if the members' few
@@ -311,6 +337,7 @@ private:
 
   ModuleOp module;
   llvm::StringMap<Product> byName;
+  llvm::StringMap<SmallVector<Product>> groups;
 };
 
 /// One function of each member: its product function, its few-token one.
@@ -379,6 +406,7 @@ func::FuncOp Grouper::grouped(ArrayRef<Product> members) {
   auto f = func::FuncOp::create(b, loc, name,
                                 b.getFunctionType(inputs, results));
   f.setPrivate();
+  groups[name] = SmallVector<Product>(members);
   Block *body = f.addEntryBlock();
   b.setInsertionPointToStart(body);
   Value x = body->getArgument(0);
@@ -468,7 +496,478 @@ void Grouper::run(Operation *root, DominanceInfo &dom) {
     group(calls, dom);
 }
 
+/// `attn-res`: an AttnRes with its norm (a function marked `k3.into = @r`)
+/// joined to the product call or group that alone reads its output.
+class AttnResJoiner {
+public:
+  AttnResJoiner(ModuleOp module, Grouper &grouper)
+      : module(module), grouper(grouper) {}
+
+  /// Joins the AttnRes calls under `root` whose output is x of a product.
+  void run(Operation *root);
+
+private:
+  /// `<r>_<few>`: x's buffer, the few function's operands after x, the
+  /// AttnRes operands (`norm`'s inputs) and, `residual`, the sum's buffer;
+  /// the body is `@r` then `few`. Null if `few` or `@r` lacks its mark.
+  func::FuncOp fusedFew(func::FuncOp few, func::FuncOp rows, bool residual);
+  /// `<a>_<g>` for the AttnRes function `norm` and product `callee`.
+  func::FuncOp fused(func::FuncOp norm, func::FuncOp rows, StringRef callee,
+                     ArrayRef<Product> members, func::FuncOp few);
+  void join(func::CallOp norm, func::CallOp product);
+  /// The call that `x` reaches as a product's x (see follow's body).
+  func::CallOp follow(Value x, SmallVectorImpl<func::CallOp> &way);
+  /// `layer` (reading the AttnRes output as operand `xAt`) as a call of a
+  /// copy of its function that makes the AttnRes first (and returns its
+  /// residual sum last); the new call.
+  func::CallOp specialize(func::CallOp norm, func::CallOp layer, unsigned xAt);
+  void process(func::CallOp norm);
+
+  ModuleOp module;
+  Grouper &grouper;
+};
+
+func::FuncOp AttnResJoiner::fusedFew(func::FuncOp few, func::FuncOp rows,
+                                     bool residual) {
+  auto spec = few->getAttrOfType<DictionaryAttr>(kSkinnyAttr);
+  auto normSpec = rows->getAttrOfType<DictionaryAttr>(kNormAttr);
+  auto xType = dyn_cast<RankedTensorType>(few.getFunctionType().getInput(0));
+  if (!spec || !normSpec || !xType || spec.get("attn_res"))
+    return {};
+  StringRef fewName = few.getSymName(), rowsName = rows.getSymName();
+  rowsName.consume_back("_rows");
+  fewName.consume_front("k3k_");
+  std::string name = (rowsName + "_" + fewName).str();
+  if (auto f = module.lookupSymbol<func::FuncOp>(name))
+    return f;
+  FunctionType fewType = few.getFunctionType(), rowsType = rows.getFunctionType();
+  unsigned operands = rowsType.getNumInputs() - (residual ? 2 : 1);
+  auto xBuffer = MemRefType::get(xType.getShape(), xType.getElementType());
+  SmallVector<Type> inputs{xBuffer};
+  llvm::append_range(inputs, fewType.getInputs().drop_front());
+  llvm::append_range(inputs, rowsType.getInputs().take_front(operands));
+  if (residual)
+    inputs.push_back(rowsType.getInputs().back());
+  OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
+  Location loc = few.getLoc();
+  auto f = func::FuncOp::create(b, loc, name, b.getFunctionType(inputs, {}));
+  f.setPrivate();
+  for (NamedAttribute a : few->getDiscardableAttrs())
+    f->setAttr(a.getName(), a.getValue());
+  SmallVector<NamedAttribute> entries(normSpec.getValue());
+  entries.emplace_back(b.getStringAttr("residual"), b.getBoolAttr(residual));
+  NamedAttrList marks(spec);
+  marks.set("attn_res", b.getDictionaryAttr(entries));
+  f->setAttr(kSkinnyAttr, marks.getDictionary(b.getContext()));
+  Block *body = f.addEntryBlock();
+  b.setInsertionPointToStart(body);
+  unsigned fewArgs = fewType.getNumInputs();
+  SmallVector<Value> rowsArgs(
+      body->getArguments().slice(fewArgs, operands));
+  rowsArgs.push_back(body->getArgument(0));
+  if (residual)
+    rowsArgs.push_back(body->getArguments().back());
+  func::CallOp::create(b, loc, rows, rowsArgs);
+  SmallVector<Value> fewArgsV{bufferization::ToTensorOp::create(
+      b, loc, xType, body->getArgument(0), /*restrict=*/true,
+      /*writable=*/false)};
+  llvm::append_range(fewArgsV, body->getArguments().slice(1, fewArgs - 1));
+  func::CallOp::create(b, loc, few, fewArgsV);
+  func::ReturnOp::create(b, loc);
+  return f;
+}
+
+func::FuncOp AttnResJoiner::fused(func::FuncOp norm, func::FuncOp rows,
+                                  StringRef callee, ArrayRef<Product> members,
+                                  func::FuncOp few) {
+  bool residual = norm.getNumResults() == 2;
+  StringRef groupName = callee;
+  groupName.consume_front("k3k_");
+  std::string name = (norm.getSymName() + "_" + groupName).str();
+  if (auto f = module.lookupSymbol<func::FuncOp>(name))
+    return f;
+  func::FuncOp fewFused = fusedFew(few, rows, residual);
+  if (!fewFused)
+    return {};
+  auto group = module.lookupSymbol<func::FuncOp>(callee);
+  FunctionType normType = norm.getFunctionType(),
+               groupType = group.getFunctionType();
+  // (AttnRes operands, the group's operands after x) -> (y..., [sum]).
+  SmallVector<Type> inputs(normType.getInputs());
+  llvm::append_range(inputs, groupType.getInputs().drop_front());
+  SmallVector<Type> results(groupType.getResults());
+  if (residual)
+    results.push_back(normType.getResult(1));
+  OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
+  Location loc = norm.getLoc();
+  auto f = func::FuncOp::create(b, loc, name,
+                                b.getFunctionType(inputs, results));
+  f.setPrivate();
+  Block *body = f.addEntryBlock();
+  b.setInsertionPointToStart(body);
+  unsigned operands = normType.getNumInputs();
+  ValueRange attn = body->getArguments().take_front(operands);
+  // T and D of the AttnRes's last candidate (or residual term) [1, T, D].
+  Value last = attn[1];
+  Value t = tensor::DimOp::create(b, loc, last, 1);
+  Value d = tensor::DimOp::create(b, loc, last, 2);
+  auto xType = cast<RankedTensorType>(normType.getResult(0));
+  Value x = memref::AllocOp::create(
+      b, loc, MemRefType::get(xType.getShape(), xType.getElementType()),
+      ValueRange{t, d});
+  Value sum;
+  if (residual) {
+    auto sumType = cast<RankedTensorType>(normType.getResult(1));
+    sum = memref::AllocOp::create(
+        b, loc, MemRefType::get(sumType.getShape(), sumType.getElementType()),
+        ValueRange{arith::ConstantIndexOp::create(b, loc, 1), t, d});
+  }
+  // The members' W and other operands, as Grouper::grouped lays them out.
+  SmallVector<Value> ws, bufs;
+  SmallVector<ValueRange> rests;
+  unsigned at = operands;
+  for (Product p : members) {
+    Value w = body->getArgument(at);
+    unsigned n = p.fn.getFunctionType().getNumInputs() - 2;
+    rests.push_back(body->getArguments().slice(at + 1, n));
+    at += 1 + n;
+    ws.push_back(w);
+  }
+  for (auto [w, type] : llvm::zip(ws, groupType.getResults())) {
+    auto out = cast<RankedTensorType>(type);
+    bufs.push_back(memref::AllocOp::create(
+        b, loc, MemRefType::get(out.getShape(), out.getElementType()),
+        ValueRange{t, tensor::DimOp::create(b, loc, w, 0)}));
+  }
+  Value isFew =
+      func::CallOp::create(b, loc, members.front().fewTokens, t).getResult(0);
+  scf::IfOp::create(
+      b, loc, isFew,
+      [&](OpBuilder &tb, Location l) {
+        SmallVector<Value> args{x};
+        llvm::append_range(args, ws);
+        llvm::append_range(args, bufs);
+        for (ValueRange r : rests)
+          llvm::append_range(args, r);
+        llvm::append_range(args, attn);
+        if (sum)
+          args.push_back(sum);
+        func::CallOp::create(tb, l, fewFused, args);
+        scf::YieldOp::create(tb, l);
+      },
+      [&](OpBuilder &eb, Location l) {
+        SmallVector<Value> args(attn);
+        args.push_back(x);
+        if (sum)
+          args.push_back(sum);
+        func::CallOp::create(eb, l, rows, args);
+        Value xt = bufferization::ToTensorOp::create(
+            eb, l, xType, x, /*restrict=*/true, /*writable=*/false);
+        for (auto [p, w, buf, rest] : llvm::zip(members, ws, bufs, rests)) {
+          SmallVector<Value> one{xt, w, buf};
+          llvm::append_range(one, rest);
+          func::CallOp::create(eb, l, p.many, one);
+        }
+        scf::YieldOp::create(eb, l);
+      });
+  SmallVector<Value> outs;
+  for (auto [buf, type] : llvm::zip(bufs, groupType.getResults()))
+    outs.push_back(bufferization::ToTensorOp::create(
+        b, loc, type, buf, /*restrict=*/true, /*writable=*/false));
+  if (sum)
+    outs.push_back(bufferization::ToTensorOp::create(
+        b, loc, normType.getResult(1), sum, /*restrict=*/true,
+        /*writable=*/false));
+  func::ReturnOp::create(b, loc, outs);
+  return f;
+}
+
+/// The one operation other than casts, dims and selects on a constant that
+/// reads `v` (through casts), with the operand it reads; none if another.
+static std::optional<OpOperand *>
+soleUse(Value v, const llvm::DenseMap<Value, llvm::APInt> &known = {}) {
+  std::optional<OpOperand *> found;
+  SmallVector<Value> work{v};
+  while (!work.empty()) {
+    Value at = work.pop_back_val();
+    for (OpOperand &use : at.getUses()) {
+      Operation *op = use.getOwner();
+      if (isa<tensor::CastOp>(op)) {
+        work.push_back(op->getResult(0));
+        continue;
+      }
+      if (isa<tensor::DimOp>(op))
+        continue;
+      if (auto select = dyn_cast<arith::SelectOp>(op)) {
+        llvm::APInt c;
+        Value cond = select.getCondition();
+        if (!matchPattern(cond, m_ConstantInt(&c)) && known.count(cond))
+          c = known.lookup(cond);
+        if (use.getOperandNumber() != 0 && c.getBitWidth() &&
+            (c.isZero() ? 2u : 1u) != use.getOperandNumber())
+          continue;
+      }
+      if (found)
+        return std::nullopt;
+      found = &use;
+    }
+  }
+  return found;
+}
+
+/// Inlines `call` (a single-block function ending in func.return) in place.
+static void inlineAt(func::CallOp call, func::FuncOp callee) {
+  IRMapping map;
+  Block &body = callee.getBody().front();
+  map.map(body.getArguments(), call.getOperands());
+  OpBuilder b(call);
+  for (Operation &op : body.without_terminator())
+    b.clone(op, map);
+  for (auto [r, v] : llvm::zip(call.getResults(),
+                               body.getTerminator()->getOperands()))
+    r.replaceAllUsesWith(map.lookupOrDefault(v));
+  call.erase();
+}
+
+/// After `v`'s one reader joined the AttnRes: the selects on a constant
+/// folded, the dims of `v` [T, D] taken from `last` [1, T, D] instead, and
+/// the casts then unread erased.
+static void dropShapeReaders(Value v, Value last) {
+  llvm::SetVector<Operation *> users(llvm::from_range, v.getUsers());
+  for (Operation *op : users) {
+    if (auto select = dyn_cast<arith::SelectOp>(op)) {
+      llvm::APInt c;
+      if (matchPattern(select.getCondition(), m_ConstantInt(&c))) {
+        select.replaceAllUsesWith(c.isZero() ? select.getFalseValue()
+                                             : select.getTrueValue());
+        select.erase();
+      }
+    } else if (auto dim = dyn_cast<tensor::DimOp>(op)) {
+      std::optional<int64_t> k = dim.getConstantIndex();
+      if (!k)
+        continue;
+      OpBuilder b(dim);
+      dim.replaceAllUsesWith(
+          tensor::DimOp::create(b, dim.getLoc(), last, *k + 1).getResult());
+      dim.erase();
+    } else if (isa<tensor::CastOp>(op)) {
+      dropShapeReaders(op->getResult(0), last);
+      if (op->use_empty())
+        op->erase();
+    }
+  }
+}
+
+/// The operations between `from` and `to` that read `v` (or what they
+/// make) into `later`, if all are pure and `to` reads none of them.
+static bool movableAfter(Value v, Operation *from, Operation *to,
+                         SmallVectorImpl<Operation *> &later) {
+  llvm::SmallPtrSet<Value, 8> made{v};
+  auto reads = [&](Operation *op) {
+    return llvm::any_of(op->getOperands(),
+                        [&](Value u) { return made.contains(u); });
+  };
+  for (Operation *op = from->getNextNode(); op != to; op = op->getNextNode()) {
+    if (!reads(op))
+      continue;
+    if (!isMemoryEffectFree(op) || op->getNumRegions())
+      return false;
+    later.push_back(op);
+    made.insert(op->result_begin(), op->result_end());
+  }
+  return !reads(to);
+}
+
+void AttnResJoiner::join(func::CallOp normCall, func::CallOp product) {
+  auto norm = module.lookupSymbol<func::FuncOp>(normCall.getCallee());
+  auto ref = norm->getAttrOfType<FlatSymbolRefAttr>(kIntoAttr);
+  auto rows = ref ? module.lookupSymbol<func::FuncOp>(ref.getAttr())
+                  : func::FuncOp();
+  SmallVector<Product> members = grouper.productsOf(product.getCallee());
+  if (!rows || members.empty())
+    return;
+  func::FuncOp few = grouper.fewOf(members);
+  if (!few)
+    return;
+  // The residual sum's readers between the AttnRes and the product go
+  // after it, where the sum is made now.
+  SmallVector<Operation *> later;
+  if (normCall.getNumResults() == 2 &&
+      !movableAfter(normCall.getResult(1), normCall, product, later))
+    return;
+  func::FuncOp f = fused(norm, rows, product.getCallee(), members, few);
+  if (!f)
+    return;
+  OpBuilder b(product);
+  SmallVector<Value> args(normCall.getOperands());
+  llvm::append_range(args, product.getOperands().drop_front());
+  auto call = func::CallOp::create(
+      b, b.getFusedLoc({normCall.getLoc(), product.getLoc()}), f, args);
+  unsigned m = product.getNumResults();
+  for (unsigned i = 0; i < m; ++i)
+    product.getResult(i).replaceAllUsesWith(call.getResult(i));
+  if (normCall.getNumResults() == 2)
+    normCall.getResult(1).replaceAllUsesWith(call.getResult(m));
+  Operation *after = call;
+  for (Operation *op : later) {
+    op->moveAfter(after);
+    after = op;
+  }
+  product.erase();
+  dropShapeReaders(normCall.getResult(0), normCall.getOperand(1));
+  normCall.erase();
+}
+
+/// The call whose operand `x` reaches a product as its x through casts and
+/// the functions that pass it on, or null: the calls on the way in `way`.
+func::CallOp AttnResJoiner::follow(Value x, SmallVectorImpl<func::CallOp> &way) {
+  // The callees' arguments that their calls on the way bind to constants
+  // (a select on one is folded once the call is inlined).
+  llvm::DenseMap<Value, llvm::APInt> known;
+  for (Value v = x;;) {
+    std::optional<OpOperand *> use = soleUse(v, known);
+    auto call = use ? dyn_cast<func::CallOp>((*use)->getOwner())
+                    : func::CallOp();
+    if (!call)
+      return {};
+    if (!grouper.productsOf(call.getCallee()).empty())
+      return (*use)->getOperandNumber() == 0 ? call : func::CallOp();
+    auto callee = module.lookupSymbol<func::FuncOp>(call.getCallee());
+    // (K3: at most the model's layer body and the library's two fronts.)
+    if (!callee || callee.isExternal() || !callee.getBody().hasOneBlock() ||
+        !callee->getDiscardableAttrDictionary().empty() || way.size() == 8)
+      return {};
+    way.push_back(call);
+    for (auto [arg, operand] :
+         llvm::zip(callee.getArguments(), call.getOperands())) {
+      llvm::APInt c;
+      if (matchPattern(operand, m_ConstantInt(&c)))
+        known[arg] = c;
+      else if (known.count(operand))
+        known[arg] = known.lookup(operand);
+    }
+    v = callee.getArgument((*use)->getOperandNumber());
+  }
+}
+
+func::CallOp AttnResJoiner::specialize(func::CallOp normCall,
+                                       func::CallOp layer, unsigned xAt) {
+  auto norm = module.lookupSymbol<func::FuncOp>(normCall.getCallee());
+  auto callee = module.lookupSymbol<func::FuncOp>(layer.getCallee());
+  bool residual = normCall.getNumResults() == 2;
+  std::string name = (callee.getSymName() + "_" + norm.getSymName() + "_" +
+                      Twine(xAt))
+                         .str();
+  auto f = module.lookupSymbol<func::FuncOp>(name);
+  FunctionType type = callee.getFunctionType();
+  if (!f) {
+    SmallVector<Type> inputs(norm.getFunctionType().getInputs());
+    for (auto [i, t] : llvm::enumerate(type.getInputs()))
+      if (i != xAt)
+        inputs.push_back(t);
+    SmallVector<Type> results(type.getResults());
+    if (residual)
+      results.push_back(normCall.getResult(1).getType());
+    OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
+    f = func::FuncOp::create(b, callee.getLoc(), name,
+                             b.getFunctionType(inputs, results));
+    f.setPrivate();
+    Block *body = f.addEntryBlock();
+    b.setInsertionPointToStart(body);
+    unsigned operands = norm.getNumArguments();
+    auto inner = func::CallOp::create(
+        b, normCall.getLoc(), norm, body->getArguments().take_front(operands));
+    IRMapping map;
+    Block &old = callee.getBody().front();
+    Value x = inner.getResult(0);
+    if (x.getType() != type.getInput(xAt))
+      x = tensor::CastOp::create(b, layer.getLoc(), type.getInput(xAt), x);
+    for (unsigned i = 0, at = operands; i < old.getNumArguments(); ++i)
+      map.map(old.getArgument(i), i == xAt ? x : body->getArgument(at++));
+    for (Operation &op : old.without_terminator())
+      b.clone(op, map);
+    SmallVector<Value> outs;
+    for (Value v : old.getTerminator()->getOperands())
+      outs.push_back(map.lookupOrDefault(v));
+    if (residual)
+      outs.push_back(inner.getResult(1));
+    func::ReturnOp::create(b, callee.getLoc(), outs);
+  }
+  OpBuilder b(layer);
+  SmallVector<Value> args(normCall.getOperands());
+  for (auto [i, v] : llvm::enumerate(layer.getOperands()))
+    if (i != xAt)
+      args.push_back(v);
+  auto call = func::CallOp::create(b, layer.getLoc(), f, args);
+  call->setDiscardableAttrs(layer->getDiscardableAttrDictionary());
+  for (auto [r, v] : llvm::zip(layer.getResults(), call.getResults()))
+    r.replaceAllUsesWith(v);
+  layer.erase();
+  return call;
+}
+
+void AttnResJoiner::process(func::CallOp normCall) {
+  SmallVector<func::CallOp> way;
+  func::CallOp product = follow(normCall.getResult(0), way);
+  if (!product)
+    return;
+  if (way.empty()) {
+    if (product->getBlock() == normCall->getBlock())
+      join(normCall, product);
+    return;
+  }
+  // The first call on the way: the AttnRes moves into a copy of its
+  // function (which keeps the library's functions and kernels as they
+  // were), or, where x reaches the product there only through a select on
+  // a constant of this call (the MoE front's latent flag), that call is
+  // inlined first.
+  func::CallOp layer = way.front();
+  auto callee = module.lookupSymbol<func::FuncOp>(layer.getCallee());
+  unsigned xAt = (*soleUse(normCall.getResult(0)))->getOperandNumber();
+  SmallVector<func::CallOp> inside;
+  auto parent = normCall->getParentOfType<func::FuncOp>();
+  if (!parent.isPublic() && !follow(callee.getArgument(xAt), inside)) {
+    inlineAt(layer, callee);
+    process(normCall);
+    return;
+  }
+  SmallVector<Operation *> later;
+  if (normCall.getNumResults() == 2 &&
+      !movableAfter(normCall.getResult(1), normCall, layer, later))
+    return;
+  func::CallOp call = specialize(normCall, layer, xAt);
+  if (normCall.getNumResults() == 2)
+    normCall.getResult(1).replaceAllUsesWith(call.getResults().back());
+  Operation *after = call;
+  for (Operation *op : later) {
+    op->moveAfter(after);
+    after = op;
+  }
+  dropShapeReaders(normCall.getResult(0), normCall.getOperand(1));
+  normCall.erase();
+  // Joined there once, for every call of the copy.
+  auto f = module.lookupSymbol<func::FuncOp>(call.getCallee());
+  if (auto inner = dyn_cast<func::CallOp>(f.getBody().front().front())) {
+    auto fn = module.lookupSymbol<func::FuncOp>(inner.getCallee());
+    if (fn && fn->hasAttr(kIntoAttr))
+      process(inner);
+  }
+}
+
+void AttnResJoiner::run(Operation *root) {
+  SmallVector<func::CallOp> norms;
+  root->walk([&](func::CallOp call) {
+    auto fn = module.lookupSymbol<func::FuncOp>(call.getCallee());
+    if (fn && fn->hasAttr(kIntoAttr))
+      norms.push_back(call);
+  });
+  for (func::CallOp normCall : norms)
+    process(normCall);
+}
+
 struct K3GroupCallsPass : k3::impl::K3GroupCallsPassBase<K3GroupCallsPass> {
+  using Base::Base;
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     SmallVector<Product> products;
@@ -492,6 +991,12 @@ struct K3GroupCallsPass : k3::impl::K3GroupCallsPassBase<K3GroupCallsPass> {
     for (func::FuncOp fn : fixed)
       if (failed(groupFixed(module, fn, dom)))
         return signalPassFailure();
+    if (!attnRes)
+      return;
+    AttnResJoiner joiner(module, grouper);
+    for (func::FuncOp fn : fns)
+      if (!fn.isExternal())
+        joiner.run(fn);
   }
 };
 } // namespace

@@ -83,6 +83,8 @@ FailureOr<SmallVector<func::FuncOp>> outFunctions(func::FuncOp f,
   Block &body = f.getBody().front();
   // `route`: the routing's operands after the outputs.
   unsigned args = body.getNumArguments();
+  if (unsigned n = k3::attnResOperands(spec); args >= n)
+    args -= n;
   if (k3::routedMatrix(spec) && args >= k3::kRouteOperands)
     args -= k3::kRouteOperands;
   unsigned m = args / 2;
@@ -158,6 +160,14 @@ std::optional<unsigned> mlir::k3::routedMatrix(DictionaryAttr spec) {
       if (on(a))
         return i;
   return std::nullopt;
+}
+
+unsigned mlir::k3::attnResOperands(DictionaryAttr spec) {
+  auto fns = spec ? spec.getAs<DictionaryAttr>("attn_res") : DictionaryAttr();
+  if (!fns)
+    return 0;
+  auto residual = fns.getAs<BoolAttr>("residual");
+  return residual && residual.getValue() ? 9 : 7;
 }
 
 FailureOr<func::FuncOp> mlir::k3::productOutFunction(func::FuncOp f,

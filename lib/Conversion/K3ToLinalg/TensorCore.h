@@ -61,6 +61,13 @@ FailureOr<SmallVector<func::FuncOp>> productOutFunctions(func::FuncOp f,
 std::optional<unsigned> routedMatrix(DictionaryAttr spec);
 constexpr unsigned kRouteOperands = 7;
 
+/// The operands after all others of a `k3.skinny_matmul` function marked
+/// `attn_res = {..., residual}` (k3-group-calls): the AttnRes's blocks,
+/// its last candidate (with `residual` the terms a and b of that sum), γ,
+/// p, eps, the norm's γ and eps, and with `residual` the sum's buffer: 7 or
+/// 9; 0 without `attn_res`.
+unsigned attnResOperands(DictionaryAttr spec);
+
 /// The operations of `body` before its terminator: the generic body that a
 /// kernel-building pass moves into the `else` of its run-time choice.
 SmallVector<Operation *> bodyOps(Block &body);

@@ -727,3 +727,113 @@ func.func @f32_indices(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %s: memref<?x
     attributes {k3.skinny_matmul = {out = @s, route = true}} {
   return
 }
+
+// -----
+
+// With `attn_res` (k3-group-calls' few-token call of an AttnRes and the
+// products of its normalised output): the launch's first 8 T blocks are
+// k3-gpu-attn-res-norm's block of each token, in three steps joined by
+// counts 2 and 0 (each candidate's warp sums [T, 2n, 32]; the scores, the
+// softmax, h and its warps' sums of squares; the normalised piece into x's
+// buffer, count 3); the product blocks wait for count 3 and read x.
+// CHECK-DAG: memref.global "private" @k3k_skinny_attn_res_ready : memref<4xi32, #gpu.address_space<global>> = dense<0>
+// CHECK-LABEL: func.func @attn_lin
+// CHECK-SAME: (%[[X:[^:]+]]: memref<?x?xbf16>, %[[W:[^:]+]]: memref<?x?xbf16>, %[[OUT:[^:]+]]: memref<?x?xbf16>, %[[V:[^:]+]]: memref<?x?x?xbf16>, %[[L:[^:]+]]: memref<?x?x?xbf16>, %[[G:[^:]+]]: memref<?xbf16>, %[[P:[^:]+]]: memref<?x?xbf16>, %[[E:[^:]+]]: f32, %[[GN:[^:]+]]: memref<?xbf16>, %[[E2:[^:]+]]: f32)
+// CHECK-DAG: %[[T:.+]] = memref.dim %[[L]], %c1
+// CHECK-DAG: %[[D:.+]] = memref.dim %[[L]], %c2
+// CHECK-DAG: arith.cmpi ule, %[[D]], %c8192
+// CHECK: scf.if
+// CHECK: %[[CS:.+]] = memref.alloc(%[[T]], %{{.+}}) : memref<?x?x32xf32>
+// CHECK: %[[SQ:.+]] = memref.alloc(%[[T]]) : memref<?x32xf32>
+// CHECK: %[[PROD:.+]] = arith.muli %[[T]], %c8
+// CHECK: gpu.launch blocks(%[[B:[^,]+]], {{.*}} threads(%[[TID:[^,]+]],
+// CHECK: scf.if %{{.+}} {
+// γ, p and the last candidate's piece, then each candidate's two sums.
+// CHECK: vector.load %[[G]]
+// CHECK: vector.load %[[P]]
+// CHECK: vector.load %[[L]]
+// CHECK: scf.for
+// CHECK: vector.load %[[V]]
+// CHECK-COUNT-10: gpu.shuffle  xor
+// CHECK: memref.store %{{.+}}, %[[CS]]
+// CHECK: memref.store %{{.+}}, %[[CS]]
+// CHECK: %[[RD:.+]] = memref.get_global @k3k_skinny_attn_res_ready
+// CHECK: memref.atomic_rmw addi %c1_i32, %[[RD]][%c2]
+// CHECK: ld.acquire.gpu.global.b32
+// The scores from the 32 warps' sums, the softmax, h's sums of squares;
+// then the token's 1 / rms and the normalised piece into x.
+// CHECK: memref.load %[[CS]]
+// CHECK: math.sqrt
+// CHECK: math.exp
+// CHECK: math.exp
+// CHECK: memref.store %{{.+}}, %[[SQ]]
+// CHECK: memref.atomic_rmw addi %c1_i32, %{{.+}}[%c0]
+// CHECK: ld.acquire.gpu.global.b32
+// CHECK: memref.load %[[SQ]]
+// CHECK: vector.store %{{.+}}, %[[X]]
+// CHECK: memref.atomic_rmw addi %c1_i32, %{{.+}}[%c3]
+// The product blocks: the first stages, then wait for count 3 (8 T), and
+// x's fragments read as they are.
+// CHECK: } else {
+// CHECK: nvgpu.device_async_copy
+// CHECK: %[[RD3:.+]] = memref.extract_aligned_pointer_as_index
+// CHECK: arith.addi %[[RD3]], %c12
+// CHECK: ld.acquire.gpu.global.b32
+// CHECK: vector.load %[[X]]
+// CHECK: nvvm.mma.sync
+// CHECK: memref.atomic_rmw addi %c1_i32, %{{.+}}[%c1]
+func.func private @o(%a: f32) -> bf16 {
+  %t = arith.truncf %a : f32 to bf16
+  return %t : bf16
+}
+func.func private @widen(%a: bf16) -> f32 {
+  %r = arith.extf %a : bf16 to f32
+  return %r : f32
+}
+func.func private @narrow(%a: f32) -> bf16 {
+  %r = arith.truncf %a : f32 to bf16
+  return %r : bf16
+}
+func.func private @round(%a: f32) -> f32 {
+  return %a : f32
+}
+func.func private @generic(%x: memref<?x?xbf16>)
+func.func @attn_lin(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %out: memref<?x?xbf16>,
+                    %v: memref<?x?x?xbf16>, %last: memref<?x?x?xbf16>, %g: memref<?xbf16>, %p: memref<?x?xbf16>,
+                    %eps: f32, %gn: memref<?xbf16>, %eps2: f32)
+    attributes {k3.skinny_matmul = {out = @o, attn_res = {widen = @widen, narrow = @narrow, round = @round, residual = false}}} {
+  func.call @generic(%x) : (memref<?x?xbf16>) -> ()
+  return
+}
+
+// -----
+
+func.func private @o(%a: f32) -> bf16 {
+  %t = arith.truncf %a : f32 to bf16
+  return %t : bf16
+}
+// expected-error @+1 {{k3.skinny_matmul: 'attn_res' must be {widen = (act) -> f32, narrow = (f32) -> act, round = (f32) -> f32, residual = bool}}}
+func.func @attn_no_conversions(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %out: memref<?x?xbf16>,
+                               %v: memref<?x?x?xbf16>, %last: memref<?x?x?xbf16>, %g: memref<?xbf16>, %p: memref<?x?xbf16>,
+                               %eps: f32, %gn: memref<?xbf16>, %eps2: f32)
+    attributes {k3.skinny_matmul = {out = @o, attn_res = {}}} {
+  return
+}
+
+// -----
+
+func.func private @o(%a: f32) -> bf16 {
+  %t = arith.truncf %a : f32 to bf16
+  return %t : bf16
+}
+func.func private @widen(%a: bf16) -> f32
+func.func private @narrow(%a: f32) -> bf16
+func.func private @round(%a: f32) -> f32
+// The residual's sum buffer missing (an f32 last).
+// expected-error @+1 {{k3.skinny_matmul: with 'attn_res', expected after the other operands the blocks [n - 1, T, D], the last candidate [1, T, D] (with 'residual' its terms a and b), gamma [D] bf16, p [1, D] bf16, eps f32, the norm's gamma [D] bf16 and eps f32 (with 'residual' then the sum's buffer [1, T, D])}}
+func.func @attn_no_sum(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %out: memref<?x?xbf16>,
+                       %v: memref<?x?x?xbf16>, %a: memref<?x?x?xbf16>, %b: memref<?x?x?xbf16>, %g: memref<?xbf16>,
+                       %p: memref<?x?xbf16>, %eps: f32, %gn: memref<?xbf16>, %eps2: f32, %s: f32)
+    attributes {k3.skinny_matmul = {out = @o, attn_res = {widen = @widen, narrow = @narrow, round = @round, residual = true}}} {
+  return
+}

@@ -464,3 +464,227 @@ func.func @entry_not_a_flag(%x: tensor<?x?xbf16>, %a: tensor<?x?xbf16>, %b: tens
   %1 = call @other(%x, %b) : (tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xbf16>
   return %0, %1 : tensor<?x?xbf16>, tensor<?x?xbf16>
 }
+
+// -----
+
+// An AttnRes with its norm (`k3.into = @rows`) whose output a layer
+// function passes to its products only: the entry point calls a copy of
+// the layer that takes the AttnRes operands instead of x, and there the
+// AttnRes and the grouped products are one call. Few tokens: one call of
+// @rows_few_x2 (the products' marks and `attn_res`: @rows's, not
+// residual) on x's buffer; else @rows into it, then the products. A dim of
+// x is taken from the last candidate [1, T, D] instead.
+// CHECK-LABEL: func.func @entry
+// CHECK-SAME: (%[[V:[^:]+]]: tensor<?x?x?xbf16>, %[[L:[^:]+]]: tensor<?x?x?xbf16>, %[[G:[^:]+]]: tensor<?xbf16>, %[[P:[^:]+]]: tensor<?x?xbf16>, %[[GN:[^:]+]]: tensor<?xbf16>, %[[A:[^:]+]]: tensor<32x64xbf16>, %[[B:[^:]+]]: tensor<16x64xbf16>)
+// CHECK-NOT: call @norm(
+// CHECK: %[[T:.+]] = tensor.dim %[[L]], %c1
+// CHECK: %[[R:.+]]:2 = call @mixer_norm_0(%[[V]], %[[L]], %[[G]], %[[P]], %[[EPS:[^,]+]], %[[GN]], %[[EPS]], %[[A]], %[[B]]) {k3.layer = 3 : i64}
+// CHECK: return %[[R]]#0, %[[R]]#1, %[[T]]
+// CHECK: func.func private @mixer_norm_0(%[[MV:[^:]+]]: tensor<?x?x?xbf16>, %[[ML:[^:]+]]: tensor<?x?x?xbf16>, %[[MG:[^:]+]]: tensor<?xbf16>, %[[MP:[^:]+]]: tensor<?x?xbf16>, %[[ME:[^:]+]]: f32, %[[MGN:[^:]+]]: tensor<?xbf16>, %[[ME2:[^:]+]]: f32, %[[MA:[^:]+]]: tensor<32x64xbf16>, %[[MB:[^:]+]]: tensor<16x64xbf16>)
+// CHECK-NOT: call @norm(
+// CHECK: %[[WA:.+]] = tensor.cast %[[MA]]
+// CHECK: %[[WB:.+]] = tensor.cast %[[MB]]
+// CHECK: %[[J:.+]]:2 = call @norm_lin_x2(%[[MV]], %[[ML]], %[[MG]], %[[MP]], %[[ME]], %[[MGN]], %[[ME2]], %[[WA]], %[[WB]])
+// CHECK: return %[[J]]#0, %[[J]]#1
+// CHECK: func.func private @rows_few_x2(%[[FX:[^:]+]]: memref<?x?xbf16>, %[[F1:[^:]+]]: tensor<?x?xbf16>, %[[F2:[^:]+]]: tensor<?x?xbf16>, %[[O1:[^:]+]]: memref<?x?xbf16>, %[[O2:[^:]+]]: memref<?x?xbf16>, %[[FV:[^:]+]]: tensor<?x?x?xbf16>, %[[FL:[^:]+]]: tensor<?x?x?xbf16>, %[[FG:[^:]+]]: tensor<?xbf16>, %[[FP:[^:]+]]: tensor<?x?xbf16>, %[[FE:[^:]+]]: f32, %[[FGN:[^:]+]]: tensor<?xbf16>, %[[FE2:[^:]+]]: f32)
+// CHECK-SAME: attributes {k3.skinny_matmul = {attn_res = {narrow = @narrow, residual = false, round = @round, widen = @widen}, out = @o}}
+// CHECK-NEXT: call @rows(%[[FV]], %[[FL]], %[[FG]], %[[FP]], %[[FE]], %[[FGN]], %[[FE2]], %[[FX]])
+// CHECK-NEXT: %[[FXT:.+]] = bufferization.to_tensor %[[FX]] restrict
+// CHECK-NEXT: call @few_x2(%[[FXT]], %[[F1]], %[[F2]], %[[O1]], %[[O2]])
+// CHECK: func.func private @norm_lin_x2(%[[NV:[^:]+]]: tensor<?x?x?xbf16>, %[[NL:[^:]+]]: tensor<?x?x?xbf16>, %{{.+}}: tensor<?xbf16>, %{{.+}}: tensor<?x?xbf16>, %{{.+}}: f32, %{{.+}}: tensor<?xbf16>, %{{.+}}: f32, %[[N1:[^:]+]]: tensor<?x?xbf16>, %[[N2:[^:]+]]: tensor<?x?xbf16>) -> (tensor<?x?xbf16>, tensor<?x?xbf16>)
+// CHECK: %[[NT:.+]] = tensor.dim %[[NL]], %c1
+// CHECK: %[[ND:.+]] = tensor.dim %[[NL]], %c2
+// CHECK: %[[XB:.+]] = memref.alloc(%[[NT]], %[[ND]]) : memref<?x?xbf16>
+// CHECK: %[[B1:.+]] = memref.alloc(%[[NT]], %{{.+}}) : memref<?x?xbf16>
+// CHECK: %[[B2:.+]] = memref.alloc(%[[NT]], %{{.+}}) : memref<?x?xbf16>
+// CHECK: %[[FEW:.+]] = call @few_tokens(%[[NT]])
+// CHECK: scf.if %[[FEW]] {
+// CHECK-NEXT: func.call @rows_few_x2(%[[XB]], %[[N1]], %[[N2]], %[[B1]], %[[B2]], %[[NV]], %[[NL]],
+// CHECK-NEXT: } else {
+// CHECK-NEXT: func.call @rows(%[[NV]], %[[NL]], {{.*}}, %[[XB]])
+// CHECK-NEXT: %[[XT:.+]] = bufferization.to_tensor %[[XB]] restrict
+// CHECK-NEXT: func.call @many(%[[XT]], %[[N1]], %[[B1]])
+// CHECK-NEXT: func.call @many(%[[XT]], %[[N2]], %[[B2]])
+func.func private @o(%a: f32) -> bf16 {
+  %r = arith.truncf %a : f32 to bf16
+  return %r : bf16
+}
+func.func private @widen(%a: bf16) -> f32
+func.func private @narrow(%a: f32) -> bf16
+func.func private @round(%a: f32) -> f32
+func.func private @few_tokens(%t: index) -> i1 {
+  %c16 = arith.constant 16 : index
+  %few = arith.cmpi ult, %t, %c16 : index
+  return %few : i1
+}
+func.func private @few(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>, %out: memref<?x?xbf16>)
+    attributes {k3.skinny_matmul = {out = @o}} {
+  return
+}
+func.func private @many(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>, %out: memref<?x?xbf16>) {
+  return
+}
+func.func private @lin(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>) -> tensor<?x?xbf16>
+    attributes {k3.product_group = {few = @few, many = @many, few_tokens = @few_tokens}} {
+  return %x : tensor<?x?xbf16>
+}
+func.func private @rows(%v: tensor<?x?x?xbf16>, %last: tensor<?x?x?xbf16>, %g: tensor<?xbf16>, %p: tensor<?x?xbf16>,
+                        %eps: f32, %gn: tensor<?xbf16>, %eps2: f32, %out: memref<?x?xbf16>)
+    attributes {k3.attn_res_norm = {widen = @widen, narrow = @narrow, round = @round}} {
+  return
+}
+func.func private @norm(%v: tensor<?x?x?xbf16>, %last: tensor<?x?x?xbf16>, %g: tensor<?xbf16>, %p: tensor<?x?xbf16>,
+                        %eps: f32, %gn: tensor<?xbf16>, %eps2: f32) -> tensor<?x?xbf16>
+    attributes {k3.into = @rows} {
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %t = tensor.dim %last, %c1 : tensor<?x?x?xbf16>
+  %d = tensor.dim %last, %c2 : tensor<?x?x?xbf16>
+  %out = memref.alloc(%t, %d) : memref<?x?xbf16>
+  call @rows(%v, %last, %g, %p, %eps, %gn, %eps2, %out)
+      : (tensor<?x?x?xbf16>, tensor<?x?x?xbf16>, tensor<?xbf16>, tensor<?x?xbf16>, f32, tensor<?xbf16>, f32, memref<?x?xbf16>) -> ()
+  %y = bufferization.to_tensor %out restrict : memref<?x?xbf16> to tensor<?x?xbf16>
+  return %y : tensor<?x?xbf16>
+}
+func.func private @mixer(%x: tensor<?x64xbf16>, %a: tensor<32x64xbf16>, %b: tensor<16x64xbf16>)
+    -> (tensor<?x?xbf16>, tensor<?x?xbf16>) {
+  %xa = tensor.cast %x : tensor<?x64xbf16> to tensor<?x?xbf16>
+  %wa = tensor.cast %a : tensor<32x64xbf16> to tensor<?x?xbf16>
+  %wb = tensor.cast %b : tensor<16x64xbf16> to tensor<?x?xbf16>
+  %0 = call @lin(%xa, %wa) : (tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xbf16>
+  %1 = call @lin(%xa, %wb) : (tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xbf16>
+  return %0, %1 : tensor<?x?xbf16>, tensor<?x?xbf16>
+}
+func.func @entry(%v: tensor<?x?x?xbf16>, %last: tensor<?x?x?xbf16>, %g: tensor<?xbf16>, %p: tensor<?x?xbf16>,
+                 %gn: tensor<?xbf16>, %a: tensor<32x64xbf16>, %b: tensor<16x64xbf16>)
+    -> (tensor<?x?xbf16>, tensor<?x?xbf16>, index) {
+  %c0 = arith.constant 0 : index
+  %eps = arith.constant 1.0e-06 : f32
+  %x = call @norm(%v, %last, %g, %p, %eps, %gn, %eps)
+      : (tensor<?x?x?xbf16>, tensor<?x?x?xbf16>, tensor<?xbf16>, tensor<?x?xbf16>, f32, tensor<?xbf16>, f32) -> tensor<?x?xbf16>
+  %t = tensor.dim %x, %c0 : tensor<?x?xbf16>
+  %xc = tensor.cast %x : tensor<?x?xbf16> to tensor<?x64xbf16>
+  %r:2 = call @mixer(%xc, %a, %b) {k3.layer = 3 : i64} : (tensor<?x64xbf16>, tensor<32x64xbf16>, tensor<16x64xbf16>) -> (tensor<?x?xbf16>, tensor<?x?xbf16>)
+  return %r#0, %r#1, %t : tensor<?x?xbf16>, tensor<?x?xbf16>, index
+}
+
+// -----
+
+// With the residual sum (@norm_add -> (x, sum), into @rows_add): the copy
+// of the layer returns the sum last, and the sum's reshape between the
+// AttnRes and the layer's call moves after the call. One product: its own
+// few function, `residual = true`, the sum's buffer last.
+// CHECK-LABEL: func.func @entry_residual
+// CHECK: %[[R:.+]]:2 = call @mixer_one_norm_add_0(
+// CHECK-NEXT: %[[S:.+]] = tensor.collapse_shape %[[R]]#1
+// CHECK: return %[[R]]#0, %[[S]]
+// CHECK: func.func private @mixer_one_norm_add_0(
+// CHECK: %[[J:.+]]:2 = call @norm_add_lin(
+// CHECK: return %[[J]]#0, %[[J]]#1 : tensor<?x?xbf16>, tensor<?x?x?xbf16>
+// CHECK: func.func private @rows_add_few(%[[FX:[^:]+]]: memref<?x?xbf16>, %{{.+}}: tensor<?x?xbf16>, %{{.+}}: memref<?x?xbf16>, %[[FV:[^:]+]]: tensor<?x?x?xbf16>, %[[FA:[^:]+]]: tensor<?x?x?xbf16>, %[[FB:[^:]+]]: tensor<?x?x?xbf16>, %{{.+}}: tensor<?xbf16>, %{{.+}}: tensor<?x?xbf16>, %{{.+}}: f32, %{{.+}}: tensor<?xbf16>, %{{.+}}: f32, %[[FS:[^:]+]]: memref<?x?x?xbf16>)
+// CHECK-SAME: attn_res = {narrow = @narrow, residual = true, round = @round, widen = @widen}
+// CHECK-NEXT: call @rows_add(%[[FV]], %[[FA]], %[[FB]], {{.*}}, %[[FX]], %[[FS]])
+// CHECK: func.func private @norm_add_lin({{.*}}) -> (tensor<?x?xbf16>, tensor<?x?x?xbf16>)
+// CHECK: %[[SB:.+]] = memref.alloc(%c1{{[_0-9]*}}, %{{.+}}, %{{.+}}) : memref<?x?x?xbf16>
+// CHECK: func.call @rows_add_few({{.*}}, %[[SB]])
+// CHECK: func.call @rows_add({{.*}}, %[[SB]])
+// CHECK: %[[SUM:.+]] = bufferization.to_tensor %[[SB]] restrict
+// CHECK: return %{{.+}}, %[[SUM]]
+func.func private @o(%a: f32) -> bf16 {
+  %r = arith.truncf %a : f32 to bf16
+  return %r : bf16
+}
+func.func private @widen(%a: bf16) -> f32
+func.func private @narrow(%a: f32) -> bf16
+func.func private @round(%a: f32) -> f32
+func.func private @few_tokens(%t: index) -> i1 {
+  %c16 = arith.constant 16 : index
+  %few = arith.cmpi ult, %t, %c16 : index
+  return %few : i1
+}
+func.func private @few(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>, %out: memref<?x?xbf16>)
+    attributes {k3.skinny_matmul = {out = @o}} {
+  return
+}
+func.func private @many(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>, %out: memref<?x?xbf16>) {
+  return
+}
+func.func private @lin(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>) -> tensor<?x?xbf16>
+    attributes {k3.product_group = {few = @few, many = @many, few_tokens = @few_tokens}} {
+  return %x : tensor<?x?xbf16>
+}
+func.func private @rows_add(%v: tensor<?x?x?xbf16>, %a: tensor<?x?x?xbf16>, %b: tensor<?x?x?xbf16>, %g: tensor<?xbf16>,
+                            %p: tensor<?x?xbf16>, %eps: f32, %gn: tensor<?xbf16>, %eps2: f32,
+                            %out: memref<?x?xbf16>, %sum: memref<?x?x?xbf16>)
+    attributes {k3.attn_res_norm = {widen = @widen, narrow = @narrow, round = @round}} {
+  return
+}
+func.func private @norm_add(%v: tensor<?x?x?xbf16>, %a: tensor<?x?x?xbf16>, %b: tensor<?x?x?xbf16>, %g: tensor<?xbf16>,
+                            %p: tensor<?x?xbf16>, %eps: f32, %gn: tensor<?xbf16>, %eps2: f32)
+    -> (tensor<?x?xbf16>, tensor<?x?x?xbf16>) attributes {k3.into = @rows_add} {
+  %y = tensor.empty() : tensor<1x1xbf16>
+  %s = tensor.empty() : tensor<1x1x1xbf16>
+  %yc = tensor.cast %y : tensor<1x1xbf16> to tensor<?x?xbf16>
+  %sc = tensor.cast %s : tensor<1x1x1xbf16> to tensor<?x?x?xbf16>
+  return %yc, %sc : tensor<?x?xbf16>, tensor<?x?x?xbf16>
+}
+func.func private @mixer_one(%x: tensor<?x?xbf16>, %a: tensor<?x?xbf16>) -> tensor<?x?xbf16> {
+  %0 = call @lin(%x, %a) : (tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xbf16>
+  return %0 : tensor<?x?xbf16>
+}
+func.func @entry_residual(%v: tensor<?x?x?xbf16>, %a: tensor<?x?x?xbf16>, %b: tensor<?x?x?xbf16>, %g: tensor<?xbf16>,
+                          %p: tensor<?x?xbf16>, %gn: tensor<?xbf16>, %w: tensor<?x?xbf16>)
+    -> (tensor<?x?xbf16>, tensor<?x?xbf16>) {
+  %eps = arith.constant 1.0e-06 : f32
+  %x:2 = call @norm_add(%v, %a, %b, %g, %p, %eps, %gn, %eps)
+      : (tensor<?x?x?xbf16>, tensor<?x?x?xbf16>, tensor<?x?x?xbf16>, tensor<?xbf16>, tensor<?x?xbf16>, f32, tensor<?xbf16>, f32)
+      -> (tensor<?x?xbf16>, tensor<?x?x?xbf16>)
+  %s = tensor.collapse_shape %x#1 [[0, 1], [2]] : tensor<?x?x?xbf16> into tensor<?x?xbf16>
+  %r = call @mixer_one(%x#0, %w) : (tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xbf16>
+  return %r, %s : tensor<?x?xbf16>, tensor<?x?xbf16>
+}
+
+// -----
+
+// An AttnRes output that something else reads too stays apart.
+// CHECK-LABEL: func.func @entry_shared
+// CHECK: %[[X:.+]] = call @norm(
+// CHECK: call @mixer_one(%[[X]],
+// CHECK: return %{{.+}}, %[[X]]
+func.func private @o(%a: f32) -> bf16 {
+  %r = arith.truncf %a : f32 to bf16
+  return %r : bf16
+}
+func.func private @few_tokens(%t: index) -> i1 {
+  %c16 = arith.constant 16 : index
+  %few = arith.cmpi ult, %t, %c16 : index
+  return %few : i1
+}
+func.func private @few(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>, %out: memref<?x?xbf16>)
+    attributes {k3.skinny_matmul = {out = @o}} {
+  return
+}
+func.func private @lin(%x: tensor<?x?xbf16>, %w: tensor<?x?xbf16>) -> tensor<?x?xbf16>
+    attributes {k3.product_group = {few = @few, many = @few, few_tokens = @few_tokens}} {
+  return %x : tensor<?x?xbf16>
+}
+func.func private @rows(%v: tensor<?x?x?xbf16>, %last: tensor<?x?x?xbf16>, %out: memref<?x?xbf16>)
+    attributes {k3.attn_res_norm = {}} {
+  return
+}
+func.func private @norm(%v: tensor<?x?x?xbf16>, %last: tensor<?x?x?xbf16>) -> tensor<?x?xbf16>
+    attributes {k3.into = @rows} {
+  %y = tensor.empty() : tensor<1x1xbf16>
+  %yc = tensor.cast %y : tensor<1x1xbf16> to tensor<?x?xbf16>
+  return %yc : tensor<?x?xbf16>
+}
+func.func private @mixer_one(%x: tensor<?x?xbf16>, %a: tensor<?x?xbf16>) -> tensor<?x?xbf16> {
+  %0 = call @lin(%x, %a) : (tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xbf16>
+  return %0 : tensor<?x?xbf16>
+}
+func.func @entry_shared(%v: tensor<?x?x?xbf16>, %last: tensor<?x?x?xbf16>, %w: tensor<?x?xbf16>)
+    -> (tensor<?x?xbf16>, tensor<?x?xbf16>) {
+  %x = call @norm(%v, %last) : (tensor<?x?x?xbf16>, tensor<?x?x?xbf16>) -> tensor<?x?xbf16>
+  %r = call @mixer_one(%x, %w) : (tensor<?x?xbf16>, tensor<?x?xbf16>) -> tensor<?x?xbf16>
+  return %r, %x : tensor<?x?xbf16>, tensor<?x?xbf16>
+}

@@ -712,8 +712,11 @@ func.func private @k3k_attn_res(%blocks: tensor<?x?x?x!act>, %last: tensor<?x?x?
 // k3.attn_res and the k3.rms_norm of its result (§3.1, §2): the norm before
 // each mixer and FFN and the final norm, joined by k3-to-linalg where the
 // norm is the AttnRes output's only use. The two kernels, in order.
+// `k3.into`: the same into a buffer, after the operands (k3-group-calls
+// joins it to the products that alone read its output).
 func.func private @k3k_attn_res_norm(%blocks: tensor<?x?x?x!act>, %last: tensor<?x?x?x!act>, %g: tensor<?xbf16>, %p: tensor<?x?xbf16>,
-                                     %eps: f32, %gn: tensor<?xbf16>, %eps2: f32) -> tensor<?x?x!act> {
+                                     %eps: f32, %gn: tensor<?xbf16>, %eps2: f32) -> tensor<?x?x!act>
+    attributes {k3.into = @k3k_attn_res_norm_rows} {
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index
   %t = tensor.dim %last, %c1 : tensor<?x?x?x!act>
@@ -744,7 +747,7 @@ func.func private @k3k_attn_res_norm_rows(%blocks: tensor<?x?x?x!act>, %last: te
 // them where the sum's other uses come after).
 func.func private @k3k_attn_res_norm_add(%blocks: tensor<?x?x?x!act>, %a: tensor<?x?x?x!act>, %b: tensor<?x?x?x!act>,
                                          %g: tensor<?xbf16>, %p: tensor<?x?xbf16>, %eps: f32, %gn: tensor<?xbf16>, %eps2: f32)
-    -> (tensor<?x?x!act>, tensor<?x?x?x!act>) {
+    -> (tensor<?x?x!act>, tensor<?x?x?x!act>) attributes {k3.into = @k3k_attn_res_norm_add_rows} {
   %c1 = arith.constant 1 : index
   %c2 = arith.constant 2 : index
   %t = tensor.dim %a, %c1 : tensor<?x?x?x!act>
