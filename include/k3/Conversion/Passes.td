@@ -106,10 +106,13 @@ def K3GroupCallsPass : Pass<"k3-group-calls", "::mlir::ModuleOp"> {
     `k3.skinny_matmul` mark gains `attn_res = {widen, narrow, round,
     residual}` (`@r`'s mark; `residual` with the sum): k3-gpu-skinny-mma
     makes the AttnRes in the product kernel's first blocks. Otherwise `@r`
-    then the members' `@m`. The same sums either way.
+    then the members' `@m`. The same sums either way. Off by default: the
+    first form (products normalising h in every block) measured slower
+    than the two kernels (BENCHMARKS.md, fortieth session); this one is
+    yet to be measured.
   }];
   let options = [
-    Option<"attnRes", "attn-res", "bool", "true",
+    Option<"attnRes", "attn-res", "bool", "false",
            "Join an AttnRes with its norm to the products of its output">
   ];
   let dependentDialects = [

@@ -1,4 +1,8 @@
-// RUN: k3-opt %s --split-input-file --verify-diagnostics --k3-group-calls | FileCheck %s
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --k3-group-calls=attn-res=1 | FileCheck %s
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --k3-group-calls | FileCheck %s --check-prefix=OFF
+// Without `attn-res` (the default) no AttnRes is joined.
+// OFF-NOT: attn_res =
+// OFF-NOT: @mixer_norm_0
 
 // The calls of @lin with one x (up to casts) in one block become one call
 // of @lin_x3 at the first; a weight cast after the first call is cast
