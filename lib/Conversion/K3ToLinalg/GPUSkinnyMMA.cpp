@@ -439,10 +439,10 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
     ok = both(ok, cmp(arith::CmpIPredicate::ule, candidateCount,
                       idx(kMaxCandidates)));
     ok = both(ok, both(eq(dim(r.blocks, 1), tokens), eq(dim(r.blocks, 2), depth)));
-    SmallVector<Value> rows = {lastTerm};
+    SmallVector<Value> terms = {lastTerm};
     if (r.a)
-      rows.append({r.b, r.sum});
-    for (Value m : rows) {
+      terms.append({r.b, r.sum});
+    for (Value m : terms) {
       ok = both(ok, both(eq(dim(m, 0), c1), aligned(m)));
       ok = both(ok, both(eq(dim(m, 1), tokens), eq(dim(m, 2), depth)));
     }

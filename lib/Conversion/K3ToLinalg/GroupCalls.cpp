@@ -302,6 +302,32 @@ std::string groupName(ArrayRef<func::FuncOp> members) {
   return name;
 }
 
+/// A group function's operands from argument `at` of `body` on (the
+/// calls' operands after x): each member's W and other operands, and a
+/// buffer [T, N_i] for each of its products' results.
+struct GroupOperands {
+  SmallVector<Value> ws, bufs;
+  SmallVector<ValueRange> rests;
+};
+GroupOperands groupOperands(OpBuilder &b, Location loc, Block *body,
+                            unsigned at, ArrayRef<Product> members,
+                            TypeRange results, Value t) {
+  GroupOperands g;
+  for (auto [p, type] : llvm::zip(members, results)) {
+    Value w = body->getArgument(at);
+    func::FuncOp fn = p.fn;
+    unsigned n = fn.getFunctionType().getNumInputs() - 2;
+    g.rests.push_back(body->getArguments().slice(at + 1, n));
+    at += 1 + n;
+    g.ws.push_back(w);
+    auto out = cast<RankedTensorType>(type);
+    g.bufs.push_back(memref::AllocOp::create(
+        b, loc, MemRefType::get(out.getShape(), out.getElementType()),
+        ValueRange{t, tensor::DimOp::create(b, loc, w, 0)}));
+  }
+  return g;
+}
+
 class Grouper {
 public:
   Grouper(ModuleOp module, ArrayRef<Product> products) : module(module) {
@@ -411,20 +437,11 @@ func::FuncOp Grouper::grouped(ArrayRef<Product> members) {
   b.setInsertionPointToStart(body);
   Value x = body->getArgument(0);
   Value t = tensor::DimOp::create(b, loc, x, 0);
-  SmallVector<Value> args{x}, bufs;
-  SmallVector<ValueRange> rests;
-  for (int64_t i = 0, at = 1; i < m; ++i) {
-    Value w = body->getArgument(at);
-    unsigned n = fns[i].getFunctionType().getNumInputs() - 2;
-    rests.push_back(body->getArguments().slice(at + 1, n));
-    at += 1 + n;
-    args.push_back(w);
-    Value rows = tensor::DimOp::create(b, loc, w, 0);
-    auto out = cast<RankedTensorType>(results[i]);
-    bufs.push_back(memref::AllocOp::create(
-        b, loc, MemRefType::get(out.getShape(), out.getElementType()),
-        ValueRange{t, rows}));
-  }
+  GroupOperands g = groupOperands(b, loc, body, 1, members, results, t);
+  SmallVector<Value> &ws = g.ws, &bufs = g.bufs;
+  SmallVector<ValueRange> &rests = g.rests;
+  SmallVector<Value> args{x};
+  llvm::append_range(args, ws);
   llvm::append_range(args, bufs);
   for (ValueRange r : rests)
     llvm::append_range(args, r);
@@ -622,23 +639,11 @@ func::FuncOp AttnResJoiner::fused(func::FuncOp norm, func::FuncOp rows,
         b, loc, MemRefType::get(sumType.getShape(), sumType.getElementType()),
         ValueRange{arith::ConstantIndexOp::create(b, loc, 1), t, d});
   }
-  // The members' W and other operands, as Grouper::grouped lays them out.
-  SmallVector<Value> ws, bufs;
-  SmallVector<ValueRange> rests;
-  unsigned at = operands;
-  for (Product p : members) {
-    Value w = body->getArgument(at);
-    unsigned n = p.fn.getFunctionType().getNumInputs() - 2;
-    rests.push_back(body->getArguments().slice(at + 1, n));
-    at += 1 + n;
-    ws.push_back(w);
-  }
-  for (auto [w, type] : llvm::zip(ws, groupType.getResults())) {
-    auto out = cast<RankedTensorType>(type);
-    bufs.push_back(memref::AllocOp::create(
-        b, loc, MemRefType::get(out.getShape(), out.getElementType()),
-        ValueRange{t, tensor::DimOp::create(b, loc, w, 0)}));
-  }
+  // The members' W and other operands, as Grouper::grouped's.
+  GroupOperands g = groupOperands(b, loc, body, operands, members,
+                                  groupType.getResults(), t);
+  SmallVector<Value> &ws = g.ws, &bufs = g.bufs;
+  SmallVector<ValueRange> &rests = g.rests;
   Value isFew =
       func::CallOp::create(b, loc, members.front().fewTokens, t).getResult(0);
   scf::IfOp::create(
@@ -685,7 +690,7 @@ func::FuncOp AttnResJoiner::fused(func::FuncOp norm, func::FuncOp rows,
 /// The one operation other than casts, dims and selects on a constant that
 /// reads `v` (through casts), with the operand it reads; none if another.
 static std::optional<OpOperand *>
-soleUse(Value v, const llvm::DenseMap<Value, llvm::APInt> &known = {}) {
+soleUse(Value v, const llvm::DenseMap<Value, llvm::APInt> *known = nullptr) {
   std::optional<OpOperand *> found;
   SmallVector<Value> work{v};
   while (!work.empty()) {
@@ -701,8 +706,9 @@ soleUse(Value v, const llvm::DenseMap<Value, llvm::APInt> &known = {}) {
       if (auto select = dyn_cast<arith::SelectOp>(op)) {
         llvm::APInt c;
         Value cond = select.getCondition();
-        if (!matchPattern(cond, m_ConstantInt(&c)) && known.count(cond))
-          c = known.lookup(cond);
+        if (!matchPattern(cond, m_ConstantInt(&c)) && known &&
+            known->count(cond))
+          c = known->lookup(cond);
         if (use.getOperandNumber() != 0 && c.getBitWidth() &&
             (c.isZero() ? 2u : 1u) != use.getOperandNumber())
           continue;
@@ -825,7 +831,7 @@ func::CallOp AttnResJoiner::follow(Value x, SmallVectorImpl<func::CallOp> &way) 
   // (a select on one is folded once the call is inlined).
   llvm::DenseMap<Value, llvm::APInt> known;
   for (Value v = x;;) {
-    std::optional<OpOperand *> use = soleUse(v, known);
+    std::optional<OpOperand *> use = soleUse(v, &known);
     auto call = use ? dyn_cast<func::CallOp>((*use)->getOwner())
                     : func::CallOp();
     if (!call)
