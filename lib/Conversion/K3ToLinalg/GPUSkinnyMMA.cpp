@@ -223,7 +223,7 @@ public:
   /// With `route`, the routing's blocks follow its matrix's (see top).
   /// `normGlobal`: the norm's counts (2, or 3 with attnRes); `readyGlobal`:
   /// the route's two.
-  SkinnyKernel(OpBuilder &b, Location loc, int64_t mTiles, Value x,
+  SkinnyKernel(OpBuilder &b, Location loc, int64_t maxTiles, Value x,
                ValueRange ws,
                ValueRange outs, ArrayRef<func::FuncOp> outFns, Value addend,
                memref::GlobalOp ringGlobal, memref::GlobalOp countGlobal,
@@ -232,7 +232,7 @@ public:
                std::optional<Route> route = std::nullopt,
                memref::GlobalOp readyGlobal = {},
                std::optional<AttnRes> attnRes = std::nullopt)
-      : IndexMath{b, loc}, mTiles(mTiles), x(x), ws(ws), outs(outs),
+      : IndexMath{b, loc}, maxTiles(maxTiles), x(x), ws(ws), outs(outs),
         outFns(outFns),
         addend(addend), ringGlobal(ringGlobal), countGlobal(countGlobal),
         norm(norm), normGlobal(normGlobal), readyGlobal(readyGlobal),
@@ -327,9 +327,16 @@ private:
   /// entries, entry q by thread q % 128.
   void groupByExpert(Value tid, Value tokens, Value slots);
 
-  // m16 tiles of W per warp: a block's rows are 16 mTiles, a stage
-  // kChunk / mTiles elements of each (`m-tiles`, see top).
-  int64_t mTiles;
+  /// The products' part of a block (after the producers and routing):
+  /// the W stages, the waits for the producers, the k loop for `tiles` m
+  /// tiles, 8 maxTiles sums per lane (zeros for an absent tile).
+  SmallVector<Value> products(int64_t tiles, Value tid, Value tokens,
+                              Value producers, Value depth);
+
+  // `m-tiles`: at most maxTiles m16 tiles of W per warp; mTiles, those of
+  // the body being built: a block's rows are 16 mTiles, a stage kChunk /
+  // mTiles elements of each (see top).
+  int64_t maxTiles, mTiles = 1;
   int64_t rows() const { return kRows * mTiles; }
   int64_t stageColumns() const { return kChunk / mTiles; }
   Value x;
@@ -435,6 +442,63 @@ SmallVector<Value> SkinnyKernel::sums(int64_t tiles) {
   return SmallVector<Value>(loop.getResults());
 }
 
+SmallVector<Value> SkinnyKernel::products(int64_t tiles, Value tid,
+                                          Value tokens, Value producers,
+                                          Value depth) {
+  mTiles = tiles;
+  // W's stages: the ring as [warps, stages, rows(), stageColumns()].
+  stages = ring;
+  if (mTiles > 1) {
+    auto type = cast<MemRefType>(ring.getType());
+    SmallVector<int64_t> shape = {kWarps, kStages, rows(), stageColumns()};
+    SmallVector<OpFoldResult> sizes, strides;
+    for (int64_t d = 0, stride = 1; d < 4; ++d) {
+      sizes.push_back(b.getIndexAttr(shape[d]));
+      strides.insert(strides.begin(), b.getIndexAttr(stride));
+      stride *= shape[3 - d];
+    }
+    stages = memref::ReinterpretCastOp::create(
+        b, loc,
+        MemRefType::get(shape, type.getElementType(),
+                        MemRefLayoutAttrInterface(), type.getMemorySpace()),
+        ring, b.getIndexAttr(0), sizes, strides);
+  }
+  // Copies: lane l takes 16 bytes (piece l % P, P pieces per row) of rows
+  // l / P + (32 / P) q.
+  copyRow = div(lane, stageColumns() / 8);
+  copyPiece = rem(lane, stageColumns() / 8);
+  Value group;
+  for (int64_t i = 0; i < kStages - 1; ++i)
+    group = issue(idx(i));
+  // combine_norm: the first stages of W are on their way while the
+  // producers finish.
+  if (attnRes)
+    waitFor(tid,
+            arith::IndexCastOp::create(b, loc, b.getI32Type(), producers),
+            normGlobal, 3);
+  else if (norm)
+    awaitNorm(tid, tokens, depth);
+  // One n8 tile of tokens for T <= 8, two above; a token's column is the
+  // same mma either way.
+  auto f32 = b.getF32Type();
+  auto tileIf = scf::IfOp::create(
+      b, loc, SmallVector<Type>(8 * mTiles, f32),
+      cmp(arith::CmpIPredicate::ule, tokens, idx(8)), /*withElse=*/true);
+  {
+    OpBuilder::InsertionGuard inner(b);
+    b.setInsertionPointToStart(tileIf.thenBlock());
+    scf::YieldOp::create(b, loc, sums(1));
+    b.setInsertionPointToStart(tileIf.elseBlock());
+    scf::YieldOp::create(b, loc, sums(2));
+  }
+  // (cp.async.wait_group 0: the token only orders the op.)
+  nvgpu::DeviceAsyncWaitOp::create(b, loc, group, b.getI32IntegerAttr(0));
+  SmallVector<Value> r(tileIf.getResults());
+  r.resize(8 * maxTiles, arith::ConstantFloatOp::create(b, loc, f32,
+                                                         APFloat(0.0f)));
+  return r;
+}
+
 void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   Value c1 = idx(1);
   auto dim = [&](Value m, int64_t i) {
@@ -490,7 +554,7 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   SmallVector<Value> rows;
   for (Value m : ws) {
     rows.push_back(memref::DimOp::create(b, loc, m, 0));
-    ok = both(ok, both(rem0(rows.back(), this->rows()), aligned(m)));
+    ok = both(ok, both(rem0(rows.back(), kRows), aligned(m)));
     ok = both(ok, cmp(arith::CmpIPredicate::eq,
                       memref::DimOp::create(b, loc, m, 1), depth));
   }
@@ -499,22 +563,28 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   // with the others; its blocks follow those of matrices 0 .. i - 1 in
   // the grid, and a split one's counters those of the split ones before.
   Value chunks = div(depth, kChunk);
-  // Per matrix: row blocks, S, first block, first counter, workspace.
-  SmallVector<std::array<Value, 5>> mats;
+  // Per matrix: row blocks, S, first block, first counter, workspace,
+  // whether its blocks have 32 rows.
+  SmallVector<std::array<Value, 6>> mats;
   Value blocks = idx(0), counters = idx(0);
   // route: the router's blocks and the first routing block.
   Value routerBlocks, routeFirst;
   for (Value n : rows) {
-    // S from blocks of 16 rows whatever the m tiles, so that the sums are
-    // the same.
-    Value rowBlocks = div(n, this->rows());
+    Value rowBlocks = div(n, kRows);
     Value s = arith::MaxUIOp::create(
         b, loc,
         min(div(idx(kTargetBlocks),
-                arith::MaxUIOp::create(b, loc, div(n, kRows), c1)),
+                arith::MaxUIOp::create(b, loc, rowBlocks, c1)),
             div(chunks, kWarps)),
         c1);
-    mats.push_back({rowBlocks, s, blocks, counters, Value()});
+    // m-tiles=2: a matrix not split over K (wide: its blocks fill the GPU
+    // either way) with N % 32 == 0 has blocks of 32 rows; S is the same.
+    Value two = arith::ConstantIntOp::create(b, loc, b.getI1Type(), 0);
+    if (maxTiles > 1) {
+      two = both(eq(s, c1), rem0(n, 2 * kRows));
+      rowBlocks = pick(two, div(n, 2 * kRows), rowBlocks);
+    }
+    mats.push_back({rowBlocks, s, blocks, counters, Value(), two});
     blocks = add(blocks, mul(rowBlocks, s));
     if (route && mats.size() == route->matrix + 1) {
       routerBlocks = mul(rowBlocks, s);
@@ -626,6 +696,7 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   slices = mats[0][1];
   counter = mats[0][3];
   partial = mats[0][4];
+  Value two = mats[0][5];
   for (size_t i = 1; i < mats.size(); ++i) {
     Value here = cmp(arith::CmpIPredicate::uge, block, mats[i][2]);
     w = pick(here, ws[i], w);
@@ -637,6 +708,7 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
     first = pick(here, mats[i][2], first);
     counter = pick(here, mats[i][3], counter);
     partial = pick(here, mats[i][4], partial);
+    two = pick(here, mats[i][5], two);
   }
   // Its blocks: row block fastest, then slice.
   Value local = sub(block, first);
@@ -645,28 +717,13 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   counter = add(counter, rowBlock);
   ring = memref::GetGlobalOp::create(b, loc, ringGlobal.getType(),
                                      ringGlobal.getSymName());
-  stages = ring;
-  if (mTiles > 1) {
-    auto type = cast<MemRefType>(ring.getType());
-    SmallVector<int64_t> shape = {kWarps, kStages, this->rows(), stageColumns()};
-    SmallVector<OpFoldResult> sizes, strides;
-    for (int64_t d = 0, stride = 1; d < 4; ++d) {
-      sizes.push_back(b.getIndexAttr(shape[d]));
-      strides.insert(strides.begin(), b.getIndexAttr(stride));
-      stride *= shape[3 - d];
-    }
-    stages = memref::ReinterpretCastOp::create(
-        b, loc,
-        MemRefType::get(shape, type.getElementType(),
-                        MemRefLayoutAttrInterface(), type.getMemorySpace()),
-        ring, b.getIndexAttr(0), sizes, strides);
-  }
   Value tid = launch.getThreadIds().x;
   warp = div(tid, 32);
   lane = rem(tid, 32);
   g = div(lane, 4);
   t = rem(lane, 4);
-  rowBase = mul(rowBlock, this->rows());
+  rowBase = mul(rowBlock, maxTiles > 1 ? pick(two, idx(2 * kRows), idx(kRows))
+                                        : idx(kRows));
   // Token columns g and g + 8 (past T: token T - 1, not stored).
   Value last = arith::SubIOp::create(b, loc, tokens, c1);
   tok0 = arith::MinUIOp::create(b, loc, g, last);
@@ -676,45 +733,29 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   chunk0 = div(mul(slice, chunks), slices);
   Value sliceChunks = sub(div(mul(add(slice, 1), chunks), slices), chunk0);
   mine = div(sub(add(sliceChunks, kWarps - 1), warp), kWarps);
-  // Copies: lane l takes 16 bytes (piece l % P, P pieces per row) of rows
-  // l / P + (32 / P) q.
-  copyRow = div(lane, stageColumns() / 8);
-  copyPiece = rem(lane, stageColumns() / 8);
-  Value group;
-  for (int64_t i = 0; i < kStages - 1; ++i)
-    group = issue(idx(i));
-  // combine_norm: the first stages of W are on their way while the
-  // producers finish.
-  if (attnRes)
-    waitFor(tid,
-            arith::IndexCastOp::create(b, loc, b.getI32Type(), producers),
-            normGlobal, 3);
-  else if (norm)
-    awaitNorm(tid, tokens, depth);
-  // One n8 tile of tokens for T <= 8, two above; a token's column is the
-  // same mma either way.
-  auto f32 = b.getF32Type();
-  auto tileIf = scf::IfOp::create(
-      b, loc, SmallVector<Type>(8 * mTiles, f32),
-      cmp(arith::CmpIPredicate::ule, tokens, idx(8)), /*withElse=*/true);
-  {
+  SmallVector<Value> parts;
+  if (maxTiles == 1) {
+    parts = products(1, tid, tokens, producers, depth);
+  } else {
+    auto tilesIf = scf::IfOp::create(
+        b, loc, SmallVector<Type>(8 * maxTiles, b.getF32Type()), two,
+        /*withElse=*/true);
     OpBuilder::InsertionGuard inner(b);
-    b.setInsertionPointToStart(tileIf.thenBlock());
-    scf::YieldOp::create(b, loc, sums(1));
-    b.setInsertionPointToStart(tileIf.elseBlock());
-    scf::YieldOp::create(b, loc, sums(2));
+    b.setInsertionPointToStart(tilesIf.thenBlock());
+    scf::YieldOp::create(b, loc, products(2, tid, tokens, producers, depth));
+    b.setInsertionPointToStart(tilesIf.elseBlock());
+    scf::YieldOp::create(b, loc, products(1, tid, tokens, producers, depth));
+    parts = tilesIf.getResults();
   }
-  // (cp.async.wait_group 0: the token only orders the op.)
-  nvgpu::DeviceAsyncWaitOp::create(b, loc, group, b.getI32IntegerAttr(0));
   gpu::BarrierOp::create(b, loc);
   // Each warp's 8 sums per lane and m tile m through stage 0 of its ring
   // (16 bf16 of row lane / 4 + 8 m per lane), then warp w adds entries w,
   // w + kWarps, ... of each m tile of the warps in warp order.
+  auto f32 = b.getF32Type();
   auto bf16x16 = VectorType::get({16}, b.getBF16Type());
-  for (int64_t m = 0; m < mTiles; ++m) {
+  for (int64_t m = 0; m < maxTiles; ++m) {
     Value mineOut = vector::FromElementsOp::create(
-        b, loc, VectorType::get({8}, f32),
-        tileIf.getResults().slice(8 * m, 8));
+        b, loc, VectorType::get({8}, f32), ArrayRef(parts).slice(8 * m, 8));
     vector::StoreOp::create(
         b, loc, vector::BitCastOp::create(b, loc, bf16x16, mineOut), ring,
         ValueRange{warp, idx(0), add(div(lane, 4), 8 * m),
@@ -725,7 +766,7 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   auto f32x1 = VectorType::get({1}, f32);
   SmallVector<std::array<Value, 3>> entries;
   Value one = cmp(arith::CmpIPredicate::eq, slices, c1);
-  for (int64_t e0 = 0; e0 < 8 * mTiles; e0 += kWarps) {
+  for (int64_t e0 = 0; e0 < 8 * maxTiles; e0 += kWarps) {
     int64_t m = e0 / 8;
     Value e = add(warp, e0 % 8);
     Value slot = add(mul(rem(lane, 4), 16), mul(e, 2));
@@ -743,10 +784,13 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
     Value tok = add(add(mul(t, 2), mul(div(e, 4), 8)), rem(e, 2));
     Value row =
         add(add(add(rowBase, 16 * m), g), mul(div(rem(e, 4), 2), 8));
-    entries.push_back({sum, tok, row});
+    // (A split block has one m tile.)
+    if (m == 0)
+      entries.push_back({sum, tok, row});
     // S == 1: the output; else this slice's sum, for the last block.
+    Value valid = cmp(arith::CmpIPredicate::ult, tok, tokens);
     scf::IfOp::create(
-        b, loc, cmp(arith::CmpIPredicate::ult, tok, tokens),
+        b, loc, m ? both(valid, two) : valid,
         [&](OpBuilder &tb, Location l) {
           scf::IfOp::create(
               tb, l, one,

@@ -150,23 +150,32 @@
 // CHECK: memref.store %{{.+}}, %[[OUT]][%c0, %c0]
 // CHECK: return
 
-// m-tiles=2: blocks of 32 rows (N % 32 == 0), S still from N / 16.
+// m-tiles=2: a matrix not split over K (S == 1) with N % 32 == 0 has
+// blocks of 32 rows; S as before (from N / 16); a split one keeps 16.
 // MT-LABEL: func.func @linear
 // MT-SAME: (%[[X:[^:]+]]: memref<?x?xbf16>, %[[W:[^:]+]]: memref<?x?xbf16>
 // MT-DAG: %[[N:.+]] = memref.dim %[[W]], %c0
-// MT-DAG: arith.remui %[[N]], %c32
-// MT: %[[GX:.+]] = arith.divui %[[N]], %c32
 // MT: %[[GX16:.+]] = arith.divui %[[N]], %c16
 // MT: %[[GX1:.+]] = arith.maxui %[[GX16]], %c1
 // MT: arith.divui %c528, %[[GX1]]
-// MT: gpu.launch
+// MT: %[[S:.+]] = arith.maxui %{{.+}}, %c1
+// MT: %[[R32:.+]] = arith.remui %[[N]], %c32
+// MT: %[[N32:.+]] = arith.cmpi eq, %[[R32]], %c0
+// MT: %[[S1:.+]] = arith.cmpi eq, %[[S]], %c1
+// MT: %[[TWO:.+]] = arith.andi %[[S1]], %[[N32]]
+// MT: %[[GX32:.+]] = arith.divui %[[N]], %c32
+// MT: %[[GX:.+]] = arith.select %[[TWO]], %[[GX32]], %[[GX16]]
+// MT: %[[BLOCKS:.+]] = arith.muli %[[GX]], %[[S]]
+// MT: gpu.launch blocks({{.+}}) in (%{{.+}} = %[[BLOCKS]],
 // MT: arith.remui %{{.+}}, %[[GX]]
-// The ring as stages of 32 rows x 64 elements (the same 48 KB).
 // MT: %[[RING:.+]] = memref.get_global @k3k_skinny_ring
-// MT-NEXT: %[[ST:.+]] = memref.reinterpret_cast %[[RING]] to offset: [0], sizes: [4, 3, 32, 64], strides: [6144, 2048, 64, 1]
+// MT: arith.select %[[TWO]], %c32, %c16
 // MT: arith.addi %{{.+}}, %c3
 // MT-NEXT: %[[LEFT:.+]] = arith.subi
 // MT-NEXT: %[[MINE:.+]] = arith.divui %[[LEFT]], %c4
+// 32 rows: the ring as stages of 32 rows x 64 elements (the same 48 KB).
+// MT: scf.if %[[TWO]] -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32)
+// MT-NEXT: %[[ST:.+]] = memref.reinterpret_cast %[[RING]] to offset: [0], sizes: [4, 3, 32, 64], strides: [6144, 2048, 64, 1]
 // 8 copies of 16 bytes per lane and stage (32 rows, 4 per copy).
 // MT-COUNT-8: nvgpu.device_async_copy %[[W]][{{.+}}], %[[ST]][%{{.+}}, %c0,
 // MT-NEXT: nvgpu.device_async_create_group
@@ -189,14 +198,32 @@
 // MT-COUNT-16: nvvm.mma.sync
 // MT-NOT: nvvm.mma.sync
 // MT: scf.yield
+// 16 rows (a split matrix): the m-tiles=1 body, the second tile's sums zero.
+// MT: } else {
+// MT-NOT: memref.reinterpret_cast
+// MT: nvgpu.device_async_copy %[[W]][{{.+}}], %[[RING]][
+// MT: scf.for {{.*}} -> (f32, f32, f32, f32)
+// MT-COUNT-8: nvvm.mma.sync
+// MT-NOT: nvvm.mma.sync
+// MT: scf.yield
+// MT: scf.for {{.*}} -> (f32, f32, f32, f32, f32, f32, f32, f32)
+// MT-COUNT-16: nvvm.mma.sync
+// MT-NOT: nvvm.mma.sync
+// MT: scf.yield
 // Each m tile's sums through rows lane / 4 + 8 m of stage 0; 4 entries per
-// warp, those of m tile 1 16 rows down.
-// MT: vector.store %{{.+}}, %[[RING]][%{{.+}}, %c0, %[[Q:[^,]+]], %{{.+}}]
-// MT: %[[Q8:.+]] = arith.addi %[[Q]], %c8
-// MT: vector.store %{{.+}}, %[[RING]][%{{.+}}, %c0, %[[Q8]], %{{.+}}]
-// MT-COUNT-4: func.call @o(
+// warp, those of m tile 1 16 rows down and stored only with 32-row blocks
+// (never into the slices' sums).
+// MT: vector.store %{{.+}}, %[[RING]][%{{.+}}, %c0, %[[Q:[^,]+]], %[[COL:[0-9a-z_]+]]]
+// MT: vector.store %{{.+}}, %[[RING]][%{{.+}}, %c0, %[[Q8:[^,]+]], %[[COL]]]
+// MT-COUNT-2: func.call @o(
 // MT: arith.addi %{{.+}}, %c16
-// MT-COUNT-4: func.call @o(
+// MT: arith.andi %{{.+}}, %[[TWO]]
+// MT-NEXT: scf.if
+// MT: func.call @o(
+// MT: arith.andi %{{.+}}, %[[TWO]]
+// MT-NEXT: scf.if
+// MT: func.call @o(
+// MT: gpu.terminator
 func.func private @o(%a: f32) -> bf16 {
   %r = arith.truncf %a : f32 to bf16
   return %r : bf16
