@@ -156,6 +156,11 @@ static_assert(kChunk >= 64 && kChunk <= 256, "whole rows per copy, 8 rows "
                                              "of 64 for the warps' sums");
 static_assert(8 % kWarps == 0, "each warp adds whole entries");
 constexpr int64_t kMaxTokens = 16; // two n8 tiles
+// m-tiles=2: the fewest tokens for blocks of 32 rows. A 16-row block reads
+// T / 16 of its W bytes again in x (through L2: at T = 8 half as much,
+// Nsight Compute, BENCHMARKS.md thirty-seventh session); below 4 tokens
+// that is small, and 32-row blocks halve the blocks in flight.
+constexpr int64_t kTwoTilesFrom = 4;
 // Split over K: the most blocks to aim for (one wave: 4 of 48 KB per SM of
 // an H200; a second, partial wave measured slower), and the row blocks that
 // have a counter (N <= 64K; N / 16 > kTargetBlocks / 2 is not split).
@@ -577,11 +582,13 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
                 arith::MaxUIOp::create(b, loc, rowBlocks, c1)),
             div(chunks, kWarps)),
         c1);
-    // m-tiles=2: a matrix not split over K (wide: its blocks fill the GPU
-    // either way) with N % 32 == 0 has blocks of 32 rows; S is the same.
+    // m-tiles=2: from kTwoTilesFrom tokens, a matrix not split over K
+    // (wide: its blocks fill the GPU either way) with N % 32 == 0 has
+    // blocks of 32 rows; S is the same.
     Value two = arith::ConstantIntOp::create(b, loc, b.getI1Type(), 0);
     if (maxTiles > 1) {
-      two = both(eq(s, c1), rem0(n, 2 * kRows));
+      two = both(both(eq(s, c1), rem0(n, 2 * kRows)),
+                 cmp(arith::CmpIPredicate::uge, tokens, idx(kTwoTilesFrom)));
       rowBlocks = pick(two, div(n, 2 * kRows), rowBlocks);
     }
     mats.push_back({rowBlocks, s, blocks, counters, Value(), two});

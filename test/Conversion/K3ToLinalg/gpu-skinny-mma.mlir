@@ -150,19 +150,23 @@
 // CHECK: memref.store %{{.+}}, %[[OUT]][%c0, %c0]
 // CHECK: return
 
-// m-tiles=2: a matrix not split over K (S == 1) with N % 32 == 0 has
-// blocks of 32 rows; S as before (from N / 16); a split one keeps 16.
+// m-tiles=2: from 4 tokens, a matrix not split over K (S == 1) with N % 32
+// == 0 has blocks of 32 rows; S as before (from N / 16); a split one keeps
+// 16.
 // MT-LABEL: func.func @linear
 // MT-SAME: (%[[X:[^:]+]]: memref<?x?xbf16>, %[[W:[^:]+]]: memref<?x?xbf16>
+// MT-DAG: %[[T:.+]] = memref.dim %[[X]], %c0
 // MT-DAG: %[[N:.+]] = memref.dim %[[W]], %c0
 // MT: %[[GX16:.+]] = arith.divui %[[N]], %c16
 // MT: %[[GX1:.+]] = arith.maxui %[[GX16]], %c1
 // MT: arith.divui %c528, %[[GX1]]
 // MT: %[[S:.+]] = arith.maxui %{{.+}}, %c1
-// MT: %[[R32:.+]] = arith.remui %[[N]], %c32
-// MT: %[[N32:.+]] = arith.cmpi eq, %[[R32]], %c0
-// MT: %[[S1:.+]] = arith.cmpi eq, %[[S]], %c1
-// MT: %[[TWO:.+]] = arith.andi %[[S1]], %[[N32]]
+// MT-NEXT: %[[T4:.+]] = arith.cmpi uge, %[[T]], %c4
+// MT-NEXT: %[[R32:.+]] = arith.remui %[[N]], %c32
+// MT-NEXT: %[[N32:.+]] = arith.cmpi eq, %[[R32]], %c0
+// MT-NEXT: %[[S1:.+]] = arith.cmpi eq, %[[S]], %c1
+// MT-NEXT: %[[WIDE:.+]] = arith.andi %[[S1]], %[[N32]]
+// MT-NEXT: %[[TWO:.+]] = arith.andi %[[WIDE]], %[[T4]]
 // MT: %[[GX32:.+]] = arith.divui %[[N]], %c32
 // MT: %[[GX:.+]] = arith.select %[[TWO]], %[[GX32]], %[[GX16]]
 // MT: %[[BLOCKS:.+]] = arith.muli %[[GX]], %[[S]]
