@@ -93,7 +93,8 @@ def K3GroupCallsPass : Pass<"k3-group-calls", "::mlir::ModuleOp"> {
     KDA layer's three convolutions), has its calls taken n at a time, in
     program order, and each n made one call of `@g`.
 
-    AttnRes into the products (`attn-res`, on): where the x of a product
+    AttnRes into the products (`attn-res`, off by default; `k3c
+    --join-attn-res`): where the x of a product
     call or group is the normalised AttnRes output of a call of a function
     marked `k3.into = @r` (`Kernels/Dense.mlir`: @k3k_attn_res_norm and
     @k3k_attn_res_norm_add, joined by k3-to-linalg; `@r` writes the
