@@ -3,8 +3,10 @@
 # machine (the device tool gives ten minutes per command and thirty per
 # session; a fresh machine costs about a minute to start, so everything runs
 # in one call). Build first, here (BENCHMARKS.md, "How to run"), and carry
-# build/gpu-bench, bench/wheels and, for the end-to-end tests, build/e2e-pack
-# (build/gpu-e2e packed: tar -C build -cf - gpu-e2e | xz -1 -T2).
+# build/gpu-bench (or build/gpu-pack, the same packed: tar -C build -cf -
+# gpu-bench | xz -1 -T2 > build/gpu-pack/gpu-bench.tar.xz), bench/wheels
+# and, for the end-to-end tests, build/e2e-pack (build/gpu-e2e packed: tar
+# -C build -cf - gpu-e2e | xz -1 -T2).
 #
 #   bench/device-run.sh OUT [PARTS]
 #
@@ -65,6 +67,11 @@ out=$(mktemp -d)
 mkdir -p "$dest"
 trap 'tar -C "$out" -czf "$dest/results.tgz" .' EXIT
 gb=build/gpu-bench
+# build/gpu-bench packed (build/gpu-pack/gpu-bench.tar.xz: the device tool
+# carries 64 MiB, several libraries do not fit unpacked).
+if [ -f build/gpu-pack/gpu-bench.tar.xz ]; then
+  tar -C build -xJf build/gpu-pack/gpu-bench.tar.xz || exit 1
+fi
 bench=(python3 bench/k3_bench.py --cuda-rt "$gb/libk3rt_cuda.so"
        --config models/k3-group/config.json)
 has() { [[ " $parts " == *" $1 "* ]]; }

@@ -252,11 +252,11 @@ LogicalResult mlir::k3::compile(MLIRContext &context,
       return failure();
     pm.enableTiming(phase.timing());
     if (options.emit == EmitKind::Linalg)
-      buildK3ToLinalgPipeline(pm);
+      buildK3ToLinalgPipeline(pm, options.lowering);
     else if (gpu ? failed(buildGPULoweringPipeline(
                        pm, options.targets, options.emit == EmitKind::PTX,
-                       options.dependentLaunch))
-                 : failed(buildHostLoweringPipeline(pm)))
+                       options.lowering))
+                 : failed(buildHostLoweringPipeline(pm, options.lowering)))
       return emitError(inputLoc) << "internal error: bad lowering pipeline";
     if (failed(pm.run(*module)))
       return failure();

@@ -18,13 +18,16 @@ void mlir::k3::buildK3TransformPipeline(OpPassManager &pm) {
   pm.addPass(createCSEPass());
 }
 
-void mlir::k3::buildK3ToLinalgPipeline(OpPassManager &pm) {
+void mlir::k3::buildK3ToLinalgPipeline(OpPassManager &pm,
+                                       const LoweringOptions &options) {
   pm.addPass(createK3WeightsToArgumentsPass());
   pm.addPass(createConvertK3ToLinalgPass());
   pm.addPass(createK3ExposeABIPass());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createK3FuseKDALayerPass());
-  pm.addPass(createK3GroupCallsPass());
+  K3GroupCallsPassOptions group;
+  group.attnRes = options.joinAttnRes;
+  pm.addPass(createK3GroupCallsPass(group));
   pm.addPass(createSymbolDCEPass());
 }
 
@@ -41,9 +44,11 @@ static const char *const kToLLVM =
     "convert-index-to-llvm,convert-func-to-llvm,convert-cf-to-llvm,"
     "reconcile-unrealized-casts";
 
-LogicalResult mlir::k3::buildHostLoweringPipeline(OpPassManager &pm) {
+LogicalResult
+mlir::k3::buildHostLoweringPipeline(OpPassManager &pm,
+                                    const LoweringOptions &options) {
   registerUpstreamPasses();
-  buildK3ToLinalgPipeline(pm);
+  buildK3ToLinalgPipeline(pm, options);
   if (failed(parsePassPipeline(kBufferize, pm)))
     return failure();
   pm.addPass(createK3MemRefCopyToLinalgPass());
@@ -79,11 +84,11 @@ static std::string ptxFeatures(StringRef chip) {
 LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
                                                  ArrayRef<std::string> chips,
                                                  bool stopAtPTX,
-                                                 bool dependentLaunch) {
+                                                 const LoweringOptions &options) {
   if (chips.empty())
     return failure();
   registerUpstreamPasses();
-  buildK3ToLinalgPipeline(pm);
+  buildK3ToLinalgPipeline(pm, options);
   if (failed(parsePassPipeline(kGPUBufferize, pm)))
     return failure();
   pm.addPass(createK3MemRefCopyToLinalgPass());
@@ -97,6 +102,7 @@ LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
   pm.addPass(createK3GPUExpertsMMAPass(experts));
   K3GPUSkinnyMMAPassOptions skinny;
   skinny.sm = mma.sm;
+  skinny.mTiles = options.skinnyMTiles;
   pm.addPass(createK3GPUSkinnyMMAPass(skinny));
   pm.addNestedPass<func::FuncOp>(createK3GPUKDARecurrentPass());
   pm.addNestedPass<func::FuncOp>(createK3GPUGatedNormPass());
@@ -144,7 +150,7 @@ LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
   pm.addPass(createK3GPUKernelAccessPass());
   // Off by default: on the H200 it measured no faster (BENCHMARKS.md,
   // thirteenth session).
-  if (dependentLaunch) {
+  if (options.dependentLaunch) {
     K3GPUDependentLaunchPassOptions dependent;
     dependent.sm = mma.sm;
     pm.addPass(createK3GPUDependentLaunchPass(dependent));

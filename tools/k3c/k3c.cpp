@@ -86,6 +86,18 @@ static cl::opt<bool> dependentLaunch(
              "finishes (programmatic dependent launch, sm_90; measured no "
              "faster on the H200, so off)"),
     cl::cat(k3cCategory));
+static cl::opt<bool> joinAttnRes(
+    "join-attn-res",
+    cl::desc("Make each sublayer's input AttnRes and norm in the kernel of "
+             "the products that read it (k3-group-calls attn-res; measured "
+             "slower in a first form, so off)"),
+    cl::cat(k3cCategory));
+static cl::opt<int64_t> skinnyMTiles(
+    "gpu-skinny-m-tiles",
+    cl::desc("GPU: W rows per warp of the few-token products, in m16 tiles: "
+             "1, or 2 from 4 tokens for matrices not split over K "
+             "(k3-gpu-skinny-mma m-tiles; not yet measured, so 1)"),
+    cl::init(1), cl::cat(k3cCategory));
 static cl::opt<bool> quiet("quiet", cl::desc("No progress lines on stderr"),
                            cl::cat(k3cCategory));
 
@@ -98,6 +110,10 @@ int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
   registerAsmPrinterCLOptions();
   registerMLIRContextCLOptions();
+  // The passes by name, for --mlir-print-ir-after=PASS and the like (the
+  // pass manager's options list the passes registered before them).
+  k3::registerK3Passes();
+  k3::registerUpstreamPasses();
   registerPassManagerCLOptions();
   registerDefaultTimingManagerCLOptions();
   cl::SetVersionPrinter([](raw_ostream &os) {
@@ -126,7 +142,12 @@ int main(int argc, char **argv) {
   options.strictConfig = strictConfig;
   options.epDegree = epDegree;
   options.progress = !quiet;
-  options.dependentLaunch = dependentLaunch;
+  options.lowering.dependentLaunch = dependentLaunch;
+  options.lowering.joinAttnRes = joinAttnRes;
+  if (skinnyMTiles != 1 && skinnyMTiles != 2)
+    return fail("--gpu-skinny-m-tiles must be 1 or 2, got " +
+                Twine(skinnyMTiles));
+  options.lowering.skinnyMTiles = skinnyMTiles;
   Expected<std::vector<std::string>> targets = k3::parseTargets(targetSpec);
   if (!targets)
     return fail(toString(targets.takeError()));

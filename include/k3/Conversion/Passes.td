@@ -93,7 +93,8 @@ def K3GroupCallsPass : Pass<"k3-group-calls", "::mlir::ModuleOp"> {
     KDA layer's three convolutions), has its calls taken n at a time, in
     program order, and each n made one call of `@g`.
 
-    AttnRes into the products (`attn-res`, on): where the x of a product
+    AttnRes into the products (`attn-res`, off by default; `k3c
+    --join-attn-res`): where the x of a product
     call or group is the normalised AttnRes output of a call of a function
     marked `k3.into = @r` (`Kernels/Dense.mlir`: @k3k_attn_res_norm and
     @k3k_attn_res_norm_add, joined by k3-to-linalg; `@r` writes the
@@ -767,10 +768,20 @@ def K3GPUSkinnyMMAPass : Pass<"k3-gpu-skinny-mma", "::mlir::ModuleOp"> {
     scores, the softmax, h and the warps' sums of squares (count 0), then,
     once all have counted again, the normalised piece into x's buffer
     (count 3); the product blocks wait for count 3 and read x as it is.
+
+    With `m-tiles=2` a block of four warps owns 32 rows of W (two m16
+    tiles per warp, each B fragment of the tokens read once for both) and
+    its ring's stages are the two 64-element halves of each 128-element
+    chunk (the same 48 KB): half the reads of x per byte of W. The chunks,
+    their order per warp, the warps' order and S (from blocks of 16 rows)
+    are those of `m-tiles=1`, so the sums are the same bits; N % 32 == 0
+    is then also needed.
   }];
   let options = [
     Option<"sm", "sm", "int64_t", "90",
-           "Oldest compute capability the library targets (x10)">
+           "Oldest compute capability the library targets (x10)">,
+    Option<"mTiles", "m-tiles", "int64_t", "1",
+           "m16 tiles of W per warp (1 or 2): a block's rows are 16 m-tiles">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::arith::ArithDialect",

@@ -9,6 +9,7 @@
 #define K3_DRIVER_DRIVER_H
 
 #include "k3/Frontend/HF/Importer.h"
+#include "k3/Pipelines/Pipelines.h"
 
 #include "mlir/Support/LLVM.h"
 #include "llvm/Support/Error.h"
@@ -47,8 +48,8 @@ struct CompileOptions {
   int64_t epDegree = 1;
   hf::ImportOptions import;
   bool progress = false;        ///< one line per phase on stderr
-  /// GPU: programmatic dependent launch (k3-gpu-dependent-launch).
-  bool dependentLaunch = false;
+  /// The lowering's choices (k3-gpu-dependent-launch, ...).
+  LoweringOptions lowering;
 };
 
 /// Parses a `--target` value: "host", or a comma list of "sm_<NN>".

@@ -5,6 +5,7 @@
 
 #include "mlir/Support/LLVM.h"
 
+#include <cstdint>
 #include <string>
 
 namespace mlir {
@@ -13,27 +14,42 @@ class OpPassManager;
 
 namespace mlir::k3 {
 
+/// The lowering's choices that k3c gives as flags: the defaults are the
+/// measured best (BENCHMARKS.md); the others are there to measure them.
+struct LoweringOptions {
+  /// Each sublayer's input AttnRes and norm made in the kernel of the
+  /// products that read it (k3-group-calls `attn-res`; `k3c
+  /// --join-attn-res`).
+  bool joinAttnRes = false;
+  /// GPU: m16 tiles of W per warp of the few-token products, 1 or 2
+  /// (k3-gpu-skinny-mma `m-tiles`; `k3c --gpu-skinny-m-tiles`).
+  int64_t skinnyMTiles = 1;
+  /// GPU: each kernel may be dispatched while the one before it finishes
+  /// (k3-gpu-dependent-launch; `k3c --gpu-dependent-launch`).
+  bool dependentLaunch = false;
+};
+
 /// Phase 2 (k3 transforms) on an imported module: canonicalization and CSE.
 void buildK3TransformPipeline(OpPassManager &pm);
 
 /// Phase 3a: weights to arguments, k3 -> kernels, the library ABI.
-void buildK3ToLinalgPipeline(OpPassManager &pm);
+void buildK3ToLinalgPipeline(OpPassManager &pm,
+                             const LoweringOptions &options = {});
 
 /// Phase 3 for the host: everything down to the LLVM dialect, with the
 /// library's entry points; the module needs a `k3.manifest` attribute.
-LogicalResult buildHostLoweringPipeline(OpPassManager &pm);
+LogicalResult buildHostLoweringPipeline(OpPassManager &pm,
+                                        const LoweringOptions &options = {});
 
 /// Phase 3 for NVIDIA GPUs `chips` (sm_90, or several): the host glue and
 /// kernel launches in the LLVM dialect, the kernels compiled to one fatbin
 /// per GPU module with a cubin and the PTX of every chip; the module needs a
 /// `k3.manifest` attribute. With `stopAtPTX` the pipeline ends with the PTX
-/// of every chip in the `gpu.binary` objects (`k3c --emit=ptx`). With
-/// `dependentLaunch` each kernel may be dispatched while the one before it
-/// finishes (k3-gpu-dependent-launch; `k3c --gpu-dependent-launch`).
+/// of every chip in the `gpu.binary` objects (`k3c --emit=ptx`).
 LogicalResult buildGPULoweringPipeline(OpPassManager &pm,
                                        ArrayRef<std::string> chips,
                                        bool stopAtPTX = false,
-                                       bool dependentLaunch = false);
+                                       const LoweringOptions &options = {});
 
 /// Registers the upstream passes the pipelines name (idempotent).
 void registerUpstreamPasses();

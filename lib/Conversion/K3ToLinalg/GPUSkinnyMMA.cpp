@@ -152,12 +152,15 @@ namespace {
 // per warp, 4 warps: 48 KB of workgroup memory per block, the static limit
 // (H200, session 9: 64-element chunks, 8 warps or 4 stages measured slower).
 constexpr int64_t kRows = 16, kWarps = 4, kChunk = 128, kStages = 3;
-// Rows of a chunk that one copy instruction (32 lanes x 16 bytes) covers.
-constexpr int64_t kRowsPerCopy = 256 / kChunk;
 static_assert(kChunk >= 64 && kChunk <= 256, "whole rows per copy, 8 rows "
                                              "of 64 for the warps' sums");
 static_assert(8 % kWarps == 0, "each warp adds whole entries");
 constexpr int64_t kMaxTokens = 16; // two n8 tiles
+// m-tiles=2: the fewest tokens for blocks of 32 rows. A 16-row block reads
+// T / 16 of its W bytes again in x (through L2: at T = 8 half as much,
+// Nsight Compute, BENCHMARKS.md thirty-seventh session); below 4 tokens
+// that is small, and 32-row blocks halve the blocks in flight.
+constexpr int64_t kTwoTilesFrom = 4;
 // Split over K: the most blocks to aim for (one wave: 4 of 48 KB per SM of
 // an H200; a second, partial wave measured slower), and the row blocks that
 // have a counter (N <= 64K; N / 16 > kTargetBlocks / 2 is not split).
@@ -225,7 +228,8 @@ public:
   /// With `route`, the routing's blocks follow its matrix's (see top).
   /// `normGlobal`: the norm's counts (2, or 3 with attnRes); `readyGlobal`:
   /// the route's two.
-  SkinnyKernel(OpBuilder &b, Location loc, Value x, ValueRange ws,
+  SkinnyKernel(OpBuilder &b, Location loc, int64_t maxTiles, Value x,
+               ValueRange ws,
                ValueRange outs, ArrayRef<func::FuncOp> outFns, Value addend,
                memref::GlobalOp ringGlobal, memref::GlobalOp countGlobal,
                std::optional<CombineNorm> norm = std::nullopt,
@@ -233,7 +237,8 @@ public:
                std::optional<Route> route = std::nullopt,
                memref::GlobalOp readyGlobal = {},
                std::optional<AttnRes> attnRes = std::nullopt)
-      : IndexMath{b, loc}, x(x), ws(ws), outs(outs), outFns(outFns),
+      : IndexMath{b, loc}, maxTiles(maxTiles), x(x), ws(ws), outs(outs),
+        outFns(outFns),
         addend(addend), ringGlobal(ringGlobal), countGlobal(countGlobal),
         norm(norm), normGlobal(normGlobal), readyGlobal(readyGlobal),
         route(route), attnRes(attnRes) {}
@@ -327,6 +332,18 @@ private:
   /// entries, entry q by thread q % 128.
   void groupByExpert(Value tid, Value tokens, Value slots);
 
+  /// The products' part of a block (after the producers and routing):
+  /// the W stages, the waits for the producers, the k loop for `tiles` m
+  /// tiles, 8 maxTiles sums per lane (zeros for an absent tile).
+  SmallVector<Value> products(int64_t tiles, Value tid, Value tokens,
+                              Value producers, Value depth);
+
+  // `m-tiles`: at most maxTiles m16 tiles of W per warp; mTiles, those of
+  // the body being built: a block's rows are 16 mTiles, a stage kChunk /
+  // mTiles elements of each (see top).
+  int64_t maxTiles, mTiles = 1;
+  int64_t rows() const { return kRows * mTiles; }
+  int64_t stageColumns() const { return kChunk / mTiles; }
   Value x;
   SmallVector<Value> ws, outs;
   SmallVector<func::FuncOp> outFns;
@@ -340,25 +357,32 @@ private:
   // This block's matrix (one of ws; its index), output (if the outputs are
   // alike), workspace and counter.
   Value w, matrix, out, partial, counter;
-  Value ring, warp, lane, g, t, rowBase, tok0, tok1, mine;
+  // ring: the workgroup buffer [warps, stages, 16, kChunk]; stages: its
+  // view [warps, stages, rows(), stageColumns()] for W.
+  Value ring, stages, warp, lane, g, t, rowBase, tok0, tok1, mine;
   Value slices, slice, chunk0;
   Value copyRow, copyPiece;
 };
 
 Value SkinnyKernel::issue(Value i) {
-  Value valid = cmp(arith::CmpIPredicate::ult, i, mine);
-  Value j = arith::SelectOp::create(b, loc, valid, add(warp, mul(i, kWarps)),
+  // Stage i: part i % mTiles of local chunk i / mTiles.
+  Value local = div(i, mTiles);
+  Value valid = cmp(arith::CmpIPredicate::ult, local, mine);
+  Value j = arith::SelectOp::create(b, loc, valid, add(warp, mul(local, kWarps)),
                                     idx(0));
   Value n = arith::SelectOp::create(b, loc, valid, idx(8), idx(0));
   Value stage = rem(i, kStages);
-  Value col = add(mul(add(chunk0, j), kChunk), mul(copyPiece, 8));
+  Value col = add(add(mul(add(chunk0, j), kChunk),
+                      mul(rem(i, mTiles), stageColumns())),
+                  mul(copyPiece, 8));
   SmallVector<Value> tokens;
-  for (int64_t q = 0; q < kRows / kRowsPerCopy; ++q) {
-    Value r = add(copyRow, kRowsPerCopy * q);
+  const int64_t rowsPerCopy = 32 * 8 / stageColumns();
+  for (int64_t q = 0; q < rows() / rowsPerCopy; ++q) {
+    Value r = add(copyRow, rowsPerCopy * q);
     Value swapped = mul(
         arith::XOrIOp::create(b, loc, copyPiece, mul(rem(r, 2), 4)), 8);
     tokens.push_back(nvgpu::DeviceAsyncCopyOp::create(
-        b, loc, ring, ValueRange{warp, stage, r, swapped}, w,
+        b, loc, stages, ValueRange{warp, stage, r, swapped}, w,
         ValueRange{add(rowBase, r), col}, b.getIndexAttr(8), n,
         b.getUnitAttr()));
   }
@@ -371,31 +395,41 @@ SmallVector<Value> SkinnyKernel::compute(Value i, int64_t tiles,
   auto bf16 = b.getBF16Type();
   auto i32x4 = VectorType::get({4}, b.getI32Type());
   Value stage = rem(i, kStages);
-  Value k0 = mul(add(chunk0, add(warp, mul(i, kWarps))), kChunk);
+  Value k0 = add(mul(add(chunk0, add(warp, mul(div(i, mTiles), kWarps))),
+                     kChunk),
+                 mul(rem(i, mTiles), stageColumns()));
   Value parity = mul(rem(g, 2), 4);
   SmallVector<Value> next(acc);
-  for (int64_t s = 0; s < kChunk / 32; ++s) {
-    // Row g's and row g + 8's elements 32 s + 8 t .. + 7 of the chunk (the
-    // same parity, so the same swap), and the tokens' at the same k.
+  for (int64_t s = 0; s < stageColumns() / 32; ++s) {
+    // Row g's and row g + 8's elements 32 s + 8 t .. + 7 of the stage (the
+    // same parity, so the same swap) in each m tile, and the tokens' at
+    // the same k, read once for all m tiles.
     Value piece = mul(arith::XOrIOp::create(b, loc, add(t, 4 * s), parity), 8);
-    SmallVector<Value> r0 = split(
-        read(ring, {warp, stage, g, piece}, bf16, 8, i32x4), 4);
-    SmallVector<Value> r1 = split(
-        read(ring, {warp, stage, add(g, 8), piece}, bf16, 8, i32x4), 4);
+    SmallVector<SmallVector<Value>> r0, r1;
+    for (int64_t m = 0; m < mTiles; ++m) {
+      r0.push_back(split(
+          read(stages, {warp, stage, add(g, 16 * m), piece}, bf16, 8, i32x4),
+          4));
+      r1.push_back(split(read(stages, {warp, stage, add(g, 16 * m + 8), piece},
+                              bf16, 8, i32x4),
+                         4));
+    }
     Value k = add(add(k0, 32 * s), mul(t, 8));
     for (int64_t tile = 0; tile < tiles; ++tile) {
       SmallVector<Value> xt =
           norm && !attnRes
               ? normalised(tile ? tok1 : tok0, tile ? inv1 : inv0, k)
               : split(read(x, {tile ? tok1 : tok0, k}, bf16, 8, i32x4), 4);
-      for (int64_t h = 0; h < 2; ++h) {
-        std::array<Value, 4> a = {r0[2 * h], r1[2 * h], r0[2 * h + 1],
-                                  r1[2 * h + 1]};
-        std::array<Value, 2> bx = {xt[2 * h], xt[2 * h + 1]};
-        llvm::copy(k3::mmaSyncBF16(b, loc, a, bx,
-                                   ValueRange(next).slice(4 * tile, 4)),
-                   next.begin() + 4 * tile);
-      }
+      for (int64_t m = 0; m < mTiles; ++m)
+        for (int64_t h = 0; h < 2; ++h) {
+          std::array<Value, 4> a = {r0[m][2 * h], r1[m][2 * h],
+                                    r0[m][2 * h + 1], r1[m][2 * h + 1]};
+          std::array<Value, 2> bx = {xt[2 * h], xt[2 * h + 1]};
+          int64_t at = 4 * (2 * m + tile);
+          llvm::copy(k3::mmaSyncBF16(b, loc, a, bx,
+                                     ValueRange(next).slice(at, 4)),
+                     next.begin() + at);
+        }
     }
   }
   return next;
@@ -404,12 +438,69 @@ SmallVector<Value> SkinnyKernel::compute(Value i, int64_t tiles,
 SmallVector<Value> SkinnyKernel::sums(int64_t tiles) {
   Value zero =
       arith::ConstantFloatOp::create(b, loc, b.getF32Type(), APFloat(0.0f));
-  SmallVector<Value> acc(4 * tiles, zero);
+  // m tile m, n tile q at 4 (2 m + q) (zeros for an absent n tile).
+  SmallVector<Value> acc(8 * mTiles, zero);
   scf::ForOp loop = k3::warpRingLoop(
-      b, loc, mine, acc, kStages, [&](Value i, ValueRange) { return issue(i); },
+      b, loc, mul(mine, mTiles), acc, kStages,
+      [&](Value i, ValueRange) { return issue(i); },
       [&](Value i, ValueRange in) { return compute(i, tiles, in); });
-  SmallVector<Value> r(loop.getResults());
-  r.resize(8, zero);
+  return SmallVector<Value>(loop.getResults());
+}
+
+SmallVector<Value> SkinnyKernel::products(int64_t tiles, Value tid,
+                                          Value tokens, Value producers,
+                                          Value depth) {
+  mTiles = tiles;
+  // W's stages: the ring as [warps, stages, rows(), stageColumns()].
+  stages = ring;
+  if (mTiles > 1) {
+    auto type = cast<MemRefType>(ring.getType());
+    SmallVector<int64_t> shape = {kWarps, kStages, rows(), stageColumns()};
+    SmallVector<OpFoldResult> sizes, strides;
+    for (int64_t d = 0, stride = 1; d < 4; ++d) {
+      sizes.push_back(b.getIndexAttr(shape[d]));
+      strides.insert(strides.begin(), b.getIndexAttr(stride));
+      stride *= shape[3 - d];
+    }
+    stages = memref::ReinterpretCastOp::create(
+        b, loc,
+        MemRefType::get(shape, type.getElementType(),
+                        MemRefLayoutAttrInterface(), type.getMemorySpace()),
+        ring, b.getIndexAttr(0), sizes, strides);
+  }
+  // Copies: lane l takes 16 bytes (piece l % P, P pieces per row) of rows
+  // l / P + (32 / P) q.
+  copyRow = div(lane, stageColumns() / 8);
+  copyPiece = rem(lane, stageColumns() / 8);
+  Value group;
+  for (int64_t i = 0; i < kStages - 1; ++i)
+    group = issue(idx(i));
+  // combine_norm: the first stages of W are on their way while the
+  // producers finish.
+  if (attnRes)
+    waitFor(tid,
+            arith::IndexCastOp::create(b, loc, b.getI32Type(), producers),
+            normGlobal, 3);
+  else if (norm)
+    awaitNorm(tid, tokens, depth);
+  // One n8 tile of tokens for T <= 8, two above; a token's column is the
+  // same mma either way.
+  auto f32 = b.getF32Type();
+  auto tileIf = scf::IfOp::create(
+      b, loc, SmallVector<Type>(8 * mTiles, f32),
+      cmp(arith::CmpIPredicate::ule, tokens, idx(8)), /*withElse=*/true);
+  {
+    OpBuilder::InsertionGuard inner(b);
+    b.setInsertionPointToStart(tileIf.thenBlock());
+    scf::YieldOp::create(b, loc, sums(1));
+    b.setInsertionPointToStart(tileIf.elseBlock());
+    scf::YieldOp::create(b, loc, sums(2));
+  }
+  // (cp.async.wait_group 0: the token only orders the op.)
+  nvgpu::DeviceAsyncWaitOp::create(b, loc, group, b.getI32IntegerAttr(0));
+  SmallVector<Value> r(tileIf.getResults());
+  r.resize(8 * maxTiles, arith::ConstantFloatOp::create(b, loc, f32,
+                                                         APFloat(0.0f)));
   return r;
 }
 
@@ -477,8 +568,9 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   // with the others; its blocks follow those of matrices 0 .. i - 1 in
   // the grid, and a split one's counters those of the split ones before.
   Value chunks = div(depth, kChunk);
-  // Per matrix: row blocks, S, first block, first counter, workspace.
-  SmallVector<std::array<Value, 5>> mats;
+  // Per matrix: row blocks, S, first block, first counter, workspace,
+  // whether its blocks have 32 rows.
+  SmallVector<std::array<Value, 6>> mats;
   Value blocks = idx(0), counters = idx(0);
   // route: the router's blocks and the first routing block.
   Value routerBlocks, routeFirst;
@@ -490,7 +582,16 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
                 arith::MaxUIOp::create(b, loc, rowBlocks, c1)),
             div(chunks, kWarps)),
         c1);
-    mats.push_back({rowBlocks, s, blocks, counters, Value()});
+    // m-tiles=2: from kTwoTilesFrom tokens, a matrix not split over K
+    // (wide: its blocks fill the GPU either way) with N % 32 == 0 has
+    // blocks of 32 rows; S is the same.
+    Value two = arith::ConstantIntOp::create(b, loc, b.getI1Type(), 0);
+    if (maxTiles > 1) {
+      two = both(both(eq(s, c1), rem0(n, 2 * kRows)),
+                 cmp(arith::CmpIPredicate::uge, tokens, idx(kTwoTilesFrom)));
+      rowBlocks = pick(two, div(n, 2 * kRows), rowBlocks);
+    }
+    mats.push_back({rowBlocks, s, blocks, counters, Value(), two});
     blocks = add(blocks, mul(rowBlocks, s));
     if (route && mats.size() == route->matrix + 1) {
       routerBlocks = mul(rowBlocks, s);
@@ -602,6 +703,7 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   slices = mats[0][1];
   counter = mats[0][3];
   partial = mats[0][4];
+  Value two = mats[0][5];
   for (size_t i = 1; i < mats.size(); ++i) {
     Value here = cmp(arith::CmpIPredicate::uge, block, mats[i][2]);
     w = pick(here, ws[i], w);
@@ -613,6 +715,7 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
     first = pick(here, mats[i][2], first);
     counter = pick(here, mats[i][3], counter);
     partial = pick(here, mats[i][4], partial);
+    two = pick(here, mats[i][5], two);
   }
   // Its blocks: row block fastest, then slice.
   Value local = sub(block, first);
@@ -626,7 +729,8 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   lane = rem(tid, 32);
   g = div(lane, 4);
   t = rem(lane, 4);
-  rowBase = mul(rowBlock, kRows);
+  rowBase = mul(rowBlock, maxTiles > 1 ? pick(two, idx(2 * kRows), idx(kRows))
+                                        : idx(kRows));
   // Token columns g and g + 8 (past T: token T - 1, not stored).
   Value last = arith::SubIOp::create(b, loc, tokens, c1);
   tok0 = arith::MinUIOp::create(b, loc, g, last);
@@ -636,71 +740,64 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   chunk0 = div(mul(slice, chunks), slices);
   Value sliceChunks = sub(div(mul(add(slice, 1), chunks), slices), chunk0);
   mine = div(sub(add(sliceChunks, kWarps - 1), warp), kWarps);
-  // Copies: lane l takes 16 bytes (piece l % P, P pieces per row) of rows
-  // l / P + (32 / P) q.
-  copyRow = div(lane, kChunk / 8);
-  copyPiece = rem(lane, kChunk / 8);
-  Value group;
-  for (int64_t i = 0; i < kStages - 1; ++i)
-    group = issue(idx(i));
-  // combine_norm: the first stages of W are on their way while the
-  // producers finish.
-  if (attnRes)
-    waitFor(tid,
-            arith::IndexCastOp::create(b, loc, b.getI32Type(), producers),
-            normGlobal, 3);
-  else if (norm)
-    awaitNorm(tid, tokens, depth);
-  // One n8 tile of tokens for T <= 8, two above; a token's column is the
-  // same mma either way.
-  auto f32 = b.getF32Type();
-  auto tileIf = scf::IfOp::create(
-      b, loc, SmallVector<Type>(8, f32),
-      cmp(arith::CmpIPredicate::ule, tokens, idx(8)), /*withElse=*/true);
-  {
+  SmallVector<Value> parts;
+  if (maxTiles == 1) {
+    parts = products(1, tid, tokens, producers, depth);
+  } else {
+    auto tilesIf = scf::IfOp::create(
+        b, loc, SmallVector<Type>(8 * maxTiles, b.getF32Type()), two,
+        /*withElse=*/true);
     OpBuilder::InsertionGuard inner(b);
-    b.setInsertionPointToStart(tileIf.thenBlock());
-    scf::YieldOp::create(b, loc, sums(1));
-    b.setInsertionPointToStart(tileIf.elseBlock());
-    scf::YieldOp::create(b, loc, sums(2));
+    b.setInsertionPointToStart(tilesIf.thenBlock());
+    scf::YieldOp::create(b, loc, products(2, tid, tokens, producers, depth));
+    b.setInsertionPointToStart(tilesIf.elseBlock());
+    scf::YieldOp::create(b, loc, products(1, tid, tokens, producers, depth));
+    parts = tilesIf.getResults();
   }
-  // (cp.async.wait_group 0: the token only orders the op.)
-  nvgpu::DeviceAsyncWaitOp::create(b, loc, group, b.getI32IntegerAttr(0));
   gpu::BarrierOp::create(b, loc);
-  // Each warp's 8 sums per lane through stage 0 of its ring (16 bf16 of row
-  // lane / 4 per lane), then warp w adds entries w, w + kWarps, ... of the
-  // warps in warp order.
+  // Each warp's 8 sums per lane and m tile m through stage 0 of its ring
+  // (16 bf16 of row lane / 4 + 8 m per lane), then warp w adds entries w,
+  // w + kWarps, ... of each m tile of the warps in warp order.
+  auto f32 = b.getF32Type();
   auto bf16x16 = VectorType::get({16}, b.getBF16Type());
-  Value mineOut = vector::FromElementsOp::create(
-      b, loc, VectorType::get({8}, f32), tileIf.getResults());
-  vector::StoreOp::create(
-      b, loc, vector::BitCastOp::create(b, loc, bf16x16, mineOut), ring,
-      ValueRange{warp, idx(0), div(lane, 4), mul(rem(lane, 4), 16)},
-      /*nontemporal=*/false, llvm::MaybeAlign(16));
+  for (int64_t m = 0; m < maxTiles; ++m) {
+    Value mineOut = vector::FromElementsOp::create(
+        b, loc, VectorType::get({8}, f32), ArrayRef(parts).slice(8 * m, 8));
+    vector::StoreOp::create(
+        b, loc, vector::BitCastOp::create(b, loc, bf16x16, mineOut), ring,
+        ValueRange{warp, idx(0), add(div(lane, 4), 8 * m),
+                   mul(rem(lane, 4), 16)},
+        /*nontemporal=*/false, llvm::MaybeAlign(16));
+  }
   gpu::BarrierOp::create(b, loc);
   auto f32x1 = VectorType::get({1}, f32);
   SmallVector<std::array<Value, 3>> entries;
   Value one = cmp(arith::CmpIPredicate::eq, slices, c1);
-  for (int64_t e0 = 0; e0 < 8; e0 += kWarps) {
-    Value e = add(warp, e0);
+  for (int64_t e0 = 0; e0 < 8 * maxTiles; e0 += kWarps) {
+    int64_t m = e0 / 8;
+    Value e = add(warp, e0 % 8);
     Value slot = add(mul(rem(lane, 4), 16), mul(e, 2));
     Value sum;
     for (int64_t v = 0; v < kWarps; ++v) {
       Value part = vector::ExtractOp::create(
           b, loc,
-          read(ring, {idx(v), idx(0), div(lane, 4), slot}, b.getBF16Type(), 2,
-               f32x1),
+          read(ring, {idx(v), idx(0), add(div(lane, 4), 8 * m), slot},
+               b.getBF16Type(), 2, f32x1),
           ArrayRef<int64_t>{0});
       sum = v ? arith::AddFOp::create(b, loc, sum, part).getResult() : part;
     }
-    // Entry e: token 2 t + 8 (e / 4) + e % 2 (tile e / 4), row g (+ 8 for
-    // e % 4 >= 2).
+    // Entry e of m tile m: token 2 t + 8 (e / 4) + e % 2 (tile e / 4), row
+    // 16 m + g (+ 8 for e % 4 >= 2).
     Value tok = add(add(mul(t, 2), mul(div(e, 4), 8)), rem(e, 2));
-    Value row = add(add(rowBase, g), mul(div(rem(e, 4), 2), 8));
-    entries.push_back({sum, tok, row});
+    Value row =
+        add(add(add(rowBase, 16 * m), g), mul(div(rem(e, 4), 2), 8));
+    // (A split block has one m tile.)
+    if (m == 0)
+      entries.push_back({sum, tok, row});
     // S == 1: the output; else this slice's sum, for the last block.
+    Value valid = cmp(arith::CmpIPredicate::ult, tok, tokens);
     scf::IfOp::create(
-        b, loc, cmp(arith::CmpIPredicate::ult, tok, tokens),
+        b, loc, m ? both(valid, two) : valid,
         [&](OpBuilder &tb, Location l) {
           scf::IfOp::create(
               tb, l, one,
@@ -1340,6 +1437,14 @@ struct K3GPUSkinnyMMAPass
   using Base::Base;
 
   void runOnOperation() override {
+    // A stage's rows of 128 / m-tiles elements: at least 64 for the swap of
+    // bit 2 of the piece index (see top).
+    if (mTiles != 1 && mTiles != 2) {
+      getOperation().emitError()
+          << "k3-gpu-skinny-mma: m-tiles must be 1 or 2, got "
+          << static_cast<int64_t>(mTiles);
+      return signalPassFailure();
+    }
     for (func::FuncOp f : k3::markedFunctions(getOperation(), kAttr))
       if (failed(rewrite(f)))
         return signalPassFailure();
@@ -1384,7 +1489,7 @@ struct K3GPUSkinnyMMAPass
                     body.getArgument(7 + 2 * m)};
     }
     ModuleOp module = getOperation();
-    SkinnyKernel(builder, f.getLoc(), body.getArgument(0),
+    SkinnyKernel(builder, f.getLoc(), mTiles, body.getArgument(0),
                  body.getArguments().slice(1, m),
                  body.getArguments().slice(withAddend ? 3 : 1 + m, m),
                  *outFns, withAddend ? body.getArgument(2) : Value(),
@@ -1567,7 +1672,7 @@ struct K3GPUSkinnyMMAPass
     OpBuilder builder(f.getContext());
     builder.setInsertionPointToStart(&body);
     ModuleOp module = getOperation();
-    SkinnyKernel(builder, f.getLoc(), Value(), body.getArgument(4),
+    SkinnyKernel(builder, f.getLoc(), mTiles, Value(), body.getArgument(4),
                  body.getArgument(6), {outFn}, body.getArgument(5),
                  k3::workgroupBuffer(module, "k3k_skinny_ring",
                                      {kWarps, kStages, kRows, kChunk}),

@@ -3,6 +3,9 @@
 // OLD-NOT: gpu.launch
 // OLD-NOT: nvvm.mma.sync
 // OLD-NOT: memref.global
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-skinny-mma{m-tiles=2},canonicalize,cse)' | FileCheck %s --check-prefix=MT
+// RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-skinny-mma{m-tiles=3})' 2>&1 | FileCheck %s --check-prefix=BADM
+// BADM: k3-gpu-skinny-mma: m-tiles must be 1 or 2, got 3
 
 // k3k_linear_few after bufferization: x [T, K], W [N, K], the rounded
 // output [T, N].
@@ -146,6 +149,85 @@
 // CHECK: } else {
 // CHECK: memref.store %{{.+}}, %[[OUT]][%c0, %c0]
 // CHECK: return
+
+// m-tiles=2: from 4 tokens, a matrix not split over K (S == 1) with N % 32
+// == 0 has blocks of 32 rows; S as before (from N / 16); a split one keeps
+// 16.
+// MT-LABEL: func.func @linear
+// MT-SAME: (%[[X:[^:]+]]: memref<?x?xbf16>, %[[W:[^:]+]]: memref<?x?xbf16>
+// MT-DAG: %[[T:.+]] = memref.dim %[[X]], %c0
+// MT-DAG: %[[N:.+]] = memref.dim %[[W]], %c0
+// MT: %[[GX16:.+]] = arith.divui %[[N]], %c16
+// MT: %[[GX1:.+]] = arith.maxui %[[GX16]], %c1
+// MT: arith.divui %c528, %[[GX1]]
+// MT: %[[S:.+]] = arith.maxui %{{.+}}, %c1
+// MT-NEXT: %[[T4:.+]] = arith.cmpi uge, %[[T]], %c4
+// MT-NEXT: %[[R32:.+]] = arith.remui %[[N]], %c32
+// MT-NEXT: %[[N32:.+]] = arith.cmpi eq, %[[R32]], %c0
+// MT-NEXT: %[[S1:.+]] = arith.cmpi eq, %[[S]], %c1
+// MT-NEXT: %[[WIDE:.+]] = arith.andi %[[S1]], %[[N32]]
+// MT-NEXT: %[[TWO:.+]] = arith.andi %[[WIDE]], %[[T4]]
+// MT: %[[GX32:.+]] = arith.divui %[[N]], %c32
+// MT: %[[GX:.+]] = arith.select %[[TWO]], %[[GX32]], %[[GX16]]
+// MT: %[[BLOCKS:.+]] = arith.muli %[[GX]], %[[S]]
+// MT: gpu.launch blocks({{.+}}) in (%{{.+}} = %[[BLOCKS]],
+// MT: arith.remui %{{.+}}, %[[GX]]
+// MT: %[[RING:.+]] = memref.get_global @k3k_skinny_ring
+// MT: arith.select %[[TWO]], %c32, %c16
+// MT: arith.addi %{{.+}}, %c3
+// MT-NEXT: %[[LEFT:.+]] = arith.subi
+// MT-NEXT: %[[MINE:.+]] = arith.divui %[[LEFT]], %c4
+// 32 rows: the ring as stages of 32 rows x 64 elements (the same 48 KB).
+// MT: scf.if %[[TWO]] -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32)
+// MT-NEXT: %[[ST:.+]] = memref.reinterpret_cast %[[RING]] to offset: [0], sizes: [4, 3, 32, 64], strides: [6144, 2048, 64, 1]
+// 8 copies of 16 bytes per lane and stage (32 rows, 4 per copy).
+// MT-COUNT-8: nvgpu.device_async_copy %[[W]][{{.+}}], %[[ST]][%{{.+}}, %c0,
+// MT-NEXT: nvgpu.device_async_create_group
+// MT-COUNT-8: nvgpu.device_async_copy %[[W]][{{.+}}], %[[ST]][%{{.+}}, %c1,
+// Two stages per chunk; per 32 elements the rows g, g + 8 of both m tiles,
+// then one read of the tokens for 4 mma.
+// MT: %[[STAGES:.+]] = arith.muli %[[MINE]], %c2
+// MT: scf.for %{{.+}} = %c0 to %[[STAGES]] step %c1 iter_args({{[^)]+}}) -> (f32, f32, f32, f32, f32, f32, f32, f32)
+// MT: nvgpu.device_async_wait %{{.+}} {numGroups = 2 : i32}
+// MT-COUNT-4: vector.load %[[ST]]
+// MT: vector.load %[[X]]
+// MT-COUNT-4: nvvm.mma.sync
+// MT-COUNT-4: vector.load %[[ST]]
+// MT: vector.load %[[X]]
+// MT-COUNT-4: nvvm.mma.sync
+// MT-NOT: nvvm.mma.sync
+// MT: scf.yield
+// T > 8: 16 accumulators, 16 mma per stage.
+// MT: scf.for {{.*}} -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32)
+// MT-COUNT-16: nvvm.mma.sync
+// MT-NOT: nvvm.mma.sync
+// MT: scf.yield
+// 16 rows (a split matrix): the m-tiles=1 body, the second tile's sums zero.
+// MT: } else {
+// MT-NOT: memref.reinterpret_cast
+// MT: nvgpu.device_async_copy %[[W]][{{.+}}], %[[RING]][
+// MT: scf.for {{.*}} -> (f32, f32, f32, f32)
+// MT-COUNT-8: nvvm.mma.sync
+// MT-NOT: nvvm.mma.sync
+// MT: scf.yield
+// MT: scf.for {{.*}} -> (f32, f32, f32, f32, f32, f32, f32, f32)
+// MT-COUNT-16: nvvm.mma.sync
+// MT-NOT: nvvm.mma.sync
+// MT: scf.yield
+// Each m tile's sums through rows lane / 4 + 8 m of stage 0; 4 entries per
+// warp, those of m tile 1 16 rows down and stored only with 32-row blocks
+// (never into the slices' sums).
+// MT: vector.store %{{.+}}, %[[RING]][%{{.+}}, %c0, %[[Q:[^,]+]], %[[COL:[0-9a-z_]+]]]
+// MT: vector.store %{{.+}}, %[[RING]][%{{.+}}, %c0, %[[Q8:[^,]+]], %[[COL]]]
+// MT-COUNT-2: func.call @o(
+// MT: arith.addi %{{.+}}, %c16
+// MT: arith.andi %{{.+}}, %[[TWO]]
+// MT-NEXT: scf.if
+// MT: func.call @o(
+// MT: arith.andi %{{.+}}, %[[TWO]]
+// MT-NEXT: scf.if
+// MT: func.call @o(
+// MT: gpu.terminator
 func.func private @o(%a: f32) -> bf16 {
   %r = arith.truncf %a : f32 to bf16
   return %r : bf16
