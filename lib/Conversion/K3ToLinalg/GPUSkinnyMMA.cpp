@@ -30,6 +30,17 @@
 // and after it, reset by that block for the next launch) adds the slices'
 // sums in slice order and stores `o` of them. One kernel, no second pass.
 //
+// Every block reads its slice of the tokens' x for each 16 rows of W, T /
+// 16 of W's bytes again (through L2: about half at T = 8, BENCHMARKS.md
+// thirty-seventh session). With `m-tiles=2`, from 4 tokens, a matrix not
+// split over K (S = 1, N % 32 == 0) has blocks of 32 rows: a warp's two m16
+// tiles take each B fragment of x once, and the ring's stages are the two
+// 64-element halves of each chunk (rows of 128 bytes, the same swap of bit
+// 2), so the workgroup memory and the bytes in flight per warp stay. The
+// chunks, their order, the warps' order and S are those of 16-row blocks,
+// so the sums are the same bits; split matrices keep 16 rows (their blocks
+// are few). The block picks its body by its matrix.
+//
 // Several matrices against the same x (k3-group-calls' `<few>_x<m>`:
 // (x, W_1 .. W_m, out_1 .. out_m)) are one launch: the grid is the
 // matrices' blocks one after the other, each matrix split as it would be
