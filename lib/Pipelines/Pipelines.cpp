@@ -81,10 +81,10 @@ static std::string ptxFeatures(StringRef chip) {
   return sm >= 120 ? "+ptx87" : sm >= 100 ? "+ptx86" : "+ptx80";
 }
 
-LogicalResult mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
-                                                 ArrayRef<std::string> chips,
-                                                 bool stopAtPTX,
-                                                 const LoweringOptions &options) {
+LogicalResult
+mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
+                                   ArrayRef<std::string> chips, bool stopAtPTX,
+                                   const LoweringOptions &options) {
   if (chips.empty())
     return failure();
   registerUpstreamPasses();

@@ -240,19 +240,18 @@ public:
   /// `normGlobal`: the norm's counts (2, or 3 with attnRes); `readyGlobal`:
   /// the route's two.
   SkinnyKernel(OpBuilder &b, Location loc, int64_t maxTiles, Value x,
-               ValueRange ws,
-               ValueRange outs, ArrayRef<func::FuncOp> outFns, Value addend,
-               memref::GlobalOp ringGlobal, memref::GlobalOp countGlobal,
+               ValueRange ws, ValueRange outs, ArrayRef<func::FuncOp> outFns,
+               Value addend, memref::GlobalOp ringGlobal,
+               memref::GlobalOp countGlobal,
                std::optional<CombineNorm> norm = std::nullopt,
                memref::GlobalOp normGlobal = {},
                std::optional<Route> route = std::nullopt,
                memref::GlobalOp readyGlobal = {},
                std::optional<AttnRes> attnRes = std::nullopt)
       : IndexMath{b, loc}, maxTiles(maxTiles), x(x), ws(ws), outs(outs),
-        outFns(outFns),
-        addend(addend), ringGlobal(ringGlobal), countGlobal(countGlobal),
-        norm(norm), normGlobal(normGlobal), readyGlobal(readyGlobal),
-        route(route), attnRes(attnRes) {}
+        outFns(outFns), addend(addend), ringGlobal(ringGlobal),
+        countGlobal(countGlobal), norm(norm), normGlobal(normGlobal),
+        readyGlobal(readyGlobal), route(route), attnRes(attnRes) {}
 
   void build(SmallVectorImpl<Operation *> &rest);
 
@@ -379,13 +378,13 @@ Value SkinnyKernel::issue(Value i) {
   // Stage i: part i % mTiles of local chunk i / mTiles.
   Value local = div(i, mTiles);
   Value valid = cmp(arith::CmpIPredicate::ult, local, mine);
-  Value j = arith::SelectOp::create(b, loc, valid, add(warp, mul(local, kWarps)),
-                                    idx(0));
+  Value j = arith::SelectOp::create(b, loc, valid,
+                                    add(warp, mul(local, kWarps)), idx(0));
   Value n = arith::SelectOp::create(b, loc, valid, idx(8), idx(0));
   Value stage = rem(i, kStages);
-  Value col = add(add(mul(add(chunk0, j), kChunk),
-                      mul(rem(i, mTiles), stageColumns())),
-                  mul(copyPiece, 8));
+  Value col =
+      add(add(mul(add(chunk0, j), kChunk), mul(rem(i, mTiles), stageColumns())),
+          mul(copyPiece, 8));
   SmallVector<Value> tokens;
   const int64_t rowsPerCopy = 32 * 8 / stageColumns();
   for (int64_t q = 0; q < rows() / rowsPerCopy; ++q) {
@@ -406,9 +405,9 @@ SmallVector<Value> SkinnyKernel::compute(Value i, int64_t tiles,
   auto bf16 = b.getBF16Type();
   auto i32x4 = VectorType::get({4}, b.getI32Type());
   Value stage = rem(i, kStages);
-  Value k0 = add(mul(add(chunk0, add(warp, mul(div(i, mTiles), kWarps))),
-                     kChunk),
-                 mul(rem(i, mTiles), stageColumns()));
+  Value k0 =
+      add(mul(add(chunk0, add(warp, mul(div(i, mTiles), kWarps))), kChunk),
+          mul(rem(i, mTiles), stageColumns()));
   Value parity = mul(rem(g, 2), 4);
   SmallVector<Value> next(acc);
   for (int64_t s = 0; s < stageColumns() / 32; ++s) {
@@ -437,9 +436,9 @@ SmallVector<Value> SkinnyKernel::compute(Value i, int64_t tiles,
                                     r0[m][2 * h + 1], r1[m][2 * h + 1]};
           std::array<Value, 2> bx = {xt[2 * h], xt[2 * h + 1]};
           int64_t at = 4 * (2 * m + tile);
-          llvm::copy(k3::mmaSyncBF16(b, loc, a, bx,
-                                     ValueRange(next).slice(at, 4)),
-                     next.begin() + at);
+          llvm::copy(
+              k3::mmaSyncBF16(b, loc, a, bx, ValueRange(next).slice(at, 4)),
+              next.begin() + at);
         }
     }
   }
@@ -489,8 +488,7 @@ SmallVector<Value> SkinnyKernel::products(int64_t tiles, Value tid,
   // combine_norm: the first stages of W are on their way while the
   // producers finish.
   if (attnRes)
-    waitFor(tid,
-            arith::IndexCastOp::create(b, loc, b.getI32Type(), producers),
+    waitFor(tid, arith::IndexCastOp::create(b, loc, b.getI32Type(), producers),
             normGlobal, 3);
   else if (norm)
     awaitNorm(tid, tokens, depth);
@@ -510,8 +508,8 @@ SmallVector<Value> SkinnyKernel::products(int64_t tiles, Value tid,
   // (cp.async.wait_group 0: the token only orders the op.)
   nvgpu::DeviceAsyncWaitOp::create(b, loc, group, b.getI32IntegerAttr(0));
   SmallVector<Value> r(tileIf.getResults());
-  r.resize(8 * maxTiles, arith::ConstantFloatOp::create(b, loc, f32,
-                                                         APFloat(0.0f)));
+  r.resize(8 * maxTiles,
+           arith::ConstantFloatOp::create(b, loc, f32, APFloat(0.0f)));
   return r;
 }
 
@@ -741,7 +739,7 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   g = div(lane, 4);
   t = rem(lane, 4);
   rowBase = mul(rowBlock, maxTiles > 1 ? pick(two, idx(2 * kRows), idx(kRows))
-                                        : idx(kRows));
+                                       : idx(kRows));
   // Token columns g and g + 8 (past T: token T - 1, not stored).
   Value last = arith::SubIOp::create(b, loc, tokens, c1);
   tok0 = arith::MinUIOp::create(b, loc, g, last);
@@ -800,16 +798,14 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
     // Entry e of m tile m: token 2 t + 8 (e / 4) + e % 2 (tile e / 4), row
     // 16 m + g (+ 8 for e % 4 >= 2).
     Value tok = add(add(mul(t, 2), mul(div(e, 4), 8)), rem(e, 2));
-    Value row =
-        add(add(add(rowBase, 16 * m), g), mul(div(rem(e, 4), 2), 8));
+    Value row = add(add(add(rowBase, 16 * m), g), mul(div(rem(e, 4), 2), 8));
     // (A split block has one m tile.)
     if (m == 0)
       entries.push_back({sum, tok, row});
     // S == 1: the output; else this slice's sum, for the last block.
     Value valid = cmp(arith::CmpIPredicate::ult, tok, tokens);
     scf::IfOp::create(
-        b, loc, m ? both(valid, two) : valid,
-        [&](OpBuilder &tb, Location l) {
+        b, loc, m ? both(valid, two) : valid, [&](OpBuilder &tb, Location l) {
           scf::IfOp::create(
               tb, l, one,
               [&](OpBuilder &ob, Location ol) {
@@ -1500,26 +1496,25 @@ struct K3GPUSkinnyMMAPass
                     body.getArgument(7 + 2 * m)};
     }
     ModuleOp module = getOperation();
-    SkinnyKernel(builder, f.getLoc(), mTiles, body.getArgument(0),
-                 body.getArguments().slice(1, m),
-                 body.getArguments().slice(withAddend ? 3 : 1 + m, m),
-                 *outFns, withAddend ? body.getArgument(2) : Value(),
-                 // The warps' cp.async rings, one workgroup buffer per block.
-                 k3::workgroupBuffer(module, "k3k_skinny_ring",
-                                     {kWarps, kStages, kRows, kChunk}),
-                 // The split products' counters, one per row block.
-                 k3::deviceCounters(module, "k3k_skinny_count", kCounters),
-                 norm,
-                 // attn_res: the producers' counts (done, waiting blocks
-                 // done, candidates' sums stored).
-                 attnRes ? k3::deviceCounters(module,
-                                              "k3k_skinny_attn_res_ready", 4)
-                         : memref::GlobalOp(),
-                 route,
-                 // The router blocks' count and the routing blocks'.
-                 route ? k3::deviceCounters(module, "k3k_skinny_route_ready", 2)
-                       : memref::GlobalOp(),
-                 attnRes)
+    SkinnyKernel(
+        builder, f.getLoc(), mTiles, body.getArgument(0),
+        body.getArguments().slice(1, m),
+        body.getArguments().slice(withAddend ? 3 : 1 + m, m), *outFns,
+        withAddend ? body.getArgument(2) : Value(),
+        // The warps' cp.async rings, one workgroup buffer per block.
+        k3::workgroupBuffer(module, "k3k_skinny_ring",
+                            {kWarps, kStages, kRows, kChunk}),
+        // The split products' counters, one per row block.
+        k3::deviceCounters(module, "k3k_skinny_count", kCounters), norm,
+        // attn_res: the producers' counts (done, waiting blocks
+        // done, candidates' sums stored).
+        attnRes ? k3::deviceCounters(module, "k3k_skinny_attn_res_ready", 4)
+                : memref::GlobalOp(),
+        route,
+        // The router blocks' count and the routing blocks'.
+        route ? k3::deviceCounters(module, "k3k_skinny_route_ready", 2)
+              : memref::GlobalOp(),
+        attnRes)
         .build(rest);
     return success();
   }
