@@ -94,8 +94,8 @@ def K3GroupCallsPass : Pass<"k3-group-calls", "::mlir::ModuleOp"> {
     program order, and each n made one call of `@g`.
 
     AttnRes into the products (`attn-res`, off by default; `k3c
-    --join-attn-res`): where the x of a product
-    call or group is the normalised AttnRes output of a call of a function
+    --join-attn-res`): where the x of a product call or group is the
+    normalised AttnRes output of a call of a function
     marked `k3.into = @r` (`Kernels/Dense.mlir`: @k3k_attn_res_norm and
     @k3k_attn_res_norm_add, joined by k3-to-linalg; `@r` writes the
     results into buffers after its operands and is marked
@@ -769,13 +769,15 @@ def K3GPUSkinnyMMAPass : Pass<"k3-gpu-skinny-mma", "::mlir::ModuleOp"> {
     once all have counted again, the normalised piece into x's buffer
     (count 3); the product blocks wait for count 3 and read x as it is.
 
-    With `m-tiles=2` a block of four warps owns 32 rows of W (two m16
-    tiles per warp, each B fragment of the tokens read once for both) and
-    its ring's stages are the two 64-element halves of each 128-element
-    chunk (the same 48 KB): half the reads of x per byte of W. The chunks,
-    their order per warp, the warps' order and S (from blocks of 16 rows)
-    are those of `m-tiles=1`, so the sums are the same bits; N % 32 == 0
-    is then also needed.
+    With `m-tiles=2` (`k3c --gpu-skinny-m-tiles=2`), from 4 tokens, a
+    matrix not split over K (S = 1) with N % 32 == 0 has blocks of four
+    warps over 32 rows of W (two m16 tiles per warp, each B fragment of
+    the tokens read once for both), whose ring stages are the two
+    64-element halves of each 128-element chunk (the same 48 KB): half the
+    reads of x per byte of W. Other matrices keep 16-row blocks; a block
+    takes its body by its matrix. The chunks, their order per warp, the
+    warps' order and S (from blocks of 16 rows) are those of `m-tiles=1`,
+    so the sums are the same bits.
   }];
   let options = [
     Option<"sm", "sm", "int64_t", "90",
