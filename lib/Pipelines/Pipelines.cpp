@@ -94,6 +94,8 @@ mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
   pm.addPass(createK3MemRefCopyToLinalgPass());
   K3GPUMMAPassOptions mma;
   mma.sm = smOf(chips[0]);
+  mma.stages = options.mmaStages;
+  mma.targetBlocks = options.mmaTargetBlocks;
   for (const std::string &chip : chips)
     mma.sm = std::min(mma.sm, smOf(chip));
   pm.addPass(createK3GPUMMAPass(mma));

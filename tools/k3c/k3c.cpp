@@ -98,6 +98,18 @@ static cl::opt<int64_t> skinnyMTiles(
              "1, or 2 from 4 tokens for matrices not split over K "
              "(k3-gpu-skinny-mma m-tiles; not yet measured, so 1)"),
     cl::init(1), cl::cat(k3cCategory));
+static cl::opt<int64_t> mmaStages(
+    "gpu-mma-stages",
+    cl::desc("GPU: stages of the products of 16 tokens and more, 2 to 8 "
+             "(k3-gpu-mma stages: k steps of 64 in flight per block, 27 KB "
+             "of workgroup memory each)"),
+    cl::init(2), cl::cat(k3cCategory));
+static cl::opt<int64_t> mmaTargetBlocks(
+    "gpu-mma-target-blocks",
+    cl::desc("GPU: most blocks of a product of 16 tokens and more split over "
+             "K (k3-gpu-mma target-blocks; 396: three blocks per SM of an "
+             "H200, one wave)"),
+    cl::init(396), cl::cat(k3cCategory));
 static cl::opt<bool> quiet("quiet", cl::desc("No progress lines on stderr"),
                            cl::cat(k3cCategory));
 
@@ -148,6 +160,13 @@ int main(int argc, char **argv) {
     return fail("--gpu-skinny-m-tiles must be 1 or 2, got " +
                 Twine(skinnyMTiles));
   options.lowering.skinnyMTiles = skinnyMTiles;
+  if (mmaStages < 2 || mmaStages > 8)
+    return fail("--gpu-mma-stages must be in [2, 8], got " + Twine(mmaStages));
+  options.lowering.mmaStages = mmaStages;
+  if (mmaTargetBlocks < 1)
+    return fail("--gpu-mma-target-blocks must be at least 1, got " +
+                Twine(mmaTargetBlocks));
+  options.lowering.mmaTargetBlocks = mmaTargetBlocks;
   Expected<std::vector<std::string>> targets = k3::parseTargets(targetSpec);
   if (!targets)
     return fail(toString(targets.takeError()));

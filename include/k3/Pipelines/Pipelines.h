@@ -27,6 +27,11 @@ struct LoweringOptions {
   /// GPU: each kernel may be dispatched while the one before it finishes
   /// (k3-gpu-dependent-launch; `k3c --gpu-dependent-launch`).
   bool dependentLaunch = false;
+  /// GPU: stages of the many-token products' rings and the most blocks of a
+  /// split product (k3-gpu-mma `stages`, `target-blocks`; `k3c
+  /// --gpu-mma-stages`, `--gpu-mma-target-blocks`).
+  int64_t mmaStages = 2;
+  int64_t mmaTargetBlocks = 396;
 };
 
 /// Phase 2 (k3 transforms) on an imported module: canonicalization and CSE.
