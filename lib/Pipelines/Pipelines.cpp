@@ -96,6 +96,7 @@ mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
   mma.sm = smOf(chips[0]);
   mma.stages = options.mmaStages;
   mma.targetBlocks = options.mmaTargetBlocks;
+  mma.minBlocks = options.mmaMinBlocks;
   for (const std::string &chip : chips)
     mma.sm = std::min(mma.sm, smOf(chip));
   pm.addPass(createK3GPUMMAPass(mma));

@@ -96,7 +96,7 @@ static cl::opt<int64_t> skinnyMTiles(
     "gpu-skinny-m-tiles",
     cl::desc("GPU: W rows per warp of the few-token products, in m16 tiles: "
              "1, or 2 from 4 tokens for matrices not split over K "
-             "(k3-gpu-skinny-mma m-tiles; not yet measured, so 1)"),
+             "(k3-gpu-skinny-mma m-tiles; measured slower, so 1)"),
     cl::init(1), cl::cat(k3cCategory));
 static cl::opt<int64_t> mmaStages(
     "gpu-mma-stages",
@@ -110,6 +110,12 @@ static cl::opt<int64_t> mmaTargetBlocks(
              "K (k3-gpu-mma target-blocks; 396: three blocks per SM of an "
              "H200, one wave)"),
     cl::init(396), cl::cat(k3cCategory));
+static cl::opt<int64_t> mmaMinBlocks(
+    "gpu-mma-min-blocks",
+    cl::desc("GPU: blocks per SM the registers of the products of 16 tokens "
+             "and more must allow, 0 to 32 (k3-gpu-mma min-blocks; 0: no "
+             "bound, 3 fit)"),
+    cl::init(0), cl::cat(k3cCategory));
 static cl::opt<bool> quiet("quiet", cl::desc("No progress lines on stderr"),
                            cl::cat(k3cCategory));
 
@@ -167,6 +173,10 @@ int main(int argc, char **argv) {
     return fail("--gpu-mma-target-blocks must be at least 1, got " +
                 Twine(mmaTargetBlocks));
   options.lowering.mmaTargetBlocks = mmaTargetBlocks;
+  if (mmaMinBlocks < 0 || mmaMinBlocks > 32)
+    return fail("--gpu-mma-min-blocks must be in [0, 32], got " +
+                Twine(mmaMinBlocks));
+  options.lowering.mmaMinBlocks = mmaMinBlocks;
   Expected<std::vector<std::string>> targets = k3::parseTargets(targetSpec);
   if (!targets)
     return fail(toString(targets.takeError()));

@@ -355,7 +355,14 @@ def K3GPUMMAPass : Pass<"k3-gpu-mma", "::mlir::ModuleOp"> {
     Option<"targetBlocks", "target-blocks", "int64_t", "396",
            "Most blocks of a split-K product (the slices: as many as keep "
            "the blocks within it, each at least 8 k steps; 396: three "
-           "blocks of 64 x 128 per SM of an H200, one wave)">
+           "blocks of 64 x 128 per SM of an H200, one wave)">,
+    Option<"minBlocks", "min-blocks", "int64_t", "0",
+           "Resident blocks per SM that the kernel's registers must allow "
+           "(0: no bound): its launch names the kernel "
+           "`<function>_mma_kernel` and the function gets k3.launch_bounds, "
+           "which k3-gpu-launch-bounds turns into .minnctapersm after "
+           "outlining (64 x 128 tiles: 69 registers allow 3 blocks, 4 need "
+           "at most 64)">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::arith::ArithDialect",
@@ -777,13 +784,15 @@ def K3GPUSkinnyMMAPass : Pass<"k3-gpu-skinny-mma", "::mlir::ModuleOp"> {
     reads of x per byte of W. Other matrices keep 16-row blocks; a block
     takes its body by its matrix. The chunks, their order per warp, the
     warps' order and S (from blocks of 16 rows) are those of `m-tiles=1`,
-    so the sums are the same bits.
+    so the sums are the same bits. Measured slower (H100, forty-second
+    session: batch-8 products 1.573 -> 1.671 ms per step), so off.
   }];
   let options = [
     Option<"sm", "sm", "int64_t", "90",
            "Oldest compute capability the library targets (x10)">,
     Option<"mTiles", "m-tiles", "int64_t", "1",
-           "m16 tiles of W per warp (1 or 2): a block's rows are 16 m-tiles">
+           "m16 tiles of W per warp (1 or 2): a block's rows are 16 m-tiles "
+           "(2: slower on the H100, BENCHMARKS.md forty-second session)">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::arith::ArithDialect",

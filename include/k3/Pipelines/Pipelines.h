@@ -27,11 +27,13 @@ struct LoweringOptions {
   /// GPU: each kernel may be dispatched while the one before it finishes
   /// (k3-gpu-dependent-launch; `k3c --gpu-dependent-launch`).
   bool dependentLaunch = false;
-  /// GPU: stages of the many-token products' rings and the most blocks of a
-  /// split product (k3-gpu-mma `stages`, `target-blocks`; `k3c
-  /// --gpu-mma-stages`, `--gpu-mma-target-blocks`).
+  /// GPU: stages of the many-token products' rings, the most blocks of a
+  /// split product and the blocks per SM their registers must allow
+  /// (k3-gpu-mma `stages`, `target-blocks`, `min-blocks`; `k3c
+  /// --gpu-mma-stages`, `--gpu-mma-target-blocks`, `--gpu-mma-min-blocks`).
   int64_t mmaStages = 2;
   int64_t mmaTargetBlocks = 396;
+  int64_t mmaMinBlocks = 0;
 };
 
 /// Phase 2 (k3 transforms) on an imported module: canonicalization and CSE.

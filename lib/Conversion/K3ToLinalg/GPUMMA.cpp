@@ -29,6 +29,12 @@
 // rounding kernel after (batch-64 decode step 24.05 -> 23.19 ms of kernels
 // with the wider tile, prefill 1648 -> 1578 ms).
 //
+// With `min-blocks` the launch names its kernel (`<function>_mma_kernel`,
+// then `_1`, ... for a function's later launches) and records in the
+// function's `k3.launch_bounds` the blocks per SM its registers must allow
+// (k3-gpu-launch-bounds). Neither that nor more stages made a batch-64 step
+// faster (H100, BENCHMARKS.md forty-second session), so it is off.
+//
 // A product with at most half `target-blocks` tiles (a decode batch: a
 // few dozen rows against a long W) is split over K as well, into slices of
 // at least kMinSliceSteps k steps: each block writes its slice's partial
@@ -189,9 +195,10 @@ bool isBF16Product(linalg::GenericOp op) {
 /// warp per 32 x 32 of it; the X and W tiles (`tileM` and `tileN` rows of
 /// 64 + 8 bf16) in rings of `stages` stages, in the static globals `x` and
 /// `w` when both fit 48 KB, else (null globals) in the kernel's dynamic
-/// workgroup memory, X's ring first.
+/// workgroup memory, X's ring first. `minBlocks` (0: none): the resident
+/// blocks per SM the kernel's registers must allow (k3-gpu-launch-bounds).
 struct Layout {
-  int64_t tileM, tileN, stages;
+  int64_t tileM, tileN, stages, minBlocks;
   memref::GlobalOp x, w;
 
   int64_t threads() const { return tileM / kWarpM * (tileN / kWarpN) * 32; }
@@ -232,6 +239,9 @@ private:
   /// (zeros for rows >= `limit` or `valid` false); returns the copies.
   SmallVector<Value> copy(Value src, Value tile, Value stage, Value r0,
                           Value k0, Value limit, Value valid, int64_t rows);
+  /// Names `launch`'s kernel and records `layout.minBlocks` for it in its
+  /// function's `k3.launch_bounds`.
+  void boundRegisters(gpu::LaunchOp launch);
   /// Two adjacent bf16 of a shared tile as the i32 a fragment register holds.
   Value pair(Value tile, Value stage, Value row, Value col);
 
@@ -333,6 +343,21 @@ Value MMAKernel::pair(Value tile, Value stage, Value row, Value col) {
   return vector::ExtractOp::create(b, loc, i, ArrayRef<int64_t>{0});
 }
 
+void MMAKernel::boundRegisters(gpu::LaunchOp launch) {
+  // k3-gpu-launch-bounds, after outlining: the kernel by its name, one per
+  // launch of the function.
+  auto f = launch->getParentOfType<func::FuncOp>();
+  NamedAttrList bounds;
+  if (auto old = f->getAttrOfType<DictionaryAttr>("k3.launch_bounds"))
+    bounds.append(old.getValue());
+  std::string name = (f.getName() + "_mma_kernel").str();
+  if (!bounds.empty())
+    name += "_" + std::to_string(bounds.getAttrs().size());
+  launch.setFunctionAttr(SymbolRefAttr::get(b.getContext(), name));
+  bounds.set(name, b.getI64IntegerAttr(layout.minBlocks));
+  f->setAttr("k3.launch_bounds", bounds.getDictionary(b.getContext()));
+}
+
 void MMAKernel::build(Value rows, Value cols, Value depth) {
   Value c1 = idx(1);
   const int64_t tileM = layout.tileM, tileN = layout.tileN;
@@ -362,6 +387,8 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
   launch->setAttr("k3.tile_sizes",
                   b.getDenseI64ArrayAttr({tileM, tileN, kTileK}));
   launch->setAttr("k3.mma_shape", b.getDenseI64ArrayAttr({16, 8, 16}));
+  if (layout.minBlocks)
+    boundRegisters(launch);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&launch.getBody().front());
   const int64_t stages = layout.stages;
@@ -594,7 +621,7 @@ struct K3GPUMMAPass : k3::impl::K3GPUMMAPassBase<K3GPUMMAPass> {
             << name << " must be 64, 128 or 256, got " << tile;
         return signalPassFailure();
       }
-    Layout layout{tileM, tileN, stages, nullptr, nullptr};
+    Layout layout{tileM, tileN, stages, minBlocks, nullptr, nullptr};
     // At most 512 threads: 80 registers each (ptxas) fit a block.
     if (layout.threads() > 512) {
       getOperation()->emitError("k3-gpu-mma: a tile of ")
@@ -609,6 +636,12 @@ struct K3GPUMMAPass : k3::impl::K3GPUMMAPassBase<K3GPUMMAPass> {
           << static_cast<int64_t>(sm) << "); "
           << static_cast<int64_t>(stages) << " stages of " << layout.tileM
           << " x " << layout.tileN << " tiles are " << layout.ringBytes();
+      return signalPassFailure();
+    }
+    if (minBlocks < 0 || minBlocks > 32) {
+      getOperation()->emitError(
+          "k3-gpu-mma: min-blocks must be from 0 to 32, got ")
+          << static_cast<int64_t>(minBlocks);
       return signalPassFailure();
     }
     if (targetBlocks < 1) {
@@ -689,7 +722,7 @@ struct K3GPUMMAPass : k3::impl::K3GPUMMAPassBase<K3GPUMMAPass> {
     k3::guardBody(b, loc, rest, ok);
     // Rings of X and W tiles in workgroup memory: static globals when they
     // fit 48 KB, else the kernel's dynamic workgroup memory.
-    Layout layout{tileM, tileN, stages, nullptr, nullptr};
+    Layout layout{tileM, tileN, stages, minBlocks, nullptr, nullptr};
     if (layout.ringBytes() <= kStaticBytes)
       for (auto [ring, name, tile] :
            {std::tuple{&layout.x, "k3k_mma_x", layout.tileM},

@@ -39,7 +39,9 @@
 // 2), so the workgroup memory and the bytes in flight per warp stay. The
 // chunks, their order, the warps' order and S are those of 16-row blocks,
 // so the sums are the same bits; split matrices keep 16 rows (their blocks
-// are few). The block picks its body by its matrix.
+// are few). The block picks its body by its matrix. Slower on the H100
+// (batch-8 products 1.573 -> 1.671 ms per step, BENCHMARKS.md forty-second
+// session), so m-tiles=1 is the default.
 //
 // Several matrices against the same x (k3-group-calls' `<few>_x<m>`:
 // (x, W_1 .. W_m, out_1 .. out_m)) are one launch: the grid is the

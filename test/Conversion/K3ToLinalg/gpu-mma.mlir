@@ -24,6 +24,9 @@
 // BADSTAGES1: k3-gpu-mma: stages must be at least 2
 // RUN: not k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{target-blocks=0})' 2>&1 | FileCheck %s --check-prefix=BADBLOCKS
 // BADBLOCKS: k3-gpu-mma: target-blocks must be at least 1, got 0
+// RUN: k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{min-blocks=4})' | FileCheck %s --check-prefix=MINB
+// RUN: not k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{min-blocks=33})' 2>&1 | FileCheck %s --check-prefix=BADMINB
+// BADMINB: k3-gpu-mma: min-blocks must be from 0 to 32, got 33
 // RUN: not k3-opt %S/Inputs/gpu-mma-bad.mlir --split-input-file --pass-pipeline='builtin.module(k3-gpu-mma)' 2>&1 | FileCheck %s --check-prefix=BADFN
 // BADFN: error: k3.mma_matmul: expected (x [T, K], bf16 W [N, K], output [T, N]) memrefs
 // BADFN: error: k3.mma_matmul: expected a dictionary {out = @function}
@@ -345,6 +348,42 @@ func.func @linear_many(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>, %out: memref<
     %v = memref.load %acc[%i, %j] : memref<?x?xf32>
     %r = func.call @narrow(%v) : (f32) -> bf16
     memref.store %r, %out[%i, %j] : memref<?x?xbf16>
+  }
+  return
+}
+
+// min-blocks: each launch names its kernel, one name per launch of the
+// function, and the function records the bound of each for
+// k3-gpu-launch-bounds; without the option no launch is named.
+// MINB-LABEL: func.func @two_products
+// MINB-SAME: k3.launch_bounds = {two_products_mma_kernel = 4 : i64, two_products_mma_kernel_1 = 4 : i64}
+// MINB: gpu.launch {{.*}} function(@two_products_mma_kernel) {
+// MINB: gpu.launch {{.*}} function(@two_products_mma_kernel_1) {
+// CHECK-LABEL: func.func @two_products
+// CHECK-NOT: launch_bounds
+// CHECK-NOT: function(@
+// CHECK: return
+func.func @two_products(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>,
+                        %c: memref<?x?xf32>, %d: memref<?x?xf32>) {
+  linalg.generic {indexing_maps = [#map_mk, #map_nk, #map_mn],
+                  iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%x, %w : memref<?x?xbf16>, memref<?x?xbf16>) outs(%c : memref<?x?xf32>) {
+  ^bb0(%a: bf16, %b: bf16, %s: f32):
+    %af = arith.extf %a : bf16 to f32
+    %bf = arith.extf %b : bf16 to f32
+    %p = arith.mulf %af, %bf : f32
+    %r = arith.addf %s, %p : f32
+    linalg.yield %r : f32
+  }
+  linalg.generic {indexing_maps = [#map_mk, #map_nk, #map_mn],
+                  iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%x, %w : memref<?x?xbf16>, memref<?x?xbf16>) outs(%d : memref<?x?xf32>) {
+  ^bb0(%a: bf16, %b: bf16, %s: f32):
+    %af = arith.extf %a : bf16 to f32
+    %bf = arith.extf %b : bf16 to f32
+    %p = arith.mulf %af, %bf : f32
+    %r = arith.addf %s, %p : f32
+    linalg.yield %r : f32
   }
   return
 }
