@@ -928,15 +928,8 @@ void ExpertsKernel::buildLaunch(Value entries, Value rows, Value depth) {
   auto launch = gpu::LaunchOp::create(b, loc, entries, gridY, c1,
                                       idx(kWarps * 32), c1, c1);
   launch->setAttr("k3.mma_shape", b.getDenseI64ArrayAttr({16, 8, 16}));
-  if (minBlocks && st.matrices.size() > 1) {
-    // k3-gpu-launch-bounds, after outlining: the kernel, by its name.
-    auto f = launch->getParentOfType<func::FuncOp>();
-    std::string name = (f.getName() + "_mma_kernel").str();
-    launch.setFunctionAttr(SymbolRefAttr::get(b.getContext(), name));
-    f->setAttr("k3.launch_bounds",
-               b.getDictionaryAttr(
-                   b.getNamedAttr(name, b.getI64IntegerAttr(minBlocks))));
-  }
+  if (minBlocks && st.matrices.size() > 1)
+    k3::boundLaunch(launch, minBlocks);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&launch.getBody().front());
 

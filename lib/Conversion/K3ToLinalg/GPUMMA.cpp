@@ -239,9 +239,6 @@ private:
   /// (zeros for rows >= `limit` or `valid` false); returns the copies.
   SmallVector<Value> copy(Value src, Value tile, Value stage, Value r0,
                           Value k0, Value limit, Value valid, int64_t rows);
-  /// Names `launch`'s kernel and records `layout.minBlocks` for it in its
-  /// function's `k3.launch_bounds`.
-  void boundRegisters(gpu::LaunchOp launch);
   /// Two adjacent bf16 of a shared tile as the i32 a fragment register holds.
   Value pair(Value tile, Value stage, Value row, Value col);
 
@@ -343,21 +340,6 @@ Value MMAKernel::pair(Value tile, Value stage, Value row, Value col) {
   return vector::ExtractOp::create(b, loc, i, ArrayRef<int64_t>{0});
 }
 
-void MMAKernel::boundRegisters(gpu::LaunchOp launch) {
-  // k3-gpu-launch-bounds, after outlining: the kernel by its name, one per
-  // launch of the function.
-  auto f = launch->getParentOfType<func::FuncOp>();
-  NamedAttrList bounds;
-  if (auto old = f->getAttrOfType<DictionaryAttr>("k3.launch_bounds"))
-    bounds.append(old.getValue());
-  std::string name = (f.getName() + "_mma_kernel").str();
-  if (!bounds.empty())
-    name += "_" + std::to_string(bounds.getAttrs().size());
-  launch.setFunctionAttr(SymbolRefAttr::get(b.getContext(), name));
-  bounds.set(name, b.getI64IntegerAttr(layout.minBlocks));
-  f->setAttr("k3.launch_bounds", bounds.getDictionary(b.getContext()));
-}
-
 void MMAKernel::build(Value rows, Value cols, Value depth) {
   Value c1 = idx(1);
   const int64_t tileM = layout.tileM, tileN = layout.tileN;
@@ -388,7 +370,7 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
                   b.getDenseI64ArrayAttr({tileM, tileN, kTileK}));
   launch->setAttr("k3.mma_shape", b.getDenseI64ArrayAttr({16, 8, 16}));
   if (layout.minBlocks)
-    boundRegisters(launch);
+    k3::boundLaunch(launch, layout.minBlocks);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&launch.getBody().front());
   const int64_t stages = layout.stages;

@@ -274,6 +274,20 @@ scf::ForOp mlir::k3::warpRingLoop(
       });
 }
 
+void mlir::k3::boundLaunch(gpu::LaunchOp launch, int64_t blocks) {
+  auto f = launch->getParentOfType<func::FuncOp>();
+  MLIRContext *ctx = launch.getContext();
+  NamedAttrList bounds;
+  if (auto old = f->getAttrOfType<DictionaryAttr>("k3.launch_bounds"))
+    bounds.append(old.getValue());
+  std::string name = (f.getName() + "_mma_kernel").str();
+  if (!bounds.empty())
+    name += "_" + std::to_string(bounds.getAttrs().size());
+  launch.setFunctionAttr(SymbolRefAttr::get(ctx, name));
+  bounds.set(name, IntegerAttr::get(IntegerType::get(ctx, 64), blocks));
+  f->setAttr("k3.launch_bounds", bounds.getDictionary(ctx));
+}
+
 memref::GlobalOp mlir::k3::deviceCounters(ModuleOp module, StringRef name,
                                           int64_t n) {
   if (auto g = module.lookupSymbol<memref::GlobalOp>(name))

@@ -21,6 +21,10 @@
 #include <array>
 #include <optional>
 
+namespace mlir::gpu {
+class LaunchOp;
+} // namespace mlir::gpu
+
 namespace mlir::k3 {
 
 /// The functions under `root` that carry attribute `attr` and have a body
@@ -97,6 +101,14 @@ memref::GlobalOp workgroupBuffer(ModuleOp module, StringRef name,
 /// its own copy at outlining). A split-K kernel counts its finished blocks
 /// per output tile there, and the last block resets the count.
 memref::GlobalOp deviceCounters(ModuleOp module, StringRef name, int64_t n);
+
+/// Names `launch`'s kernel `<function>_mma_kernel` (`_1`, `_2`, ... after
+/// the first so named in its function) and records in the function's
+/// `k3.launch_bounds` that the kernel's registers must allow `blocks`
+/// resident blocks per SM, which k3-gpu-launch-bounds makes
+/// `.minnctapersm` after outlining (outlining drops the launch's own
+/// attributes).
+void boundLaunch(gpu::LaunchOp launch, int64_t blocks);
 
 /// The end of a split-K block, after its partial sums are stored: fences
 /// them, counts the block in element `tile` of `counters` (a
