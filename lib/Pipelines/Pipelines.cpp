@@ -97,6 +97,7 @@ mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
   mma.stages = options.mmaStages;
   mma.targetBlocks = options.mmaTargetBlocks;
   mma.minBlocks = options.mmaMinBlocks;
+  mma.ldmatrix = options.mmaLdmatrix;
   for (const std::string &chip : chips)
     mma.sm = std::min(mma.sm, smOf(chip));
   pm.addPass(createK3GPUMMAPass(mma));

@@ -116,6 +116,11 @@ static cl::opt<int64_t> mmaMinBlocks(
              "and more must allow, 0 to 32 (k3-gpu-mma min-blocks; 0: no "
              "bound, 3 fit)"),
     cl::init(0), cl::cat(k3cCategory));
+static cl::opt<bool> mmaLdmatrix(
+    "gpu-mma-ldmatrix",
+    cl::desc("GPU: the products of 16 tokens and more read their mma "
+             "fragments with ldmatrix (k3-gpu-mma ldmatrix; the same bits)"),
+    cl::cat(k3cCategory));
 static cl::opt<bool> quiet("quiet", cl::desc("No progress lines on stderr"),
                            cl::cat(k3cCategory));
 
@@ -177,6 +182,7 @@ int main(int argc, char **argv) {
     return fail("--gpu-mma-min-blocks must be in [0, 32], got " +
                 Twine(mmaMinBlocks));
   options.lowering.mmaMinBlocks = mmaMinBlocks;
+  options.lowering.mmaLdmatrix = mmaLdmatrix;
   Expected<std::vector<std::string>> targets = k3::parseTargets(targetSpec);
   if (!targets)
     return fail(toString(targets.takeError()));

@@ -362,7 +362,11 @@ def K3GPUMMAPass : Pass<"k3-gpu-mma", "::mlir::ModuleOp"> {
            "`<function>_mma_kernel` and the function gets k3.launch_bounds, "
            "which k3-gpu-launch-bounds turns into .minnctapersm after "
            "outlining (64 x 128 tiles: 69 registers allow 3 blocks, 4 need "
-           "at most 64)">
+           "at most 64)">,
+    Option<"ldmatrix", "ldmatrix", "bool", "false",
+           "Read the mma fragments from workgroup memory with ldmatrix.x4 "
+           "(4 instructions per warp and k16 step instead of 16 4-byte "
+           "loads; the same values, so the same bits)">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::arith::ArithDialect",

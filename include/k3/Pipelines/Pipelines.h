@@ -34,6 +34,9 @@ struct LoweringOptions {
   int64_t mmaStages = 2;
   int64_t mmaTargetBlocks = 396;
   int64_t mmaMinBlocks = 0;
+  /// GPU: their fragments read with ldmatrix (k3-gpu-mma `ldmatrix`; `k3c
+  /// --gpu-mma-ldmatrix`).
+  bool mmaLdmatrix = false;
 };
 
 /// Phase 2 (k3 transforms) on an imported module: canonicalization and CSE.

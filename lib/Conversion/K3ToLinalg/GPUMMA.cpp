@@ -197,8 +197,10 @@ bool isBF16Product(linalg::GenericOp op) {
 /// `w` when both fit 48 KB, else (null globals) in the kernel's dynamic
 /// workgroup memory, X's ring first. `minBlocks` (0: none): the resident
 /// blocks per SM the kernel's registers must allow (k3-gpu-launch-bounds).
+/// `ldmatrix`: the fragments read with ldmatrix.x4 instead of 4-byte loads.
 struct Layout {
   int64_t tileM, tileN, stages, minBlocks;
+  bool ldmatrix;
   memref::GlobalOp x, w;
 
   int64_t threads() const { return tileM / kWarpM * (tileN / kWarpN) * 32; }
@@ -239,6 +241,10 @@ private:
   /// (zeros for rows >= `limit` or `valid` false); returns the copies.
   SmallVector<Value> copy(Value src, Value tile, Value stage, Value r0,
                           Value k0, Value limit, Value valid, int64_t rows);
+  /// Four 8 x 8 matrices of a shared tile with one ldmatrix.x4, each lane
+  /// giving the address of its row (`row`, `col`) and taking word j of
+  /// matrix j: the fragment registers the pair() loads would give.
+  std::array<Value, 4> matrices(Value tile, Value stage, Value row, Value col);
   /// Two adjacent bf16 of a shared tile as the i32 a fragment register holds.
   Value pair(Value tile, Value stage, Value row, Value col);
 
@@ -330,6 +336,21 @@ SmallVector<Value> MMAKernel::copy(Value src, Value tile, Value stage,
   return copies;
 }
 
+std::array<Value, 4> MMAKernel::matrices(Value tile, Value stage, Value row,
+                                         Value col) {
+  Value m = nvgpu::LdMatrixOp::create(
+      b, loc, VectorType::get({4, 2}, b.getBF16Type()), tile,
+      ValueRange{stage, row, col}, /*transpose=*/false, /*numTiles=*/4);
+  std::array<Value, 4> words;
+  for (int64_t j = 0; j < 4; ++j) {
+    Value v = vector::ExtractOp::create(b, loc, m, ArrayRef<int64_t>{j});
+    Value w = vector::BitCastOp::create(
+        b, loc, VectorType::get({1}, b.getI32Type()), v);
+    words[j] = vector::ExtractOp::create(b, loc, w, ArrayRef<int64_t>{0});
+  }
+  return words;
+}
+
 Value MMAKernel::pair(Value tile, Value stage, Value row, Value col) {
   auto vec2 = VectorType::get({2}, b.getBF16Type());
   Value v = vector::LoadOp::create(b, loc, vec2, tile,
@@ -411,6 +432,14 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
   Value lane = arith::RemUIOp::create(b, loc, tid, idx(32));
   Value g = arith::DivUIOp::create(b, loc, lane, idx(4));
   Value t2 = mul(arith::RemUIOp::create(b, loc, lane, idx(4)), idx(2));
+  // ldmatrix: lane 8 q + i addresses row i of matrix q (A: rows + 8 (q % 2),
+  // k + 8 (q / 2); B: n tile + q / 2, k + 8 (q % 2)).
+  Value q = arith::DivUIOp::create(b, loc, lane, idx(8));
+  Value i = arith::RemUIOp::create(b, loc, lane, idx(8));
+  Value qLow = mul(arith::RemUIOp::create(b, loc, q, idx(2)), idx(8));
+  Value qHigh = mul(arith::DivUIOp::create(b, loc, q, idx(2)), idx(8));
+  Value aRow = add(i, qLow), aCol = qHigh;
+  Value bRow = add(i, qHigh), bCol = qLow;
   // Warp (wm, wn) of the tileM / 32 x tileN / 32 computes C rows wm*32..,
   // cols wn*32.. of the block tile: 2 x 4 mma tiles of 16 x 8.
   constexpr int64_t tilesM = kWarpM / 16, tilesN = kWarpN / 8;
@@ -464,18 +493,33 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
         for (int64_t kk = 0; kk < kTileK; kk += 16) {
           Value ca = add(t2, kk), cb = add(t2, kk + 8);
           SmallVector<std::array<Value, 4>> as;
-          for (int64_t mi = 0; mi < tilesM; ++mi) {
-            Value r = add(wm, mi * 16);
-            Value r8 = add(r, 8);
-            r = add(r, g);
-            r8 = add(r8, g);
-            as.push_back({pair(xs, stage, r, ca), pair(xs, stage, r8, ca),
-                          pair(xs, stage, r, cb), pair(xs, stage, r8, cb)});
-          }
           SmallVector<std::array<Value, 2>> bs;
-          for (int64_t ni = 0; ni < tilesN; ++ni) {
-            Value r = add(add(wn, ni * 8), g);
-            bs.push_back({pair(ws, stage, r, ca), pair(ws, stage, r, cb)});
+          if (layout.ldmatrix) {
+            // Lane 8 q + i gives row i of matrix q: A's matrices are (rows
+            // 0-7, 8-15) x (k 0-7, 8-15) in a0..a3 order, B's (n tile ni,
+            // ni + 1) x (k 0-7, 8-15).
+            for (int64_t mi = 0; mi < tilesM; ++mi)
+              as.push_back(matrices(xs, stage, add(add(wm, mi * 16), aRow),
+                                    add(aCol, kk)));
+            for (int64_t ni = 0; ni < tilesN; ni += 2) {
+              std::array<Value, 4> m = matrices(
+                  ws, stage, add(add(wn, ni * 8), bRow), add(bCol, kk));
+              bs.push_back({m[0], m[1]});
+              bs.push_back({m[2], m[3]});
+            }
+          } else {
+            for (int64_t mi = 0; mi < tilesM; ++mi) {
+              Value r = add(wm, mi * 16);
+              Value r8 = add(r, 8);
+              r = add(r, g);
+              r8 = add(r8, g);
+              as.push_back({pair(xs, stage, r, ca), pair(xs, stage, r8, ca),
+                            pair(xs, stage, r, cb), pair(xs, stage, r8, cb)});
+            }
+            for (int64_t ni = 0; ni < tilesN; ++ni) {
+              Value r = add(add(wn, ni * 8), g);
+              bs.push_back({pair(ws, stage, r, ca), pair(ws, stage, r, cb)});
+            }
           }
           for (int64_t mi = 0; mi < tilesM; ++mi)
             for (int64_t ni = 0; ni < tilesN; ++ni) {
@@ -603,7 +647,7 @@ struct K3GPUMMAPass : k3::impl::K3GPUMMAPassBase<K3GPUMMAPass> {
             << name << " must be 64, 128 or 256, got " << tile;
         return signalPassFailure();
       }
-    Layout layout{tileM, tileN, stages, minBlocks, nullptr, nullptr};
+    Layout layout{tileM, tileN, stages, minBlocks, ldmatrix, nullptr, nullptr};
     // At most 512 threads: 80 registers each (ptxas) fit a block.
     if (layout.threads() > 512) {
       getOperation()->emitError("k3-gpu-mma: a tile of ")
@@ -704,7 +748,7 @@ struct K3GPUMMAPass : k3::impl::K3GPUMMAPassBase<K3GPUMMAPass> {
     k3::guardBody(b, loc, rest, ok);
     // Rings of X and W tiles in workgroup memory: static globals when they
     // fit 48 KB, else the kernel's dynamic workgroup memory.
-    Layout layout{tileM, tileN, stages, minBlocks, nullptr, nullptr};
+    Layout layout{tileM, tileN, stages, minBlocks, ldmatrix, nullptr, nullptr};
     if (layout.ringBytes() <= kStaticBytes)
       for (auto [ring, name, tile] :
            {std::tuple{&layout.x, "k3k_mma_x", layout.tileM},

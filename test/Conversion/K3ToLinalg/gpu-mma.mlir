@@ -25,6 +25,7 @@
 // RUN: not k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{target-blocks=0})' 2>&1 | FileCheck %s --check-prefix=BADBLOCKS
 // BADBLOCKS: k3-gpu-mma: target-blocks must be at least 1, got 0
 // RUN: k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{min-blocks=4})' | FileCheck %s --check-prefix=MINB
+// RUN: k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{ldmatrix=1},canonicalize,cse)' | FileCheck %s --check-prefix=LDM
 // RUN: not k3-opt %s --pass-pipeline='builtin.module(k3-gpu-mma{min-blocks=33})' 2>&1 | FileCheck %s --check-prefix=BADMINB
 // BADMINB: k3-gpu-mma: min-blocks must be from 0 to 32, got 33
 // RUN: not k3-opt %S/Inputs/gpu-mma-bad.mlir --split-input-file --pass-pipeline='builtin.module(k3-gpu-mma)' 2>&1 | FileCheck %s --check-prefix=BADFN
@@ -387,3 +388,16 @@ func.func @two_products(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>,
   }
   return
 }
+
+// ldmatrix: per k16 step a warp reads its two A tiles (X, 64-row ring) and
+// its four B tiles (W, 128-row ring, two per ldmatrix) with four x4
+// ldmatrix, then 8 mma; lane 8 q + i addresses row i of matrix q.
+// LDM-LABEL: func.func @matmul
+// LDM: %[[Q:.+]] = arith.divui %{{.+}}, %c8 : index
+// LDM: scf.for
+// LDM-NOT: vector.load {{.*}}workgroup
+// LDM-COUNT-2: nvgpu.ldmatrix %{{.+}} {numTiles = 4 : i32, transpose = false} : memref<2x64x72xbf16, #gpu.address_space<workgroup>> -> vector<4x2xbf16>
+// LDM-COUNT-2: nvgpu.ldmatrix %{{.+}} {numTiles = 4 : i32, transpose = false} : memref<2x128x72xbf16, #gpu.address_space<workgroup>> -> vector<4x2xbf16>
+// LDM-COUNT-8: nvvm.mma.sync
+// LDM-NOT: vector.load {{.*}}workgroup
+// LDM: gpu.terminator
