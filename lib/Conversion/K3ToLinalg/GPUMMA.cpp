@@ -35,6 +35,14 @@
 // (k3-gpu-launch-bounds). Neither that nor more stages made a batch-64 step
 // faster (H100, BENCHMARKS.md forty-second session), so it is off.
 //
+// With `ldmatrix` a warp reads its fragments of a k16 step with four
+// ldmatrix.x4 (two A tiles, four B tiles) instead of 16 four-byte loads of
+// workgroup memory: lane 8 q + i gives the address of row i of matrix q
+// and takes, in word j, the pair of matrix j that the loads would give (PTX
+// ISA, "Warp-level matrix load instruction: ldmatrix"), so the sums are the
+// same bits. The padded rows (144 bytes) keep each matrix's 8 rows in
+// distinct banks. Off until measured.
+//
 // A product with at most half `target-blocks` tiles (a decode batch: a
 // few dozen rows against a long W) is split over K as well, into slices of
 // at least kMinSliceSteps k steps: each block writes its slice's partial
