@@ -442,12 +442,15 @@ void MMAKernel::build(Value rows, Value cols, Value depth) {
   Value t2 = mul(arith::RemUIOp::create(b, loc, lane, idx(4)), idx(2));
   // ldmatrix: lane 8 q + i addresses row i of matrix q (A: rows + 8 (q % 2),
   // k + 8 (q / 2); B: n tile + q / 2, k + 8 (q % 2)).
-  Value q = arith::DivUIOp::create(b, loc, lane, idx(8));
-  Value i = arith::RemUIOp::create(b, loc, lane, idx(8));
-  Value qLow = mul(arith::RemUIOp::create(b, loc, q, idx(2)), idx(8));
-  Value qHigh = mul(arith::DivUIOp::create(b, loc, q, idx(2)), idx(8));
-  Value aRow = add(i, qLow), aCol = qHigh;
-  Value bRow = add(i, qHigh), bCol = qLow;
+  Value aRow, aCol, bRow, bCol;
+  if (layout.ldmatrix) {
+    Value q = arith::DivUIOp::create(b, loc, lane, idx(8));
+    Value i = arith::RemUIOp::create(b, loc, lane, idx(8));
+    Value qLow = mul(arith::RemUIOp::create(b, loc, q, idx(2)), idx(8));
+    Value qHigh = mul(arith::DivUIOp::create(b, loc, q, idx(2)), idx(8));
+    aRow = add(i, qLow), aCol = qHigh;
+    bRow = add(i, qHigh), bCol = qLow;
+  }
   // Warp (wm, wn) of the tileM / 32 x tileN / 32 computes C rows wm*32..,
   // cols wn*32.. of the block tile: 2 x 4 mma tiles of 16 x 8.
   constexpr int64_t tilesM = kWarpM / 16, tilesN = kWarpN / 8;
