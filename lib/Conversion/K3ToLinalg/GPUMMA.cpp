@@ -98,6 +98,7 @@ namespace {
 // per 32 x 32 of it.
 constexpr int64_t kTileK = 64;
 constexpr int64_t kWarpM = 32, kWarpN = 32;
+static_assert(kWarpN / 8 % 2 == 0, "ldmatrix.x4 loads B tiles in pairs");
 // Shared rows of 72 bf16 (144 bytes): the 8 rows a fragment load touches
 // fall in distinct banks, and every row stays 16-byte aligned.
 constexpr int64_t kPad = 8;

@@ -391,9 +391,8 @@ func.func @two_products(%x: memref<?x?xbf16>, %w: memref<?x?xbf16>,
 
 // ldmatrix: per k16 step a warp reads its two A tiles (X, 64-row ring) and
 // its four B tiles (W, 128-row ring, two per ldmatrix) with four x4
-// ldmatrix, then 8 mma; lane 8 q + i addresses row i of matrix q.
+// ldmatrix and no 4-byte loads of workgroup memory, then 8 mma.
 // LDM-LABEL: func.func @matmul
-// LDM: %[[Q:.+]] = arith.divui %{{.+}}, %c8 : index
 // LDM: scf.for
 // LDM-NOT: vector.load {{.*}}workgroup
 // LDM-COUNT-2: nvgpu.ldmatrix %{{.+}} {numTiles = 4 : i32, transpose = false} : memref<2x64x72xbf16, #gpu.address_space<workgroup>> -> vector<4x2xbf16>
