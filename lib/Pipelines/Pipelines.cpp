@@ -107,6 +107,7 @@ mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
   K3GPUSkinnyMMAPassOptions skinny;
   skinny.sm = mma.sm;
   skinny.mTiles = options.skinnyMTiles;
+  skinny.prefetchL2 = options.skinnyPrefetchL2;
   pm.addPass(createK3GPUSkinnyMMAPass(skinny));
   pm.addNestedPass<func::FuncOp>(createK3GPUKDARecurrentPass());
   pm.addNestedPass<func::FuncOp>(createK3GPUGatedNormPass());

@@ -110,6 +110,12 @@ static cl::opt<int64_t> mmaTargetBlocks(
              "K (k3-gpu-mma target-blocks; 396: three blocks per SM of an "
              "H200, one wave)"),
     cl::init(396), cl::cat(k3cCategory));
+static cl::opt<int64_t> skinnyPrefetchL2(
+    "gpu-skinny-prefetch-l2",
+    cl::desc("GPU: bytes of each row of W a block of the products of 1 to 15 "
+             "tokens asks L2 for before it waits, a multiple of 256 up to "
+             "65536 (k3-gpu-skinny-mma prefetch-l2; 0: none; sm_90)"),
+    cl::init(0), cl::cat(k3cCategory));
 static cl::opt<int64_t> mmaMinBlocks(
     "gpu-mma-min-blocks",
     cl::desc("GPU: blocks per SM the registers of the products of 16 tokens "
@@ -183,6 +189,12 @@ int main(int argc, char **argv) {
                 Twine(mmaMinBlocks));
   options.lowering.mmaMinBlocks = mmaMinBlocks;
   options.lowering.mmaLdmatrix = mmaLdmatrix;
+  if (skinnyPrefetchL2 < 0 || skinnyPrefetchL2 > 65536 ||
+      skinnyPrefetchL2 % 256)
+    return fail("--gpu-skinny-prefetch-l2 must be a multiple of 256 in [0, "
+                "65536], got " +
+                Twine(skinnyPrefetchL2));
+  options.lowering.skinnyPrefetchL2 = skinnyPrefetchL2;
   Expected<std::vector<std::string>> targets = k3::parseTargets(targetSpec);
   if (!targets)
     return fail(toString(targets.takeError()));

@@ -13,6 +13,11 @@ namespace mlir::k3 {
 #define GEN_PASS_REGISTRATION
 #include "k3/Conversion/Passes.h.inc"
 
+/// On a `memref.extract_aligned_pointer_as_index` in a kernel: memory is
+/// only read through the pointer (k3-gpu-skinny-mma's L2 prefetch), so
+/// k3-gpu-kernel-access counts it as a read, not as an unknown write.
+inline constexpr llvm::StringLiteral kReadOnlyPointer = "k3.read_only";
+
 } // namespace mlir::k3
 
 #endif // K3_CONVERSION_PASSES_H

@@ -790,13 +790,25 @@ def K3GPUSkinnyMMAPass : Pass<"k3-gpu-skinny-mma", "::mlir::ModuleOp"> {
     warps' order and S (from blocks of 16 rows) are those of `m-tiles=1`,
     so the sums are the same bits. Measured slower (H100, forty-second
     session: batch-8 products 1.573 -> 1.671 ms per step), so off.
+
+    With `prefetch-l2=B` (`k3c --gpu-skinny-prefetch-l2=B`, sm_90) each
+    product block, once its warps have issued their first stages, has
+    thread r of its rows issue one `nvvm.cp.async.bulk.prefetch` (L2) of
+    the next min(B, rest) bytes of row r of its slice: the bytes a block
+    reads later are on their way while it waits for the producers
+    (`combine_norm`, `attn_res`) and while the ring fills. A prefetch
+    changes no value.
   }];
   let options = [
     Option<"sm", "sm", "int64_t", "90",
            "Oldest compute capability the library targets (x10)">,
     Option<"mTiles", "m-tiles", "int64_t", "1",
            "m16 tiles of W per warp (1 or 2): a block's rows are 16 m-tiles "
-           "(2: slower on the H100, BENCHMARKS.md forty-second session)">
+           "(2: slower on the H100, BENCHMARKS.md forty-second session)">,
+    Option<"prefetchL2", "prefetch-l2", "int64_t", "0",
+           "Bytes of each of its rows a block asks L2 for, past its ring's "
+           "first stages, before it waits for anything (0: none; a multiple "
+           "of 256 up to 65536; sm_90)">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::arith::ArithDialect",

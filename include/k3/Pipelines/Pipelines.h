@@ -24,6 +24,9 @@ struct LoweringOptions {
   /// GPU: m16 tiles of W per warp of the few-token products, 1 or 2
   /// (k3-gpu-skinny-mma `m-tiles`; `k3c --gpu-skinny-m-tiles`).
   int64_t skinnyMTiles = 1;
+  /// GPU: bytes of each row of W their blocks ask L2 for before they wait
+  /// (k3-gpu-skinny-mma `prefetch-l2`; `k3c --gpu-skinny-prefetch-l2`).
+  int64_t skinnyPrefetchL2 = 0;
   /// GPU: each kernel may be dispatched while the one before it finishes
   /// (k3-gpu-dependent-launch; `k3c --gpu-dependent-launch`).
   bool dependentLaunch = false;

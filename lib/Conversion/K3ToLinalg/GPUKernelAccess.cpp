@@ -60,8 +60,15 @@ Use memoryUse(Value root) {
       if (isa<memref::DimOp>(user))
         continue;
       auto effects = dyn_cast<MemoryEffectOpInterface>(user);
-      // A raw pointer leaves what this pass can follow.
-      if (!effects || isa<memref::ExtractAlignedPointerAsIndexOp>(user))
+      // A raw pointer leaves what this pass can follow, unless it is
+      // marked as only read through.
+      if (isa<memref::ExtractAlignedPointerAsIndexOp>(user)) {
+        if (!user->hasAttr(k3::kReadOnlyPointer))
+          return Use::Write;
+        use = Use::Read;
+        continue;
+      }
+      if (!effects)
         return Use::Write;
       SmallVector<MemoryEffects::EffectInstance> list;
       effects.getEffects(list);

@@ -241,19 +241,20 @@ public:
   /// With `route`, the routing's blocks follow its matrix's (see top).
   /// `normGlobal`: the norm's counts (2, or 3 with attnRes); `readyGlobal`:
   /// the route's two.
-  SkinnyKernel(OpBuilder &b, Location loc, int64_t maxTiles, Value x,
-               ValueRange ws, ValueRange outs, ArrayRef<func::FuncOp> outFns,
-               Value addend, memref::GlobalOp ringGlobal,
-               memref::GlobalOp countGlobal,
+  SkinnyKernel(OpBuilder &b, Location loc, int64_t maxTiles, int64_t prefetchL2,
+               Value x, ValueRange ws, ValueRange outs,
+               ArrayRef<func::FuncOp> outFns, Value addend,
+               memref::GlobalOp ringGlobal, memref::GlobalOp countGlobal,
                std::optional<CombineNorm> norm = std::nullopt,
                memref::GlobalOp normGlobal = {},
                std::optional<Route> route = std::nullopt,
                memref::GlobalOp readyGlobal = {},
                std::optional<AttnRes> attnRes = std::nullopt)
-      : IndexMath{b, loc}, maxTiles(maxTiles), x(x), ws(ws), outs(outs),
-        outFns(outFns), addend(addend), ringGlobal(ringGlobal),
-        countGlobal(countGlobal), norm(norm), normGlobal(normGlobal),
-        readyGlobal(readyGlobal), route(route), attnRes(attnRes) {}
+      : IndexMath{b, loc}, maxTiles(maxTiles), prefetchL2(prefetchL2), x(x),
+        ws(ws), outs(outs), outFns(outFns), addend(addend),
+        ringGlobal(ringGlobal), countGlobal(countGlobal), norm(norm),
+        normGlobal(normGlobal), readyGlobal(readyGlobal), route(route),
+        attnRes(attnRes) {}
 
   void build(SmallVectorImpl<Operation *> &rest);
 
@@ -277,6 +278,10 @@ private:
   /// Copies local chunk `i` of this warp (zeros past its last) into its
   /// stage, as one cp.async group (its token).
   Value issue(Value i);
+  /// `prefetch-l2`: thread r < rows() asks L2 for the next `prefetchL2`
+  /// bytes of row r of the block's slice past the chunks the ring's first
+  /// stages copy (one cp.async.bulk.prefetch.L2).
+  void prefetchRows(Value tid);
   /// The mma of local chunk `i` (stage i % 3) for `tiles` n8 tiles.
   SmallVector<Value> compute(Value i, int64_t tiles, ValueRange acc);
   /// The k loop for `tiles` n8 tiles: 8 sums per lane (4 per tile, zero for
@@ -354,6 +359,7 @@ private:
   // the body being built: a block's rows are 16 mTiles, a stage kChunk /
   // mTiles elements of each (see top).
   int64_t maxTiles, mTiles = 1;
+  int64_t prefetchL2;
   int64_t rows() const { return kRows * mTiles; }
   int64_t stageColumns() const { return kChunk / mTiles; }
   Value x;
@@ -372,7 +378,7 @@ private:
   // ring: the workgroup buffer [warps, stages, 16, kChunk]; stages: its
   // view [warps, stages, rows(), stageColumns()] for W.
   Value ring, stages, warp, lane, g, t, rowBase, tok0, tok1, mine;
-  Value slices, slice, chunk0;
+  Value slices, slice, chunk0, sliceChunks;
   Value copyRow, copyPiece;
 };
 
@@ -400,6 +406,38 @@ Value SkinnyKernel::issue(Value i) {
   }
   return nvgpu::DeviceAsyncCreateGroupOp::create(
       b, loc, nvgpu::DeviceAsyncTokenType::get(b.getContext()), tokens);
+}
+
+void SkinnyKernel::prefetchRows(Value tid) {
+  // The ring's first stages hold each warp's first local chunks: the
+  // slice's first `issued` chunks.
+  const int64_t issued = kWarps * llvm::divideCeil(kStages - 1, mTiles);
+  Value rest = sub(sliceChunks, idx(issued));
+  Value go = both(cmp(arith::CmpIPredicate::slt, tid, idx(rows())),
+                  cmp(arith::CmpIPredicate::sgt, rest, idx(0)));
+  scf::IfOp::create(b, loc, go, [&](OpBuilder &tb, Location) {
+    OpBuilder::InsertionGuard inner(b);
+    b.setInsertionPoint(tb.getInsertionBlock(), tb.getInsertionPoint());
+    // W's rows are contiguous (x and W 16-byte aligned, K % 128 == 0: the
+    // body's condition), so a row's next bytes are one range.
+    auto meta = memref::ExtractStridedMetadataOp::create(b, loc, w);
+    auto base = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, w);
+    // Only read through: k3-gpu-kernel-access keeps W a read.
+    base->setAttr(k3::kReadOnlyPointer, b.getUnitAttr());
+    Value element =
+        add(meta.getOffset(), add(mul(add(rowBase, tid), meta.getStrides()[0]),
+                                  mul(add(chunk0, idx(issued)), kChunk)));
+    Value address = arith::IndexCastOp::create(b, loc, b.getI64Type(),
+                                               add(base, mul(element, 2)));
+    Value bytes =
+        arith::MinSIOp::create(b, loc, mul(rest, 2 * kChunk), idx(prefetchL2));
+    NVVM::CpAsyncBulkPrefetchOp::create(
+        b, loc,
+        LLVM::IntToPtrOp::create(
+            b, loc, LLVM::LLVMPointerType::get(b.getContext(), 1), address),
+        arith::IndexCastOp::create(b, loc, b.getI32Type(), bytes), Value());
+    scf::YieldOp::create(b, loc);
+  });
 }
 
 SmallVector<Value> SkinnyKernel::compute(Value i, int64_t tiles,
@@ -487,6 +525,8 @@ SmallVector<Value> SkinnyKernel::products(int64_t tiles, Value tid,
   Value group;
   for (int64_t i = 0; i < kStages - 1; ++i)
     group = issue(idx(i));
+  if (prefetchL2)
+    prefetchRows(tid);
   // combine_norm: the first stages of W are on their way while the
   // producers finish.
   if (attnRes)
@@ -749,7 +789,7 @@ void SkinnyKernel::build(SmallVectorImpl<Operation *> &rest) {
   // Slice s: chunks [s C / S, (s + 1) C / S) of the C = K / 128; warp w
   // takes its chunks w, w + 4, ...
   chunk0 = div(mul(slice, chunks), slices);
-  Value sliceChunks = sub(div(mul(add(slice, 1), chunks), slices), chunk0);
+  sliceChunks = sub(div(mul(add(slice, 1), chunks), slices), chunk0);
   mine = div(sub(add(sliceChunks, kWarps - 1), warp), kWarps);
   SmallVector<Value> parts;
   if (maxTiles == 1) {
@@ -1454,6 +1494,22 @@ struct K3GPUSkinnyMMAPass
           << static_cast<int64_t>(mTiles);
       return signalPassFailure();
     }
+    // cp.async.bulk.prefetch.L2 (PTX ISA 8.0, sm_90): whole 16-byte
+    // pieces; the pieces of a row the ring copies are 256 bytes.
+    if (prefetchL2 < 0 || prefetchL2 > 65536 || prefetchL2 % (2 * kChunk)) {
+      getOperation().emitError()
+          << "k3-gpu-skinny-mma: prefetch-l2 must be a multiple of "
+          << 2 * kChunk << " from 0 to 65536, got "
+          << static_cast<int64_t>(prefetchL2);
+      return signalPassFailure();
+    }
+    if (prefetchL2 && sm < 90) {
+      getOperation().emitError()
+          << "k3-gpu-skinny-mma: prefetch-l2 needs sm_90 "
+             "(cp.async.bulk.prefetch), the library targets sm_"
+          << static_cast<int64_t>(sm);
+      return signalPassFailure();
+    }
     for (func::FuncOp f : k3::markedFunctions(getOperation(), kAttr))
       if (failed(rewrite(f)))
         return signalPassFailure();
@@ -1499,7 +1555,7 @@ struct K3GPUSkinnyMMAPass
     }
     ModuleOp module = getOperation();
     SkinnyKernel(
-        builder, f.getLoc(), mTiles, body.getArgument(0),
+        builder, f.getLoc(), mTiles, prefetchL2, body.getArgument(0),
         body.getArguments().slice(1, m),
         body.getArguments().slice(withAddend ? 3 : 1 + m, m), *outFns,
         withAddend ? body.getArgument(2) : Value(),
@@ -1680,14 +1736,14 @@ struct K3GPUSkinnyMMAPass
     OpBuilder builder(f.getContext());
     builder.setInsertionPointToStart(&body);
     ModuleOp module = getOperation();
-    SkinnyKernel(builder, f.getLoc(), mTiles, Value(), body.getArgument(4),
-                 body.getArgument(6), {outFn}, body.getArgument(5),
-                 k3::workgroupBuffer(module, "k3k_skinny_ring",
-                                     {kWarps, kStages, kRows, kChunk}),
-                 k3::deviceCounters(module, "k3k_skinny_count", kCounters),
-                 norm,
-                 // The producers' count and the product blocks'.
-                 k3::deviceCounters(module, "k3k_skinny_norm_ready", 2))
+    SkinnyKernel(
+        builder, f.getLoc(), mTiles, prefetchL2, Value(), body.getArgument(4),
+        body.getArgument(6), {outFn}, body.getArgument(5),
+        k3::workgroupBuffer(module, "k3k_skinny_ring",
+                            {kWarps, kStages, kRows, kChunk}),
+        k3::deviceCounters(module, "k3k_skinny_count", kCounters), norm,
+        // The producers' count and the product blocks'.
+        k3::deviceCounters(module, "k3k_skinny_norm_ready", 2))
         .build(rest);
     return success();
   }

@@ -29,6 +29,24 @@ module attributes {gpu.container_module} {
 
 // -----
 
+// A pointer marked `k3.read_only` (k3-gpu-skinny-mma's L2 prefetch, through
+// its strided metadata or directly) leaves the memref a read; an unmarked
+// one is a write.
+// CHECK-LABEL: gpu.module @prefetch
+// CHECK: llvm.mlir.global external constant @prefetch_k3_access("-rr-----ww-----")
+module attributes {gpu.container_module} {
+  gpu.module @prefetch {
+    gpu.func @prefetch(%w: memref<?x?xbf16>, %v: memref<?x?xbf16>) kernel {
+      %base, %off, %sizes:2, %strides:2 = memref.extract_strided_metadata %w : memref<?x?xbf16> -> memref<bf16>, index, index, index, index, index
+      %p = memref.extract_aligned_pointer_as_index %w : memref<?x?xbf16> -> index {k3.read_only}
+      %q = memref.extract_aligned_pointer_as_index %v : memref<?x?xbf16> -> index
+      gpu.return
+    }
+  }
+}
+
+// -----
+
 // A kernel that writes a global of its module in global memory (split-K
 // counters) starts with `g`; one that writes only workgroup memory, or only
 // reads a constant, with `-`. Each kernel of a module gets its own.

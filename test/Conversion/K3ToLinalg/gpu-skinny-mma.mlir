@@ -6,6 +6,13 @@
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-skinny-mma{m-tiles=2},canonicalize,cse)' | FileCheck %s --check-prefix=MT
 // RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-skinny-mma{m-tiles=3})' 2>&1 | FileCheck %s --check-prefix=BADM
 // BADM: k3-gpu-skinny-mma: m-tiles must be 1 or 2, got 3
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-skinny-mma{prefetch-l2=4096},canonicalize,cse)' | FileCheck %s --check-prefix=PF
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-skinny-mma,canonicalize,cse)' | FileCheck %s --check-prefix=NOPF
+// NOPF-NOT: nvvm.cp.async.bulk.prefetch
+// RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-skinny-mma{prefetch-l2=1000})' 2>&1 | FileCheck %s --check-prefix=BADPF
+// BADPF: k3-gpu-skinny-mma: prefetch-l2 must be a multiple of 256 from 0 to 65536, got 1000
+// RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-skinny-mma{sm=80 prefetch-l2=256})' 2>&1 | FileCheck %s --check-prefix=PF80
+// PF80: k3-gpu-skinny-mma: prefetch-l2 needs sm_90 (cp.async.bulk.prefetch), the library targets sm_80
 
 // k3k_linear_few after bufferization: x [T, K], W [N, K], the rounded
 // output [T, N].
@@ -178,6 +185,29 @@
 // MT-NEXT: %[[LEFT:.+]] = arith.subi
 // MT-NEXT: %[[MINE:.+]] = arith.divui %[[LEFT]], %c4
 // 32 rows: the ring as stages of 32 rows x 64 elements (the same 48 KB).
+// prefetch-l2: past the two stages' 8 chunks of the slice, threads 0-15
+// each ask L2 for the next min(4096, rest) bytes of their row of W, with
+// W's pointer marked as only read (k3-gpu-kernel-access: still `r`).
+// PF-LABEL: func.func @linear
+// PF-SAME: (%{{[^:]+}}: memref<?x?xbf16>, %[[W:[^:]+]]: memref<?x?xbf16>
+// PF: gpu.launch
+// PF-SAME: threads(%[[TID:[^,]+]],
+// PF: nvgpu.device_async_create_group
+// PF: nvgpu.device_async_create_group
+// PF-NEXT: %[[REST:.+]] = arith.subi %{{.+}}, %c8
+// PF-NEXT: %[[MORE:.+]] = arith.cmpi sgt, %[[REST]], %c0
+// PF-NEXT: %[[ROW:.+]] = arith.cmpi slt, %[[TID]], %c16
+// PF-NEXT: %[[GO:.+]] = arith.andi %[[ROW]], %[[MORE]]
+// PF-NEXT: scf.if %[[GO]] {
+// PF: memref.extract_strided_metadata %[[W]]
+// PF-NEXT: %[[BASE:.+]] = memref.extract_aligned_pointer_as_index %[[W]] : memref<?x?xbf16> -> index {k3.read_only}
+// PF: arith.addi %{{.+}}, %[[TID]]
+// PF: %[[AT:.+]] = arith.addi %[[BASE]],
+// PF: %[[BYTES:.+]] = arith.muli %[[REST]], %c256
+// PF-NEXT: arith.minsi %[[BYTES]], %c4096
+// PF: nvvm.cp.async.bulk.prefetch
+// PF-NEXT: }
+// PF-NEXT: arith.cmpi ule
 // MT: scf.if %[[TWO]] -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32)
 // MT-NEXT: %[[ST:.+]] = memref.reinterpret_cast %[[RING]] to offset: [0], sizes: [4, 3, 32, 64], strides: [6144, 2048, 64, 1]
 // 8 copies of 16 bytes per lane and stage (32 rows, 4 per copy).
