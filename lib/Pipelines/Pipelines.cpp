@@ -103,6 +103,7 @@ mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
   pm.addPass(createK3GPUMMAPass(mma));
   K3GPUExpertsMMAPassOptions experts;
   experts.sm = mma.sm;
+  experts.prefetchL2 = options.expertsPrefetchL2;
   pm.addPass(createK3GPUExpertsMMAPass(experts));
   K3GPUSkinnyMMAPassOptions skinny;
   skinny.sm = mma.sm;

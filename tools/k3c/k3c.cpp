@@ -116,6 +116,12 @@ static cl::opt<int64_t> skinnyPrefetchL2(
              "tokens asks L2 for before it waits, a multiple of 256 up to "
              "65536 (k3-gpu-skinny-mma prefetch-l2; 0: none; sm_90)"),
     cl::init(0), cl::cat(k3cCategory));
+static cl::opt<int64_t> expertsPrefetchL2(
+    "gpu-experts-prefetch-l2",
+    cl::desc("GPU: loop iterations ahead whose codes the MXFP4 experts' "
+             "warps ask L2 for, 0 to 16 (k3-gpu-experts-mma prefetch-l2; 0: "
+             "none; sm_90)"),
+    cl::init(0), cl::cat(k3cCategory));
 static cl::opt<int64_t> mmaMinBlocks(
     "gpu-mma-min-blocks",
     cl::desc("GPU: blocks per SM the registers of the products of 16 tokens "
@@ -195,6 +201,10 @@ int main(int argc, char **argv) {
                 "65536], got " +
                 Twine(skinnyPrefetchL2));
   options.lowering.skinnyPrefetchL2 = skinnyPrefetchL2;
+  if (expertsPrefetchL2 < 0 || expertsPrefetchL2 > 16)
+    return fail("--gpu-experts-prefetch-l2 must be in [0, 16], got " +
+                Twine(expertsPrefetchL2));
+  options.lowering.expertsPrefetchL2 = expertsPrefetchL2;
   Expected<std::vector<std::string>> targets = k3::parseTargets(targetSpec);
   if (!targets)
     return fail(toString(targets.takeError()));

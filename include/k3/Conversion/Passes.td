@@ -494,7 +494,12 @@ def K3GPUExpertsMMAPass : Pass<"k3-gpu-experts-mma", "::mlir::ModuleOp"> {
            "Without staged: groups whose loads a warp issues together, "
            "over the matrices (a multiple of 4 from 4 to 32; the same sums; "
            "H200, one group per lane: 16 is slower than 8 at B = 1 and "
-           "slower than lane-groups=2 at B = 8)">
+           "slower than lane-groups=2 at B = 8)">,
+    Option<"prefetchL2", "prefetch-l2", "int64_t", "0",
+           "Without staged: in each iteration of the unit loop, lane r of a "
+           "warp asks L2 (one cp.async.bulk.prefetch per matrix, sm_90) for "
+           "the codes of its row r that the iteration this many ahead reads "
+           "(0 to 16; 0: none; the same sums)">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mlir::arith::ArithDialect",

@@ -27,6 +27,10 @@ struct LoweringOptions {
   /// GPU: bytes of each row of W their blocks ask L2 for before they wait
   /// (k3-gpu-skinny-mma `prefetch-l2`; `k3c --gpu-skinny-prefetch-l2`).
   int64_t skinnyPrefetchL2 = 0;
+  /// GPU: loop iterations ahead whose codes the MXFP4 experts' warps ask
+  /// L2 for (k3-gpu-experts-mma `prefetch-l2`; `k3c
+  /// --gpu-experts-prefetch-l2`).
+  int64_t expertsPrefetchL2 = 0;
   /// GPU: each kernel may be dispatched while the one before it finishes
   /// (k3-gpu-dependent-launch; `k3c --gpu-dependent-launch`).
   bool dependentLaunch = false;

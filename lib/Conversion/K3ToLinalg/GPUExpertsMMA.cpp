@@ -206,11 +206,12 @@ public:
   ExpertsKernel(OpBuilder &b, Location loc, const Stage &st,
                 memref::GlobalOp codesGlobal, memref::GlobalOp scalesGlobal,
                 bool fold, bool wide, bool prefetch, int64_t laneGroups,
-                int64_t inFlight, int64_t minBlocks, int64_t tiles)
+                int64_t inFlight, int64_t minBlocks, int64_t tiles,
+                int64_t l2Ahead)
       : IndexMath{b, loc}, st(st), codesGlobal(codesGlobal),
         scalesGlobal(scalesGlobal), fold(fold), wide(wide), prefetch(prefetch),
         laneGroups(laneGroups), inFlight(inFlight), minBlocks(minBlocks),
-        tiles(tiles) {}
+        tiles(tiles), l2Ahead(l2Ahead) {}
 
   /// scf.if (runnable) { kernel } else { `rest` }: `rest` is moved there.
   void build(SmallVectorImpl<Operation *> &rest);
@@ -333,6 +334,13 @@ private:
   /// slot m * tiles + tile, 4 accumulators each.
   int64_t tiles;
   size_t slots() const { return st.matrices.size() * tiles; }
+  /// `prefetch-l2`: loop iterations ahead whose codes the warp asks L2 for
+  /// (0: none).
+  int64_t l2Ahead;
+  /// `prefetch-l2`: lane r < the warp's rows asks L2 for `bytes` of its
+  /// row's codes from group `group` on, in every matrix, if group < `end`
+  /// (the bytes cut at `end`).
+  void prefetchCodes(Value group, Value end, int64_t bytes);
 };
 
 std::array<Value, 3> ExpertsKernel::entry(Value q) {
@@ -801,6 +809,22 @@ SmallVector<Value> ExpertsKernel::accumulateFolded(const Loaded &in,
   return next;
 }
 
+void ExpertsKernel::prefetchCodes(Value group, Value end, int64_t bytes) {
+  Value go = both(lt(lane, idx(kRowsPerWarp * tiles)), lt(group, end));
+  scf::IfOp::create(b, loc, go, [&](OpBuilder &tb, Location) {
+    OpBuilder::InsertionGuard inner(b);
+    b.setInsertionPoint(tb.getInsertionBlock(), tb.getInsertionPoint());
+    // 16 bytes of codes per group; a row's codes are contiguous.
+    Value row = add(rowBase, lane);
+    Value column = mul(group, idx(16));
+    Value size = arith::MinUIOp::create(b, loc, idx(bytes),
+                                        mul(sub(end, group), idx(16)));
+    for (auto [packed, scales] : st.matrices)
+      k3::prefetchL2(b, loc, packed, {expert, row, column}, size);
+    scf::YieldOp::create(b, loc);
+  });
+}
+
 std::pair<SmallVector<Value>, Value>
 ExpertsKernel::units4(Value groups, ValueRange acc) {
   if (!codesGlobal) {
@@ -833,6 +857,11 @@ ExpertsKernel::units4(Value groups, ValueRange acc) {
                      b.setInsertionPoint(fb.getInsertionBlock(),
                                          fb.getInsertionPoint());
                      llvm::SaveAndRestore<int64_t> lanes(laneGroups, each);
+                     // The codes l2Ahead iterations on, while this one's
+                     // loads wait.
+                     if (l2Ahead)
+                       prefetchCodes(add(c0, idx(4 * step * l2Ahead)), whole,
+                                     64 * step);
                      SmallVector<Loaded, 4> in;
                      for (int64_t u = 0; u < step; u += each)
                        in.push_back(folded && wide
@@ -1033,6 +1062,15 @@ struct K3GPUExpertsMMAPass
           << static_cast<int64_t>(upMinBlocks);
       return signalPassFailure();
     }
+    // cp.async.bulk.prefetch.L2: PTX ISA 8.0, sm_90.
+    if (prefetchL2 < 0 || prefetchL2 > 16 || (prefetchL2 && sm < 90)) {
+      getOperation().emitError()
+          << "k3-gpu-experts-mma: prefetch-l2 must be 0 to 16 and needs "
+             "sm_90 (cp.async.bulk.prefetch), not "
+          << static_cast<int64_t>(prefetchL2) << " for sm_"
+          << static_cast<int64_t>(sm);
+      return signalPassFailure();
+    }
     if (groupsInFlight < 4 || groupsInFlight > 32 || groupsInFlight % 4) {
       getOperation().emitError()
           << "k3-gpu-experts-mma: groups-in-flight must be a multiple of 4 "
@@ -1091,7 +1129,8 @@ struct K3GPUExpertsMMAPass
       }
       ExpertsKernel(b, f.getLoc(), *st, codes, scales, foldScales, wideGroups,
                     prefetchWords, laneGroups, groupsInFlight, upMinBlocks,
-                    st->matrices.size() > 1 ? upTiles : downTiles)
+                    st->matrices.size() > 1 ? upTiles : downTiles,
+                    prefetchL2)
           .build(rest);
     }
   }

@@ -420,22 +420,11 @@ void SkinnyKernel::prefetchRows(Value tid) {
     b.setInsertionPoint(tb.getInsertionBlock(), tb.getInsertionPoint());
     // W's rows are contiguous (x and W 16-byte aligned, K % 128 == 0: the
     // body's condition), so a row's next bytes are one range.
-    auto meta = memref::ExtractStridedMetadataOp::create(b, loc, w);
-    auto base = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, w);
-    // Only read through: k3-gpu-kernel-access keeps W a read.
-    base->setAttr(k3::kReadOnlyPointer, b.getUnitAttr());
-    Value element =
-        add(meta.getOffset(), add(mul(add(rowBase, tid), meta.getStrides()[0]),
-                                  mul(add(chunk0, idx(issued)), kChunk)));
-    Value address = arith::IndexCastOp::create(b, loc, b.getI64Type(),
-                                               add(base, mul(element, 2)));
-    Value bytes =
-        arith::MinSIOp::create(b, loc, mul(rest, 2 * kChunk), idx(prefetchL2));
-    NVVM::CpAsyncBulkPrefetchOp::create(
-        b, loc,
-        LLVM::IntToPtrOp::create(
-            b, loc, LLVM::LLVMPointerType::get(b.getContext(), 1), address),
-        arith::IndexCastOp::create(b, loc, b.getI32Type(), bytes), Value());
+    Value row = add(rowBase, tid);
+    Value column = mul(add(chunk0, idx(issued)), kChunk);
+    Value bytes = arith::MinSIOp::create(b, loc, mul(rest, 2 * kChunk),
+                                         idx(prefetchL2));
+    k3::prefetchL2(b, loc, w, {row, column}, bytes);
     scf::YieldOp::create(b, loc);
   });
 }

@@ -1,6 +1,7 @@
 //===- TensorCore.cpp - helpers of the tensor-core passes -----------------===//
 
 #include "TensorCore.h"
+#include "k3/Conversion/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -286,6 +287,29 @@ void mlir::k3::boundLaunch(gpu::LaunchOp launch, int64_t blocks) {
   launch.setFunctionAttr(SymbolRefAttr::get(ctx, name));
   bounds.set(name, IntegerAttr::get(IntegerType::get(ctx, 64), blocks));
   f->setAttr("k3.launch_bounds", bounds.getDictionary(ctx));
+}
+
+void mlir::k3::prefetchL2(OpBuilder &b, Location loc, Value m,
+                          ValueRange indices, Value bytes) {
+  auto type = cast<MemRefType>(m.getType());
+  auto meta = memref::ExtractStridedMetadataOp::create(b, loc, m);
+  auto base = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, m);
+  base->setAttr(kReadOnlyPointer, b.getUnitAttr());
+  Value element = meta.getOffset();
+  for (auto [i, stride] : llvm::zip(indices, meta.getStrides()))
+    element = arith::AddIOp::create(
+        b, loc, element, arith::MulIOp::create(b, loc, i, stride));
+  Value size = arith::ConstantIndexOp::create(
+      b, loc, type.getElementTypeBitWidth() / 8);
+  Value address = arith::IndexCastOp::create(
+      b, loc, b.getI64Type(),
+      arith::AddIOp::create(b, loc, base,
+                            arith::MulIOp::create(b, loc, element, size)));
+  NVVM::CpAsyncBulkPrefetchOp::create(
+      b, loc,
+      LLVM::IntToPtrOp::create(
+          b, loc, LLVM::LLVMPointerType::get(b.getContext(), 1), address),
+      arith::IndexCastOp::create(b, loc, b.getI32Type(), bytes), Value());
 }
 
 memref::GlobalOp mlir::k3::deviceCounters(ModuleOp module, StringRef name,

@@ -110,6 +110,13 @@ memref::GlobalOp deviceCounters(ModuleOp module, StringRef name, int64_t n);
 /// attributes).
 void boundLaunch(gpu::LaunchOp launch, int64_t blocks);
 
+/// Asks L2 for `bytes` (i32-sized index, a multiple of 16) of the
+/// contiguous memref `m` from element `indices` on (16-byte aligned): one
+/// `nvvm.cp.async.bulk.prefetch` (sm_90). m's pointer is marked
+/// k3::kReadOnlyPointer, so k3-gpu-kernel-access still sees a read.
+void prefetchL2(OpBuilder &b, Location loc, Value m, ValueRange indices,
+                Value bytes);
+
 /// The end of a split-K block, after its partial sums are stored: fences
 /// them, counts the block in element `tile` of `counters` (a
 /// deviceCounters global), and in the block that finished its output tile

@@ -23,6 +23,32 @@
 // STAGEDTILES: error: k3-gpu-experts-mma: down-tiles=2 needs staged=false (the rings hold 16 rows per warp)
 // BADBLOCKS: error: k3-gpu-experts-mma: up-min-blocks must be 0 to 16, not 17
 // RUN: %python %S/Inputs/e2m1_bf16_fold.py | FileCheck %s --check-prefix=FOLDMATH
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(k3-gpu-experts-mma{prefetch-l2=2},canonicalize,cse)' | FileCheck %s --check-prefix=L2
+// RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-experts-mma{prefetch-l2=17})' 2>&1 | FileCheck %s --check-prefix=BADL2
+// BADL2: error: k3-gpu-experts-mma: prefetch-l2 must be 0 to 16 and needs sm_90 (cp.async.bulk.prefetch), not 17 for sm_90
+// RUN: not k3-opt %s --split-input-file --pass-pipeline='builtin.module(k3-gpu-experts-mma{sm=80 prefetch-l2=1})' 2>&1 | FileCheck %s --check-prefix=BADL2SM
+// BADL2SM: error: k3-gpu-experts-mma: prefetch-l2 must be 0 to 16 and needs sm_90 (cp.async.bulk.prefetch), not 1 for sm_80
+// prefetch-l2=2: in the wide loop (8 groups, 128 bytes of a row per
+// iteration) lanes 0-31, the warp's 32 rows, ask L2 for the codes of the
+// iteration two on (groups c0 + 16 ..), cut at the loop's end, in each
+// matrix, the pointers marked as only read.
+// L2-LABEL: func.func @up
+// L2-SAME: %[[GATE:[^:]+]]: memref<?x?x?xi8>, %{{[^:]+}}: memref<?x?x?xi8>, %[[UP:[^:]+]]: memref<?x?x?xi8>
+// L2: scf.for %[[C0:.+]] = %c0 to %{{.+}} step %c8 iter_args(
+// L2-NEXT: %[[AHEAD:.+]] = arith.addi %[[C0]], %c16
+// L2-NEXT: %[[IN:.+]] = arith.cmpi ult, %[[AHEAD]], %[[WHOLE:[^ ]+]] : index
+// L2-NEXT: %[[LANE:.+]] = arith.cmpi ult, %{{.+}}, %c32
+// L2-NEXT: %[[GO:.+]] = arith.andi %[[LANE]], %[[IN]]
+// L2-NEXT: scf.if %[[GO]] {
+// L2: %[[LEFT:.+]] = arith.subi %[[WHOLE]], %[[AHEAD]]
+// L2-NEXT: %[[LEFTB:.+]] = arith.muli %[[LEFT]], %c16
+// L2-NEXT: %[[SIZE:.+]] = arith.minui %[[LEFTB]], %c128
+// L2: memref.extract_aligned_pointer_as_index %[[GATE]] : memref<?x?x?xi8> -> index {k3.read_only}
+// L2: %[[SIZE32:.+]] = arith.index_cast %[[SIZE]] : index to i32
+// L2: nvvm.cp.async.bulk.prefetch %{{.+}}, %[[SIZE32]]
+// L2: memref.extract_aligned_pointer_as_index %[[UP]] : memref<?x?x?xi8> -> index {k3.read_only}
+// L2: nvvm.cp.async.bulk.prefetch %{{.+}}, %[[SIZE32]]
+// L2-NEXT: }
 // CHECK-NOT: k3k_experts_codes
 // OLD-NOT: gpu.launch
 // OLD-NOT: nvvm.mma.sync

@@ -199,13 +199,17 @@
 // PF-NEXT: %[[ROW:.+]] = arith.cmpi slt, %[[TID]], %c16
 // PF-NEXT: %[[GO:.+]] = arith.andi %[[ROW]], %[[MORE]]
 // PF-NEXT: scf.if %[[GO]] {
-// PF: memref.extract_strided_metadata %[[W]]
-// PF-NEXT: %[[BASE:.+]] = memref.extract_aligned_pointer_as_index %[[W]] : memref<?x?xbf16> -> index {k3.read_only}
-// PF: arith.addi %{{.+}}, %[[TID]]
-// PF: %[[AT:.+]] = arith.addi %[[BASE]],
+// PF-NEXT: %[[ROW:.+]] = arith.addi %{{.+}}, %[[TID]]
 // PF: %[[BYTES:.+]] = arith.muli %[[REST]], %c256
-// PF-NEXT: arith.minsi %[[BYTES]], %c4096
-// PF: nvvm.cp.async.bulk.prefetch
+// PF-NEXT: %[[SIZE:.+]] = arith.minsi %[[BYTES]], %c4096
+// PF-NEXT: %{{.+}}, %{{.+}}, %{{.+}}:2, %[[STRIDES:.+]]:2 = memref.extract_strided_metadata %[[W]]
+// PF-NEXT: %[[BASE:.+]] = memref.extract_aligned_pointer_as_index %[[W]] : memref<?x?xbf16> -> index {k3.read_only}
+// PF-NEXT: arith.muli %[[ROW]], %[[STRIDES]]#0
+// PF: %[[AT:.+]] = arith.addi %[[BASE]],
+// PF-NEXT: %[[AT64:.+]] = arith.index_cast %[[AT]] : index to i64
+// PF-NEXT: %[[SIZE32:.+]] = arith.index_cast %[[SIZE]] : index to i32
+// PF-NEXT: %[[PTR:.+]] = llvm.inttoptr %[[AT64]] : i64 to !llvm.ptr<1>
+// PF-NEXT: nvvm.cp.async.bulk.prefetch %[[PTR]], %[[SIZE32]]
 // PF-NEXT: }
 // PF-NEXT: arith.cmpi ule
 // MT: scf.if %[[TWO]] -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32)
