@@ -1129,8 +1129,7 @@ struct K3GPUExpertsMMAPass
       }
       ExpertsKernel(b, f.getLoc(), *st, codes, scales, foldScales, wideGroups,
                     prefetchWords, laneGroups, groupsInFlight, upMinBlocks,
-                    st->matrices.size() > 1 ? upTiles : downTiles,
-                    prefetchL2)
+                    st->matrices.size() > 1 ? upTiles : downTiles, prefetchL2)
           .build(rest);
     }
   }

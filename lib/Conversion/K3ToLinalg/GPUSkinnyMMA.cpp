@@ -422,8 +422,8 @@ void SkinnyKernel::prefetchRows(Value tid) {
     // body's condition), so a row's next bytes are one range.
     Value row = add(rowBase, tid);
     Value column = mul(add(chunk0, idx(issued)), kChunk);
-    Value bytes = arith::MinSIOp::create(b, loc, mul(rest, 2 * kChunk),
-                                         idx(prefetchL2));
+    Value bytes =
+        arith::MinSIOp::create(b, loc, mul(rest, 2 * kChunk), idx(prefetchL2));
     k3::prefetchL2(b, loc, w, {row, column}, bytes);
     scf::YieldOp::create(b, loc);
   });

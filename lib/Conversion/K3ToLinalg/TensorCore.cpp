@@ -297,10 +297,10 @@ void mlir::k3::prefetchL2(OpBuilder &b, Location loc, Value m,
   base->setAttr(kReadOnlyPointer, b.getUnitAttr());
   Value element = meta.getOffset();
   for (auto [i, stride] : llvm::zip(indices, meta.getStrides()))
-    element = arith::AddIOp::create(
-        b, loc, element, arith::MulIOp::create(b, loc, i, stride));
-  Value size = arith::ConstantIndexOp::create(
-      b, loc, type.getElementTypeBitWidth() / 8);
+    element = arith::AddIOp::create(b, loc, element,
+                                    arith::MulIOp::create(b, loc, i, stride));
+  Value size =
+      arith::ConstantIndexOp::create(b, loc, type.getElementTypeBitWidth() / 8);
   Value address = arith::IndexCastOp::create(
       b, loc, b.getI64Type(),
       arith::AddIOp::create(b, loc, base,
