@@ -112,7 +112,10 @@ mlir::k3::buildGPULoweringPipeline(OpPassManager &pm,
   pm.addPass(createK3GPUSkinnyMMAPass(skinny));
   pm.addNestedPass<func::FuncOp>(createK3GPUKDARecurrentPass());
   pm.addNestedPass<func::FuncOp>(createK3GPUGatedNormPass());
-  pm.addPass(createK3GPUKDADecodePass());
+  K3GPUKDADecodePassOptions kdaDecode;
+  kdaDecode.sm = mma.sm;
+  kdaDecode.prefetchNext = options.kdaPrefetchNext;
+  pm.addPass(createK3GPUKDADecodePass(kdaDecode));
   pm.addPass(createK3GPUAttnResNormPass());
   K3GPURoutePassOptions route;
   route.sm = mma.sm;

@@ -122,6 +122,12 @@ static cl::opt<int64_t> expertsPrefetchL2(
              "warps ask L2 for, 0 to 16 (k3-gpu-experts-mma prefetch-l2; 0: "
              "none; sm_90)"),
     cl::init(0), cl::cat(k3cCategory));
+static cl::opt<bool> kdaPrefetchNext(
+    "gpu-kda-prefetch-next",
+    cl::desc("GPU: each block of the KDA decode asks L2 for the state of the "
+             "block that runs next on its SM (k3-gpu-kda-decode "
+             "prefetch-next; sm_90)"),
+    cl::init(false), cl::cat(k3cCategory));
 static cl::opt<int64_t> mmaMinBlocks(
     "gpu-mma-min-blocks",
     cl::desc("GPU: blocks per SM the registers of the products of 16 tokens "
@@ -205,6 +211,7 @@ int main(int argc, char **argv) {
     return fail("--gpu-experts-prefetch-l2 must be in [0, 16], got " +
                 Twine(expertsPrefetchL2));
   options.lowering.expertsPrefetchL2 = expertsPrefetchL2;
+  options.lowering.kdaPrefetchNext = kdaPrefetchNext;
   Expected<std::vector<std::string>> targets = k3::parseTargets(targetSpec);
   if (!targets)
     return fail(toString(targets.takeError()));

@@ -702,6 +702,12 @@ def K3GPUKDADecodePass : Pass<"k3-gpu-kda-decode", "::mlir::ModuleOp"> {
            "4 of 64 registers was slower at every batch than 8 of 128: "
            "B = 8 0.138 against 0.129 ms, B = 64 1.116 against 1.038; "
            "BENCHMARKS.md twenty-ninth session)">,
+    Option<"sm", "sm", "int64_t", "90",
+           "Oldest compute capability the library targets (x10)">,
+    Option<"prefetchNext", "prefetch-next", "bool", "false",
+           "Warp 0 of each block asks L2 (cp.async.bulk.prefetch, sm_90) "
+           "for the state of the block that runs next on its SM (the block "
+           "index plus the SMs), while its own loads wait (the same bits)">,
     Option<"maxTokens", "max-tokens", "int64_t", "8",
            "Most tokens the kernel takes (0: any); more take the generic "
            "body's three kernels (H200, the three layers' KDA: B = 1 0.043 "
@@ -711,6 +717,8 @@ def K3GPUKDADecodePass : Pass<"k3-gpu-kda-decode", "::mlir::ModuleOp"> {
            "a batch's blocks one after another)">
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
+                           "::mlir::LLVM::LLVMDialect",
+                           "::mlir::NVVM::NVVMDialect",
                            "::mlir::arith::ArithDialect",
                            "::mlir::math::MathDialect",
                            "::mlir::memref::MemRefDialect",

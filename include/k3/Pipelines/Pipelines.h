@@ -31,6 +31,9 @@ struct LoweringOptions {
   /// L2 for (k3-gpu-experts-mma `prefetch-l2`; `k3c
   /// --gpu-experts-prefetch-l2`).
   int64_t expertsPrefetchL2 = 0;
+  /// GPU: the KDA decode's blocks ask L2 for the next block's state
+  /// (k3-gpu-kda-decode `prefetch-next`; `k3c --gpu-kda-prefetch-next`).
+  bool kdaPrefetchNext = false;
   /// GPU: each kernel may be dispatched while the one before it finishes
   /// (k3-gpu-dependent-launch; `k3c --gpu-dependent-launch`).
   bool dependentLaunch = false;

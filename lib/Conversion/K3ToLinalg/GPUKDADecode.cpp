@@ -26,7 +26,9 @@
 //   4. each warp takes the head's sum of squares of o as k3-gpu-gated-norm's
 //      warp does and normalises its rows' values.
 // The same bits as the three kernels, in one launch. A block's registers
-// fill an SM, so an SM runs a batch's blocks one after another: up to 8
+// fill an SM, so an SM runs a batch's blocks one after another (with
+// `prefetch-next`, sm_90, warp 0 asks L2 for the state of the block that
+// comes next on its SM while its own loads wait): up to 8
 // tokens (option `max-tokens`) the kernel is faster than the three, at 64
 // slower (H200, BENCHMARKS.md thirty-second session), and larger batches
 // keep them.
@@ -34,11 +36,13 @@
 //===----------------------------------------------------------------------===//
 
 #include "KDAWarp.h"
+#include "TensorCore.h"
 #include "k3/Conversion/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -71,9 +75,10 @@ struct Conv {
 class DecodeKernel : k3::IndexMath {
 public:
   DecodeKernel(OpBuilder &b, Location loc, Block &body, k3::KDAFunctions fns,
-               memref::GlobalOp buffer, int64_t rows, int64_t maxTokens)
+               memref::GlobalOp buffer, int64_t rows, int64_t maxTokens,
+               bool prefetchNext)
       : IndexMath{b, loc}, fns(fns), buffer(buffer), rows(rows),
-        maxTokens(maxTokens) {
+        maxTokens(maxTokens), prefetchNext(prefetchNext) {
     auto arg = [&](unsigned n) { return body.getArgument(n); };
     for (unsigned s = 0; s < 3; ++s)
       conv[s] = {arg(4 * s), arg(4 * s + 1), arg(4 * s + 2), arg(4 * s + 3)};
@@ -113,6 +118,7 @@ private:
   k3::KDAFunctions fns;
   memref::GlobalOp buffer;
   int64_t rows, maxTokens;
+  bool prefetchNext;
   Value smem;
   Conv conv[3];
   Value f, beta, alog, dt, pool, slots, z, gamma, eps, out, softplus, lb,
@@ -228,6 +234,24 @@ void DecodeKernel::launch(int64_t per, int64_t values, Value st,
   SmallVector<SmallVector<Value>> s;
   for (int64_t r = 0; r < rows; ++r)
     s.push_back(loadVector(st, {sl, h, add(first, r), j0}, per));
+  // `prefetch-next`: warp 0 asks L2 for the state of the block that runs
+  // next on this SM (an SM holds one block; blocks start in index order,
+  // so about blk + the SMs), a row per lane at a time, while this block
+  // waits for its own.
+  if (prefetchNext) {
+    Value sms = arith::IndexCastOp::create(
+        b, loc, b.getIndexType(), NVVM::SmDimOp::create(b, loc, b.getI32Type()));
+    Value next = add(blk, sms);
+    when(both(eq(warp, idx(0)), lt(next, mul(tokens, heads))), [&] {
+      Value ni = div(next, heads), nh = rem(next, heads);
+      Value nsl = arith::IndexCastOp::create(b, loc, b.getIndexType(),
+                                             scalar(slots, {ni}));
+      Value rowBytes = mul(dk, idx(4));
+      for (int64_t r = 0; r < values; r += kLanes)
+        k3::prefetchL2(b, loc, st, {nsl, nh, add(lane, idx(r)), idx(0)},
+                       rowBytes);
+    });
+  }
   // α = exp(g) of the lane's elements (§4.4), β, and the norm's z and γ of
   // the lane's value (lane < rows): none waits for the convolutions, so
   // their loads go out with the state's.
@@ -325,6 +349,12 @@ struct K3GPUKDADecodePass
     if (rows != 4 && rows != 8)
       return module.emitError("k3-gpu-kda-decode: rows must be 4 or 8"),
              failure();
+    // cp.async.bulk.prefetch.L2: PTX ISA 8.0, sm_90.
+    if (prefetchNext && sm < 90)
+      return module.emitError() << "k3-gpu-kda-decode: prefetch-next needs "
+                                   "sm_90 (cp.async.bulk.prefetch), not sm_"
+                                << static_cast<int64_t>(sm),
+             failure();
     auto fail = [&](const Twine &why) {
       return f.emitError() << kAttr << ": " << why, failure();
     };
@@ -373,7 +403,8 @@ struct K3GPUKDADecodePass
     SmallVector<Operation *> rest = k3::bodyOps(body);
     OpBuilder builder(f.getContext());
     builder.setInsertionPointToStart(&body);
-    DecodeKernel(builder, f.getLoc(), body, *fns, buffer, rows, maxTokens)
+    DecodeKernel(builder, f.getLoc(), body, *fns, buffer, rows, maxTokens,
+                 prefetchNext)
         .build(rest);
     return success();
   }

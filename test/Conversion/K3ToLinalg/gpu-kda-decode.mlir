@@ -1,6 +1,35 @@
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --allow-unregistered-dialect --pass-pipeline='builtin.module(k3-gpu-kda-decode,canonicalize,cse)' | FileCheck %s
 // RUN: k3-opt %s --split-input-file --verify-diagnostics --allow-unregistered-dialect --pass-pipeline='builtin.module(k3-gpu-kda-decode{rows=4 max-tokens=0},canonicalize,cse)' | FileCheck %s --check-prefix=R4
 // RUN: not k3-opt %s --split-input-file --allow-unregistered-dialect --pass-pipeline='builtin.module(k3-gpu-kda-decode{rows=3})' 2>&1 | FileCheck %s --check-prefix=BAD
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --allow-unregistered-dialect --pass-pipeline='builtin.module(k3-gpu-kda-decode{prefetch-next=1},canonicalize,cse)' | FileCheck %s --check-prefix=NEXT
+// RUN: k3-opt %s --split-input-file --verify-diagnostics --allow-unregistered-dialect --pass-pipeline='builtin.module(k3-gpu-kda-decode,canonicalize,cse)' | FileCheck %s --check-prefix=NONEXT
+// NONEXT-NOT: nvvm.cp.async.bulk.prefetch
+// RUN: not k3-opt %s --split-input-file --allow-unregistered-dialect --pass-pipeline='builtin.module(k3-gpu-kda-decode{sm=80 prefetch-next=1})' 2>&1 | FileCheck %s --check-prefix=BADNEXT
+// BADNEXT: error: k3-gpu-kda-decode: prefetch-next needs sm_90 (cp.async.bulk.prefetch), not sm_80
+// prefetch-next: once its state rows are loaded, warp 0 of block b asks L2
+// for the state of block b + nsmid (if there is one): token (b + nsmid) /
+// H's slot, head (b + nsmid) % H, a row of K f32 per lane, V / 32 times
+// (K = 128, V = 64: twice).
+// NEXT-LABEL: func.func @decode
+// NEXT: gpu.launch blocks(%[[BX:[^,]+]], %{{[^,]+}}, %{{[^)]+}}) in (%{{[^ ]+}} = %[[NB:[^,]+]], {{.*}} threads(%[[LANE:[^,]+]], %[[WY:[^,]+]], {{.*}} in (%{{.+}} = %c32, %{{.+}} = %c8,
+// NEXT: %[[H:.+]] = arith.remui %[[BX]], %[[HEADS:[^ ]+]] : index
+// NEXT: %[[SMS:.+]] = nvvm.read.ptx.sreg.nsmid : i32
+// NEXT-NEXT: %[[SMSI:.+]] = arith.index_cast %[[SMS]] : i32 to index
+// NEXT-NEXT: %[[NEXTB:.+]] = arith.addi %[[BX]], %[[SMSI]]
+// NEXT-NEXT: %[[IN:.+]] = arith.cmpi ult, %[[NEXTB]], %[[NB]]
+// NEXT-NEXT: %[[W0:.+]] = arith.cmpi eq, %[[WY]], %c0
+// NEXT-NEXT: %[[GO:.+]] = arith.andi %[[W0]], %[[IN]]
+// NEXT-NEXT: scf.if %[[GO]] {
+// NEXT-NEXT: %[[NI:.+]] = arith.divui %[[NEXTB]], %[[HEADS]]
+// NEXT-NEXT: %[[NH:.+]] = arith.remui %[[NEXTB]], %[[HEADS]]
+// NEXT-NEXT: memref.load %{{.+}}[%[[NI]]] : memref<?xi32>
+// NEXT: memref.extract_aligned_pointer_as_index %{{.+}} {k3.read_only}
+// NEXT: arith.muli %[[NH]],
+// NEXT: arith.muli %[[LANE]],
+// NEXT: nvvm.cp.async.bulk.prefetch
+// NEXT-NEXT: arith.addi %[[LANE]], %c32
+// NEXT: nvvm.cp.async.bulk.prefetch
+// NEXT-NEXT: }
 
 // Options: 4 rows per warp (V / 4 warps: 16 for V = 64, 32 for V = 128)
 // and no bound on the tokens; rows other than 4 and 8 are refused.
