@@ -14,7 +14,8 @@ namespace mlir::k3 {
 #include "k3/Conversion/Passes.h.inc"
 
 /// On a `memref.extract_aligned_pointer_as_index` in a kernel: memory is
-/// only read through the pointer (k3-gpu-skinny-mma's L2 prefetch), so
+/// only read through the pointer (k3::prefetchL2, the L2 prefetches of
+/// k3-gpu-skinny-mma, k3-gpu-experts-mma and k3-gpu-kda-decode), so
 /// k3-gpu-kernel-access counts it as a read, not as an unknown write.
 inline constexpr llvm::StringLiteral kReadOnlyPointer = "k3.read_only";
 
